@@ -1,0 +1,199 @@
+/*
+ * Loom public C API.
+ *
+ * Names, argument orders and enum values follow NCCL so that code written for one reads
+ * naturally with the other (and an NCCL-ABI shim maps one to one).
+ *
+ * Threading: every function may be called from any thread. One communicator must not be
+ * used by two threads at the same time, except loomCommAbort and loomCommGetAsyncError,
+ * which may be called from any thread while another is blocked inside a call.
+ *
+ * Errors: every function returns a loomResult_t; loomGetLastError(comm) returns a sentence
+ * that says what was wrong, with the offending value. Nothing in Loom aborts the process
+ * and every wait has a deadline (loomConfig_t.timeoutMs, LOOM_TIMEOUT_MS).
+ */
+#ifndef LOOM_LOOM_H_
+#define LOOM_LOOM_H_
+
+#include <limits.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LOOM_MAJOR 0
+#define LOOM_MINOR 1
+#define LOOM_PATCH 0
+#define LOOM_VERSION(X, Y, Z) ((X) * 10000 + (Y) * 100 + (Z))
+#define LOOM_VERSION_CODE LOOM_VERSION(LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH)
+
+/* Results: NCCL's numbering, then Loom's own. */
+typedef enum {
+  loomSuccess = 0,
+  loomUnhandledCudaError = 1,
+  loomSystemError = 2,
+  loomInternalError = 3,
+  loomInvalidArgument = 4,
+  loomInvalidUsage = 5,
+  loomRemoteError = 6,
+  loomInProgress = 7,
+  loomTimeout = 8,
+  loomNumResults = 9
+} loomResult_t;
+
+/* Element types: NCCL's values. */
+typedef enum {
+  loomInt8 = 0, loomChar = 0,
+  loomUint8 = 1,
+  loomInt32 = 2, loomInt = 2,
+  loomUint32 = 3,
+  loomInt64 = 4,
+  loomUint64 = 5,
+  loomFloat16 = 6, loomHalf = 6,
+  loomFloat32 = 7, loomFloat = 7,
+  loomFloat64 = 8, loomDouble = 8,
+  loomBfloat16 = 9,
+  loomNumTypes = 10
+} loomDataType_t;
+
+/* Reduction operations: NCCL's values. */
+typedef enum {
+  loomSum = 0,
+  loomProd = 1,
+  loomMax = 2,
+  loomMin = 3,
+  loomAvg = 4,
+  loomNumOps = 5
+} loomRedOp_t;
+
+typedef struct loomComm* loomComm_t;
+
+/* A cudaStream_t for a device communicator. For a host communicator, NULL means the call
+ * completes before it returns, and a stream from loomStreamCreate is an in-order queue run
+ * by a progress thread. */
+typedef void* loomStream_t;
+
+/* Opaque: the root's address and a 128-bit secret. Copy it to every rank by any means. */
+#define LOOM_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[LOOM_UNIQUE_ID_BYTES];
+} loomUniqueId;
+
+/* Fields left at LOOM_CONFIG_UNDEF_INT take their value from the environment (or the
+ * built-in default); see docs/ENVIRONMENT.md. */
+#define LOOM_CONFIG_UNDEF_INT INT_MIN
+typedef struct {
+  size_t size;          /* sizeof(loomConfig_t), set by the initializer */
+  unsigned int magic;   /* set by the initializer */
+  unsigned int version; /* LOOM_VERSION_CODE, set by the initializer */
+  int device;           /* -1: host memory; >= 0: CUDA device ordinal */
+  int timeoutMs;        /* deadline of every wait after init (LOOM_TIMEOUT_MS) */
+  int initTimeoutMs;    /* deadline of communicator creation (LOOM_INIT_TIMEOUT_MS) */
+  const char* commName; /* shown in logs; may be NULL */
+} loomConfig_t;
+
+#define LOOM_CONFIG_MAGIC 0x4d4f4f4cu /* "LOOM" */
+#define LOOM_CONFIG_INITIALIZER                                                   \
+  {                                                                               \
+    sizeof(loomConfig_t), LOOM_CONFIG_MAGIC, LOOM_VERSION_CODE, -1,               \
+        LOOM_CONFIG_UNDEF_INT, LOOM_CONFIG_UNDEF_INT, NULL                        \
+  }
+
+/* loomCommSplit: ranks passing this color get no new communicator (*newcomm = NULL). */
+#define LOOM_SPLIT_NOCOLOR (-1)
+
+/* ---- Results and version -------------------------------------------------------------- */
+
+/* A constant string naming the result; never NULL. */
+const char* loomGetErrorString(loomResult_t result);
+
+/* The last detailed error message of this communicator; with comm NULL, of the calling
+ * thread (the only place an error of a call without a valid communicator can be read).
+ * Never NULL; "" when there was none. Valid until the next Loom call on this thread. */
+const char* loomGetLastError(loomComm_t comm);
+
+/* LOOM_VERSION_CODE of the library actually loaded. */
+loomResult_t loomGetVersion(int* version);
+
+/* ---- Communicators -------------------------------------------------------------------- */
+
+/* Creates a unique id and starts, in this process, the root that ranks will register with.
+ * The root listens on LOOM_MASTER_ADDR (port LOOM_MASTER_PORT, else any) when set, else on
+ * the interface chosen by LOOM_SOCKET_IFNAME, else on the first non-loopback interface that
+ * is up. The secret is fresh from the system's random source. */
+loomResult_t loomGetUniqueId(loomUniqueId* uniqueId);
+
+/* Collective over nranks: every rank calls it with the same id and its own rank. Blocks
+ * until every rank has arrived or the init deadline passes (loomTimeout, naming the ranks
+ * that never arrived). */
+loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId uniqueId, int rank);
+loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId uniqueId,
+                                    int rank, loomConfig_t* config);
+
+/* Rank, size and rendezvous from the launcher's environment: LOOM_RANK, LOOM_WORLD_SIZE,
+ * LOOM_MASTER_ADDR, LOOM_MASTER_PORT, falling back to torchrun's, Open MPI's and Slurm's
+ * variables. Rank 0 hosts the root on the master address. config may be NULL. */
+loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config);
+
+/* ndev ranks in this process, one per entry of comms. devlist NULL makes host
+ * communicators; otherwise devlist[i] is the device of rank i (-1 for host memory). */
+loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
+
+/* Collective over comm: ranks with the same color form a new communicator, ordered by key
+ * then by rank in comm. config may be NULL (inherit comm's). */
+loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
+                           loomConfig_t* config);
+
+/* Local: frees the communicator once its queued work has finished (or failed). */
+loomResult_t loomCommDestroy(loomComm_t comm);
+
+/* Local, from any thread: unblocks every wait of comm with an error, then frees it. */
+loomResult_t loomCommAbort(loomComm_t comm);
+
+/* loomSuccess, or the error that put comm in its error state (a dead peer, a timeout, an
+ * abort). Any thread. */
+loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
+
+loomResult_t loomCommCount(const loomComm_t comm, int* count);
+loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
+loomResult_t loomCommDevice(const loomComm_t comm, int* device);
+
+/* ---- Host streams --------------------------------------------------------------------- */
+
+/* An in-order queue served by its own progress thread. Calls enqueued on it return at once
+ * and run in order; an error is kept and returned by the next Synchronize. */
+loomResult_t loomStreamCreate(loomStream_t* stream);
+/* Waits until everything enqueued so far has run; returns the first error since the last
+ * Synchronize. */
+loomResult_t loomStreamSynchronize(loomStream_t stream);
+/* loomSuccess when everything enqueued has run, loomInProgress otherwise (or an error). */
+loomResult_t loomStreamQuery(loomStream_t stream);
+/* Waits for queued work, then frees the stream. */
+loomResult_t loomStreamDestroy(loomStream_t stream);
+
+/* ---- Group calls ---------------------------------------------------------------------- */
+
+/* Calls between Start and End (per thread, nestable) are only recorded; End launches them
+ * together, so a ring of sends and receives, or one thread driving many communicators,
+ * cannot deadlock. */
+loomResult_t loomGroupStart(void);
+loomResult_t loomGroupEnd(void);
+
+/* ---- Point-to-point and barrier ------------------------------------------------------- */
+
+/* Messages between a pair of ranks are matched in the order they were issued; sender and
+ * receiver must agree on count and type. */
+loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                      loomComm_t comm, loomStream_t stream);
+
+/* Returns (or, on a stream, completes) once every rank has entered the barrier. */
+loomResult_t loomBarrier(loomComm_t comm, loomStream_t stream);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* LOOM_LOOM_H_ */

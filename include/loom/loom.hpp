@@ -1,0 +1,100 @@
+// Header-only C++ layer over loom.h: RAII communicator and stream, errors as exceptions
+// that carry loomGetLastError's message.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "loom/loom.h"
+
+namespace loom::cxx {
+
+class Error : public std::runtime_error {
+ public:
+  Error(loomResult_t code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  loomResult_t code() const { return code_; }
+
+ private:
+  loomResult_t code_;
+};
+
+// Throws Error when `result` is not loomSuccess; `comm` (may be NULL) names where to read
+// the detailed message.
+inline void check(loomResult_t result, loomComm_t comm = nullptr) {
+  if (result == loomSuccess) return;
+  throw Error(result, std::string(loomGetErrorString(result)) + ": " + loomGetLastError(comm));
+}
+
+// Owns a host stream.
+class Stream {
+ public:
+  Stream() { check(loomStreamCreate(&stream_)); }
+  ~Stream() {
+    if (stream_ != nullptr) loomStreamDestroy(stream_);
+  }
+  Stream(Stream&& other) noexcept : stream_(std::exchange(other.stream_, nullptr)) {}
+  Stream& operator=(Stream&& other) noexcept {
+    std::swap(stream_, other.stream_);
+    return *this;
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+
+  loomStream_t get() const { return stream_; }
+  void synchronize() { check(loomStreamSynchronize(stream_)); }
+
+ private:
+  loomStream_t stream_ = nullptr;
+};
+
+// Owns a communicator; destroys it when it goes out of scope.
+class Comm {
+ public:
+  static Comm fromEnv(loomConfig_t* config = nullptr) {
+    loomComm_t c = nullptr;
+    check(loomCommInitFromEnv(&c, config));
+    return Comm(c);
+  }
+  static Comm initRank(int nranks, const loomUniqueId& id, int rank, loomConfig_t* config = nullptr) {
+    loomComm_t c = nullptr;
+    check(loomCommInitRankConfig(&c, nranks, id, rank, config));
+    return Comm(c);
+  }
+  explicit Comm(loomComm_t comm) : comm_(comm) {}
+  ~Comm() {
+    if (comm_ != nullptr) loomCommDestroy(comm_);
+  }
+  Comm(Comm&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
+  Comm& operator=(Comm&& other) noexcept {
+    std::swap(comm_, other.comm_);
+    return *this;
+  }
+  Comm(const Comm&) = delete;
+  Comm& operator=(const Comm&) = delete;
+
+  loomComm_t get() const { return comm_; }
+  int rank() const {
+    int r = -1;
+    check(loomCommUserRank(comm_, &r), comm_);
+    return r;
+  }
+  int size() const {
+    int n = 0;
+    check(loomCommCount(comm_, &n), comm_);
+    return n;
+  }
+  // A communicator of the ranks that passed the same color; empty for LOOM_SPLIT_NOCOLOR.
+  Comm split(int color, int key, loomConfig_t* config = nullptr) const {
+    loomComm_t c = nullptr;
+    check(loomCommSplit(comm_, color, key, &c, config), comm_);
+    return Comm(c);
+  }
+  explicit operator bool() const { return comm_ != nullptr; }
+
+ private:
+  loomComm_t comm_ = nullptr;
+};
+
+}  // namespace loom::cxx

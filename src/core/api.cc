@@ -1,0 +1,440 @@
+// The C entry points: validate arguments, call into core, turn a Status into a result
+// code and a message loomGetLastError can return. Nothing here blocks without a deadline.
+#include <thread>
+#include <vector>
+
+#include "core/bootstrap_root.h"
+#include "core/communicator.h"
+#include "core/env.h"
+#include "core/group.h"
+#include "core/host_stream.h"
+#include "core/launch_env.h"
+#include "core/log.h"
+#include "core/p2p.h"
+#include "core/registry.h"
+#include "core/unique_id.h"
+#include "loom/loom.h"
+#include "loom_build_config.h"
+
+#define LOOM_API extern "C" __attribute__((visibility("default")))
+
+using loom::Communicator;
+using loom::HostStream;
+using loom::Registry;
+using loom::Status;
+
+namespace {
+
+// The last error seen by this thread: loomGetLastError(NULL) returns it.
+thread_local std::string tLastError;
+
+loomResult_t report(const Status& s, Communicator* comm = nullptr, const char* call = nullptr) {
+  if (s.isOk()) return loomSuccess;
+  std::string message = call ? std::string(call) + ": " + s.message() : s.message();
+  tLastError = message;
+  if (comm != nullptr) comm->setLastError(message);
+  LOOM_WARN("%s (%s)", message.c_str(), loomGetErrorString(s.code()));
+  return s.code();
+}
+
+Status lookupComm(const void* handle, Communicator** out) {
+  if (handle == nullptr) return loom::error(loomInvalidArgument, "comm is NULL");
+  if (!Registry::instance().isLiveComm(handle)) {
+    return loom::error(loomInvalidUsage, "comm %p is not a live communicator (destroyed, or never created)",
+                       handle);
+  }
+  *out = static_cast<Communicator*>(const_cast<void*>(handle));
+  return Status::ok();
+}
+
+Status lookupStream(loomStream_t handle, HostStream** out) {
+  *out = nullptr;
+  if (handle == nullptr) return Status::ok();
+  if (!Registry::instance().isLiveStream(handle)) {
+    return loom::error(loomInvalidUsage,
+                       "stream %p is not a live host stream (from loomStreamCreate) and the "
+                       "communicator is a host one",
+                       handle);
+  }
+  *out = static_cast<HostStream*>(handle);
+  return Status::ok();
+}
+
+size_t typeSize(loomDataType_t type) {
+  static const size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return kSizes[type];
+}
+
+Status checkBuffer(const char* what, const void* buffer, size_t count, loomDataType_t type,
+                   size_t* bytes) {
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= loomNumTypes) {
+    return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)",
+                       static_cast<int>(type), loomNumTypes - 1);
+  }
+  size_t size = typeSize(type);
+  if (count > SIZE_MAX / size) {
+    return loom::error(loomInvalidArgument, "count %zu of %zu-byte elements overflows size_t", count, size);
+  }
+  if (buffer == nullptr && count > 0) {
+    return loom::error(loomInvalidArgument, "%s is NULL with count %zu", what, count);
+  }
+  *bytes = count * size;
+  return Status::ok();
+}
+
+void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out) {
+  Communicator* raw = comm.release();
+  Registry::instance().addComm(raw);
+  *out = reinterpret_cast<loomComm_t>(raw);
+}
+
+Status initRank(loomComm_t* out, int nranks, const loom::UniqueId& id, int rank,
+                const loom::CommConfig& config) {
+  if (out == nullptr) return loom::error(loomInvalidArgument, "comm (the output pointer) is NULL");
+  *out = nullptr;
+  if (nranks < 1) return loom::error(loomInvalidArgument, "nranks %d must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks) {
+    return loom::error(loomInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
+  }
+  loom::log::RankScope scope(rank);
+  std::unique_ptr<Communicator> comm;
+  LOOM_TRY(Communicator::create(id, rank, nranks, config, &comm));
+  registerComm(std::move(comm), out);
+  return Status::ok();
+}
+
+void logBuildOnce() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LOOM_INFO("Loom %s built with cuda=%d hwloc=%d ucx=%d ibverbs=%d", LOOM_VERSION_STRING,
+              LOOM_HAVE_CUDA, LOOM_HAVE_HWLOC, LOOM_HAVE_UCX, LOOM_HAVE_IBVERBS);
+  });
+}
+
+Status destroyComm(Communicator* comm) {
+  Registry::instance().removeComm(comm);
+  comm->waitForQueuedWork();
+  std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
+  return Status::ok();
+}
+
+Status enqueueOrRun(Communicator* comm, HostStream* stream, std::function<Status()> work) {
+  if (stream == nullptr) return work();
+  comm->workQueued();
+  stream->enqueue([comm, work = std::move(work)] {
+    Status s = work();
+    comm->workDone();
+    return s;
+  });
+  return Status::ok();
+}
+
+}  // namespace
+
+LOOM_API const char* loomGetErrorString(loomResult_t result) {
+  switch (result) {
+    case loomSuccess: return "no error";
+    case loomUnhandledCudaError: return "unhandled cuda error";
+    case loomSystemError: return "unhandled system error";
+    case loomInternalError: return "internal error";
+    case loomInvalidArgument: return "invalid argument";
+    case loomInvalidUsage: return "invalid usage";
+    case loomRemoteError: return "remote process exited or there was a network error";
+    case loomInProgress: return "operation in progress";
+    case loomTimeout: return "timeout";
+    default: return "unknown result code";
+  }
+}
+
+LOOM_API const char* loomGetLastError(loomComm_t handle) {
+  Communicator* comm = nullptr;
+  if (handle != nullptr && lookupComm(handle, &comm).isOk()) return comm->lastError();
+  return tLastError.c_str();
+}
+
+LOOM_API loomResult_t loomGetVersion(int* version) {
+  if (version == nullptr) return report(loom::error(loomInvalidArgument, "version is NULL"));
+  *version = LOOM_VERSION_CODE;
+  return loomSuccess;
+}
+
+LOOM_API loomResult_t loomGetUniqueId(loomUniqueId* out) {
+  logBuildOnce();
+  auto run = [&]() -> Status {
+    if (out == nullptr) return loom::error(loomInvalidArgument, "uniqueId is NULL");
+    loom::UniqueId id;
+    LOOM_TRY(loom::Secret::random(&id.secret));
+    loom::SocketAddress address;
+    if (std::optional<std::string> host = loom::env::get("LOOM_MASTER_ADDR")) {
+      long long port = 0;
+      if (loom::env::get("LOOM_MASTER_PORT")) {
+        LOOM_TRY(loom::env::getInt("LOOM_MASTER_PORT", 0, 65535, &port));
+      }
+      LOOM_TRY(loom::SocketAddress::resolve(*host, static_cast<int>(port), &address));
+    } else {
+      std::string ifname;
+      LOOM_TRY(loom::chooseListenAddress(&address, &ifname));
+      LOOM_INFO("loomGetUniqueId: root on interface %s", ifname.c_str());
+    }
+    std::unique_ptr<loom::BootstrapRoot> root;
+    LOOM_TRY(loom::BootstrapRoot::start(address, id.secret, &root));
+    id.root = root->address();
+    Registry::instance().keepRoot(std::move(root));
+    id.encode(out);
+    return Status::ok();
+  };
+  return report(run(), nullptr, "loomGetUniqueId");
+}
+
+LOOM_API loomResult_t loomCommInitRankConfig(loomComm_t* comm, int nranks, loomUniqueId uniqueId,
+                                             int rank, loomConfig_t* config) {
+  logBuildOnce();
+  auto run = [&]() -> Status {
+    loom::UniqueId id;
+    LOOM_TRY(loom::UniqueId::decode(uniqueId, &id));
+    loom::CommConfig resolved;
+    LOOM_TRY(loom::resolveConfig(config, nullptr, &resolved));
+    return initRank(comm, nranks, id, rank, resolved);
+  };
+  return report(run(), nullptr, "loomCommInitRank");
+}
+
+LOOM_API loomResult_t loomCommInitRank(loomComm_t* comm, int nranks, loomUniqueId uniqueId, int rank) {
+  return loomCommInitRankConfig(comm, nranks, uniqueId, rank, nullptr);
+}
+
+LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config) {
+  logBuildOnce();
+  auto run = [&]() -> Status {
+    loom::LaunchEnv launch;
+    LOOM_TRY(loom::readLaunchEnv(&launch));
+    loom::log::RankScope scope(launch.rank);
+    LOOM_INFO("loomCommInitFromEnv: rank %d of %d from %s, master %s:%d, secret %s", launch.rank,
+              launch.worldSize, launch.source.c_str(), launch.masterHost.c_str(), launch.masterPort,
+              launch.secretDerived ? "derived from the master address (authenticates nothing; set LOOM_SECRET)"
+                                   : "from LOOM_SECRET");
+    loom::CommConfig resolved;
+    LOOM_TRY(loom::resolveConfig(config, nullptr, &resolved));
+    loom::UniqueId id;
+    id.secret = launch.secret;
+    LOOM_TRY(loom::SocketAddress::resolve(launch.masterHost, launch.masterPort, &id.root));
+    // Rank 0 hosts the root for the length of init: it is the one rank sure to run on
+    // the master host.
+    std::unique_ptr<loom::BootstrapRoot> root;
+    if (launch.rank == 0) {
+      LOOM_TRY(loom::BootstrapRoot::start(id.root, id.secret, &root)
+                   .withContext("rank 0 must run on the master host"));
+    }
+    return initRank(comm, launch.worldSize, id, launch.rank, resolved);
+  };
+  return report(run(), nullptr, "loomCommInitFromEnv");
+}
+
+LOOM_API loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist) {
+  logBuildOnce();
+  auto run = [&]() -> Status {
+    if (comms == nullptr) return loom::error(loomInvalidArgument, "comms is NULL");
+    if (ndev < 1) return loom::error(loomInvalidArgument, "ndev %d must be at least 1", ndev);
+    std::vector<loom::CommConfig> configs(static_cast<size_t>(ndev));
+    for (int i = 0; i < ndev; ++i) {
+      loomConfig_t c = LOOM_CONFIG_INITIALIZER;
+      if (devlist != nullptr) c.device = devlist[i];
+      LOOM_TRY(loom::resolveConfig(&c, nullptr, &configs[static_cast<size_t>(i)])
+                   .withContext(loom::format("devlist[%d]", i)));
+    }
+    loomUniqueId raw;
+    if (loomGetUniqueId(&raw) != loomSuccess) {
+      return loom::error(loomSystemError, "%s", tLastError.c_str());
+    }
+    loom::UniqueId id;
+    LOOM_TRY(loom::UniqueId::decode(raw, &id));
+    std::vector<Status> results(static_cast<size_t>(ndev));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < ndev; ++i) {
+      threads.emplace_back([&, i] {
+        results[static_cast<size_t>(i)] = initRank(&comms[i], ndev, id, i, configs[static_cast<size_t>(i)]);
+      });
+    }
+    for (std::thread& t : threads) t.join();
+    for (int i = 0; i < ndev; ++i) {
+      if (!results[static_cast<size_t>(i)].isOk()) {
+        for (int j = 0; j < ndev; ++j) {
+          if (comms[j] != nullptr) (void)destroyComm(reinterpret_cast<Communicator*>(comms[j]));
+          comms[j] = nullptr;
+        }
+        return results[static_cast<size_t>(i)].withContext(loom::format("rank %d", i));
+      }
+    }
+    return Status::ok();
+  };
+  return report(run(), nullptr, "loomCommInitAll");
+}
+
+LOOM_API loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* newcomm,
+                                    loomConfig_t* config) {
+  Communicator* comm = nullptr;
+  auto run = [&]() -> Status {
+    LOOM_TRY(lookupComm(handle, &comm));
+    if (newcomm == nullptr) return loom::error(loomInvalidArgument, "newcomm is NULL");
+    *newcomm = nullptr;
+    if (color < 0 && color != LOOM_SPLIT_NOCOLOR) {
+      return loom::error(loomInvalidArgument, "color %d must be >= 0 or LOOM_SPLIT_NOCOLOR", color);
+    }
+    LOOM_TRY(comm->usable());
+    loom::CommConfig resolved;
+    LOOM_TRY(loom::resolveConfig(config, &comm->config(), &resolved));
+    loom::log::RankScope scope(comm->rank());
+    std::unique_ptr<Communicator> child;
+    Status s = comm->split(color, key, resolved, &child);
+    if (!s.isOk()) {
+      comm->fail(s);
+      return s;
+    }
+    if (child) registerComm(std::move(child), newcomm);
+    return Status::ok();
+  };
+  return report(run(), comm, "loomCommSplit");
+}
+
+LOOM_API loomResult_t loomCommDestroy(loomComm_t handle) {
+  Communicator* comm = nullptr;
+  Status s = lookupComm(handle, &comm);
+  if (!s.isOk()) return report(s, nullptr, "loomCommDestroy");
+  return report(destroyComm(comm), nullptr, "loomCommDestroy");
+}
+
+LOOM_API loomResult_t loomCommAbort(loomComm_t handle) {
+  Communicator* comm = nullptr;
+  Status s = lookupComm(handle, &comm);
+  if (!s.isOk()) return report(s, nullptr, "loomCommAbort");
+  comm->abort();
+  return report(destroyComm(comm), nullptr, "loomCommAbort");
+}
+
+LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t handle, loomResult_t* asyncError) {
+  Communicator* comm = nullptr;
+  auto run = [&]() -> Status {
+    LOOM_TRY(lookupComm(handle, &comm));
+    if (asyncError == nullptr) return loom::error(loomInvalidArgument, "asyncError is NULL");
+    *asyncError = comm->asyncError();
+    return Status::ok();
+  };
+  return report(run(), comm, "loomCommGetAsyncError");
+}
+
+namespace {
+template <typename Getter>
+loomResult_t commQuery(const loomComm_t handle, int* out, const char* call, Getter get) {
+  Communicator* comm = nullptr;
+  Status s = lookupComm(handle, &comm);
+  if (s.isOk() && out == nullptr) s = loom::error(loomInvalidArgument, "output pointer is NULL");
+  if (!s.isOk()) return report(s, comm, call);
+  *out = get(*comm);
+  return loomSuccess;
+}
+}  // namespace
+
+LOOM_API loomResult_t loomCommCount(const loomComm_t comm, int* count) {
+  return commQuery(comm, count, "loomCommCount", [](Communicator& c) { return c.nranks(); });
+}
+
+LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
+  return commQuery(comm, rank, "loomCommUserRank", [](Communicator& c) { return c.rank(); });
+}
+
+LOOM_API loomResult_t loomCommDevice(const loomComm_t comm, int* device) {
+  return commQuery(comm, device, "loomCommDevice", [](Communicator& c) { return c.device(); });
+}
+
+LOOM_API loomResult_t loomStreamCreate(loomStream_t* stream) {
+  if (stream == nullptr) {
+    return report(loom::error(loomInvalidArgument, "stream is NULL"), nullptr, "loomStreamCreate");
+  }
+  auto created = std::make_unique<HostStream>();
+  Registry::instance().addStream(created.get());
+  *stream = created.release();
+  return loomSuccess;
+}
+
+LOOM_API loomResult_t loomStreamSynchronize(loomStream_t handle) {
+  HostStream* stream = nullptr;
+  Status s = lookupStream(handle, &stream);
+  if (s.isOk() && stream != nullptr) s = stream->synchronize();
+  return report(s, nullptr, "loomStreamSynchronize");
+}
+
+LOOM_API loomResult_t loomStreamQuery(loomStream_t handle) {
+  HostStream* stream = nullptr;
+  Status s = lookupStream(handle, &stream);
+  if (s.isOk() && stream != nullptr) s = stream->query();
+  if (s.code() == loomInProgress) return loomInProgress;
+  return report(s, nullptr, "loomStreamQuery");
+}
+
+LOOM_API loomResult_t loomStreamDestroy(loomStream_t handle) {
+  HostStream* stream = nullptr;
+  Status s = lookupStream(handle, &stream);
+  if (s.isOk() && stream == nullptr) s = loom::error(loomInvalidArgument, "stream is NULL");
+  if (!s.isOk()) return report(s, nullptr, "loomStreamDestroy");
+  Registry::instance().removeStream(stream);
+  std::unique_ptr<HostStream> owned(stream);  // joins after running what is queued
+  return loomSuccess;
+}
+
+LOOM_API loomResult_t loomGroupStart(void) {
+  loom::group::start();
+  return loomSuccess;
+}
+
+LOOM_API loomResult_t loomGroupEnd(void) { return report(loom::group::end(), nullptr, "loomGroupEnd"); }
+
+namespace {
+loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t count,
+                          loomDataType_t type, int peer, loomComm_t handle, loomStream_t streamHandle,
+                          const char* call) {
+  Communicator* comm = nullptr;
+  auto run = [&]() -> Status {
+    LOOM_TRY(lookupComm(handle, &comm));
+    size_t bytes = 0;
+    bool send = direction == loom::P2POp::Direction::kSend;
+    LOOM_TRY(checkBuffer(send ? "sendbuff" : "recvbuff", buffer, count, type, &bytes));
+    if (peer < 0 || peer >= comm->nranks()) {
+      return loom::error(loomInvalidArgument, "peer %d is out of range [0, %d)", peer, comm->nranks());
+    }
+    HostStream* stream = nullptr;
+    LOOM_TRY(lookupStream(streamHandle, &stream));
+    LOOM_TRY(comm->usable());
+    loom::log::RankScope scope(comm->rank());
+    return loom::group::submit({direction, comm, peer, buffer, bytes, loom::MessageKind::kUser}, stream);
+  };
+  return report(run(), comm, call);
+}
+}  // namespace
+
+LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
+                               loomComm_t comm, loomStream_t stream) {
+  return pointToPoint(loom::P2POp::Direction::kSend, const_cast<void*>(sendbuff), count, datatype,
+                      peer, comm, stream, "loomSend");
+}
+
+LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
+                               loomComm_t comm, loomStream_t stream) {
+  return pointToPoint(loom::P2POp::Direction::kRecv, recvbuff, count, datatype, peer, comm, stream,
+                      "loomRecv");
+}
+
+LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) {
+  Communicator* comm = nullptr;
+  auto run = [&]() -> Status {
+    LOOM_TRY(lookupComm(handle, &comm));
+    if (loom::group::active()) {
+      return loom::error(loomInvalidUsage, "loomBarrier cannot be called inside a loomGroupStart/End group");
+    }
+    HostStream* stream = nullptr;
+    LOOM_TRY(lookupStream(streamHandle, &stream));
+    LOOM_TRY(comm->usable());
+    loom::log::RankScope scope(comm->rank());
+    return enqueueOrRun(comm, stream, [comm] { return loom::runBarrier(*comm); });
+  };
+  return report(run(), comm, "loomBarrier");
+}

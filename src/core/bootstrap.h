@@ -1,0 +1,111 @@
+// The bootstrap channel: out-of-band messages between the ranks of one communicator, for
+// init, split and transports exchanging connection info. Small, blocking, every call with
+// a deadline.
+//
+// Each rank listens on its own socket; a connection to a peer is made the first time a
+// message goes there and kept. Messages are framed {tag, bytes}; a receive for (peer, tag)
+// keeps messages with other tags aside until asked for, so independent exchanges cannot
+// steal each other's data.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/handshake.h"
+#include "core/host_identity.h"
+#include "core/socket.h"
+#include "core/status.h"
+#include "core/unique_id.h"
+
+namespace loom {
+
+// What every rank knows about every other after init.
+struct PeerInfo {
+  SocketAddress bootstrapAddress;
+  uint64_t hostHash = 0;
+  std::string hostName;
+  int32_t pid = 0;
+};
+
+class Bootstrap {
+ public:
+  // Tags below kFirstInternalTag are for users of the channel (transports); the rest are
+  // the channel's own.
+  static constexpr uint32_t kFirstInternalTag = 0xffff0000u;
+
+  // Registers with the root of `id`, then runs the ring allgather of PeerInfo. Every wait
+  // ends at `deadline` or when cancelFd becomes readable.
+  static Status connect(const UniqueId& id, int rank, int nranks, const HostIdentity& host,
+                        int initTimeoutMs, const Deadline& deadline, int cancelFd,
+                        std::unique_ptr<Bootstrap>* out);
+
+  // A channel among ranks that already agree on each other's addresses (loomCommSplit):
+  // the caller made `listener` and exchanged its address through another channel.
+  static Status fromPeers(Acceptor listener, const Secret& secret, uint64_t commId, int rank,
+                          std::vector<PeerInfo> peers, int cancelFd,
+                          std::unique_ptr<Bootstrap>* out);
+
+  // A listening socket on the chosen interface for a new channel.
+  static Status listen(const Secret& secret, const SocketAddress& near, Acceptor* out);
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  uint64_t commId() const { return commId_; }
+  const Secret& secret() const { return secret_; }
+  const std::vector<PeerInfo>& peers() const { return peers_; }
+  const SocketAddress& address() const { return acceptor_.address(); }
+
+  // Each later call waits at most this long.
+  void setTimeoutMs(long long ms) { timeoutMs_ = ms; }
+
+  Status send(int peer, uint32_t tag, const void* data, size_t bytes);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+  // Sends to one peer while receiving from another, so a ring step cannot deadlock on
+  // full socket buffers.
+  Status exchange(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer,
+                  void* recvData, size_t recvBytes, uint32_t tag);
+  // In place: this rank's bytesPerRank bytes at data + rank * bytesPerRank.
+  Status allGather(void* data, size_t bytesPerRank);
+  Status barrier();
+
+ private:
+  struct Message {
+    uint32_t tag;
+    std::vector<uint8_t> bytes;
+  };
+  // The incoming side of one peer: a partly read message and the ones kept aside.
+  struct Inbox {
+    Fd fd;
+    uint8_t header[16];
+    size_t headerReceived = 0;
+    Message current;
+    size_t bodyReceived = 0;
+    std::deque<Message> unexpected;
+  };
+  struct Outgoing;
+
+  Bootstrap(Acceptor acceptor, const Secret& secret, int rank, int nranks, int cancelFd);
+
+  Deadline deadline() const { return Deadline::afterMs(timeoutMs_); }
+  Status connectionTo(int peer, const Deadline& deadline, int* fd);
+  Status acceptFrom(int peer, const Deadline& deadline);
+  // Reads what is available from peer's inbox; true in *complete when a message is whole.
+  Status pump(int peer, bool* complete);
+  Status takeMessage(int peer, uint32_t tag, void* data, size_t bytes, bool* found);
+
+  Acceptor acceptor_;
+  Secret secret_;
+  uint64_t commId_ = 0;
+  int rank_;
+  int nranks_;
+  int cancelFd_;
+  long long timeoutMs_ = 0;
+  std::vector<PeerInfo> peers_;
+  std::vector<Fd> out_;
+  std::vector<Inbox> in_;
+};
+
+}  // namespace loom

@@ -1,0 +1,217 @@
+#include "core/communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "core/env.h"
+#include "core/host_identity.h"
+#include "core/log.h"
+#include "transport/socket_transport.h"
+
+namespace loom {
+
+Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out) {
+  CommConfig c;
+  if (inherit != nullptr) {
+    c = *inherit;
+  } else {
+    LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &c.timeoutMs));
+    LOOM_TRY(env::getInt("LOOM_INIT_TIMEOUT_MS", 1, 1LL << 40, &c.initTimeoutMs));
+  }
+  if (user != nullptr) {
+    if (user->magic != LOOM_CONFIG_MAGIC || user->size < sizeof(loomConfig_t)) {
+      return error(loomInvalidArgument,
+                   "config was not initialised with LOOM_CONFIG_INITIALIZER (magic %#x, size %zu)",
+                   user->magic, user->size);
+    }
+    if (user->device < -1) {
+      return error(loomInvalidArgument, "config.device=%d: use -1 for host memory or a CUDA device ordinal",
+                   user->device);
+    }
+    c.device = user->device;
+    if (user->timeoutMs != LOOM_CONFIG_UNDEF_INT) {
+      if (user->timeoutMs <= 0) {
+        return error(loomInvalidArgument, "config.timeoutMs=%d must be positive", user->timeoutMs);
+      }
+      c.timeoutMs = user->timeoutMs;
+    }
+    if (user->initTimeoutMs != LOOM_CONFIG_UNDEF_INT) {
+      if (user->initTimeoutMs <= 0) {
+        return error(loomInvalidArgument, "config.initTimeoutMs=%d must be positive", user->initTimeoutMs);
+      }
+      c.initTimeoutMs = user->initTimeoutMs;
+    }
+    if (user->commName != nullptr) c.name = user->commName;
+  }
+  if (c.device >= 0) {
+    return error(loomInvalidUsage,
+                 "config.device=%d asks for a device communicator, which this version of Loom does "
+                 "not provide yet (the CUDA data path is not built); use device=-1 for host memory",
+                 c.device);
+  }
+  *out = c;
+  return Status::ok();
+}
+
+Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel,
+                           const CommConfig& config)
+    : bootstrap_(std::move(bootstrap)),
+      cancel_(std::move(cancel)),
+      config_(config),
+      rank_(bootstrap_->rank()),
+      nranks_(bootstrap_->nranks()) {}
+
+Communicator::~Communicator() = default;
+
+Status Communicator::create(const UniqueId& id, int rank, int nranks, const CommConfig& config,
+                            std::unique_ptr<Communicator>* out) {
+  Deadline deadline = Deadline::afterMs(config.initTimeoutMs);
+  CancelSignal cancel;
+  std::unique_ptr<Bootstrap> bootstrap;
+  LOOM_TRY(Bootstrap::connect(id, rank, nranks, localHostIdentity(),
+                              static_cast<int>(std::min<long long>(config.initTimeoutMs, 1LL << 30)),
+                              deadline, cancel.fd(), &bootstrap));
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap), std::move(cancel), config));
+  comm->bootstrap_->setTimeoutMs(std::max(1, deadline.remainingMs()));
+  LOOM_TRY(comm->finishInit());
+  *out = std::move(comm);
+  return Status::ok();
+}
+
+Status Communicator::finishInit() {
+  std::unique_ptr<transport::SocketTransport> socket;
+  LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), &socket));
+  transport_ = std::move(socket);
+  bootstrap_->setTimeoutMs(config_.timeoutMs);
+
+  const std::vector<PeerInfo>& peers = bootstrap_->peers();
+  std::set<uint64_t> hostSet;
+  localRanks_ = 0;
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = peers[static_cast<size_t>(r)];
+    hostSet.insert(p.hostHash);
+    if (p.hostHash == peers[static_cast<size_t>(rank_)].hostHash) {
+      if (r < rank_) ++localRank_;
+      ++localRanks_;
+    }
+  }
+  hosts_ = static_cast<int>(hostSet.size());
+  log::RankScope scope(rank_);
+  LOOM_INFO("comm %016llx%s%s: rank %d of %d on host %s (local rank %d of %d, %d host%s), "
+            "bootstrap %s, timeout %lld ms",
+            static_cast<unsigned long long>(commId()), config_.name.empty() ? "" : " ",
+            config_.name.c_str(), rank_, nranks_, peers[static_cast<size_t>(rank_)].hostName.c_str(),
+            localRank_, localRanks_, hosts_, hosts_ == 1 ? "" : "s",
+            bootstrap_->address().toString().c_str(), config_.timeoutMs);
+  LOOM_INFO("comm %016llx: transport %s to every peer", static_cast<unsigned long long>(commId()),
+            transport_->name());
+  return Status::ok();
+}
+
+Status Communicator::split(int color, int key, const CommConfig& config,
+                           std::unique_ptr<Communicator>* out) {
+  // Every rank publishes (color, key, a fresh listener); members of a color then form a
+  // channel among themselves without a root.
+  struct Entry {
+    int32_t color;
+    int32_t key;
+    uint8_t address[SocketAddress::kWireBytes];
+  };
+  Entry mine{};
+  mine.color = color;
+  mine.key = key;
+  std::unique_ptr<Acceptor> listener;
+  if (color != LOOM_SPLIT_NOCOLOR) {
+    Acceptor acceptor(Fd(), SocketAddress(), bootstrap_->secret(), Purpose::kBootstrap, 0);
+    LOOM_TRY(Bootstrap::listen(bootstrap_->secret(), bootstrap_->address(), &acceptor));
+    acceptor.address().toWire(mine.address);
+    listener = std::make_unique<Acceptor>(std::move(acceptor));
+  }
+  std::vector<Entry> all(static_cast<size_t>(nranks_));
+  all[static_cast<size_t>(rank_)] = mine;
+  int splitIndex = splits_++;
+  LOOM_TRY(bootstrap_->allGather(all.data(), sizeof(Entry)).withContext("loomCommSplit exchange"));
+  if (color == LOOM_SPLIT_NOCOLOR) {
+    out->reset();
+    return Status::ok();
+  }
+
+  std::vector<int> members;
+  for (int r = 0; r < nranks_; ++r) {
+    if (all[static_cast<size_t>(r)].color == color) members.push_back(r);
+  }
+  std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
+    return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key;
+  });
+  std::vector<PeerInfo> peers;
+  int newRank = -1;
+  for (int r : members) {
+    if (r == rank_) newRank = static_cast<int>(peers.size());
+    PeerInfo p = bootstrap_->peers()[static_cast<size_t>(r)];
+    LOOM_TRY(SocketAddress::fromWire(all[static_cast<size_t>(r)].address, &p.bootstrapAddress));
+    peers.push_back(p);
+  }
+  // Ranks of one color agree on this id without talking; other colors get other ids.
+  uint64_t newCommId = commId() ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(splitIndex + 1)) ^
+                    (static_cast<uint64_t>(static_cast<uint32_t>(color)) << 32);
+  CancelSignal cancel;
+  std::unique_ptr<Bootstrap> bootstrap;
+  LOOM_TRY(Bootstrap::fromPeers(std::move(*listener), bootstrap_->secret(), newCommId, newRank,
+                                std::move(peers), cancel.fd(), &bootstrap));
+  std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap), std::move(cancel), config));
+  comm->bootstrap_->setTimeoutMs(config.initTimeoutMs);
+  LOOM_TRY(comm->finishInit().withContext(format("loomCommSplit(color=%d)", color)));
+  *out = std::move(comm);
+  return Status::ok();
+}
+
+Status Communicator::usable() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failure_.isOk()) return Status::ok();
+  return Status(failure_.code(), "the communicator is in an error state: " + failure_.message());
+}
+
+void Communicator::fail(const Status& status) {
+  if (status.isOk()) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (failure_.isOk()) failure_ = status;
+}
+
+loomResult_t Communicator::asyncError() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_.code();
+}
+
+void Communicator::abort() {
+  fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
+  cancel_.fire();
+}
+
+void Communicator::setLastError(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lastError_ = message;
+}
+
+const char* Communicator::lastError() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  lastErrorCopy_ = lastError_;
+  return lastErrorCopy_.c_str();
+}
+
+void Communicator::workQueued() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++queuedWork_;
+}
+
+void Communicator::workDone() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (--queuedWork_ == 0) workCv_.notify_all();
+}
+
+void Communicator::waitForQueuedWork() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  workCv_.wait(lock, [this] { return queuedWork_ == 0; });
+}
+
+}  // namespace loom

@@ -1,0 +1,93 @@
+// A communicator: one rank's membership in a group of ranks, with the bootstrap channel,
+// the transport, and the error state every call checks first.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/bootstrap.h"
+#include "core/socket.h"
+#include "core/status.h"
+#include "core/unique_id.h"
+#include "transport/transport.h"
+
+namespace loom {
+
+// loomConfig_t after validation, with environment defaults filled in.
+struct CommConfig {
+  int device = -1;
+  long long timeoutMs = 0;
+  long long initTimeoutMs = 0;
+  std::string name;
+};
+
+// Validates a user config (NULL allowed: all defaults) and fills unset fields from the
+// environment; `inherit`, when given, supplies the defaults instead (loomCommSplit).
+Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out);
+
+class Communicator {
+ public:
+  // Joins the communicator rooted at id.root as `rank` of `nranks` (collective).
+  static Status create(const UniqueId& id, int rank, int nranks, const CommConfig& config,
+                       std::unique_ptr<Communicator>* out);
+  // Collective over this communicator; *out stays null for LOOM_SPLIT_NOCOLOR.
+  Status split(int color, int key, const CommConfig& config, std::unique_ptr<Communicator>* out);
+  ~Communicator();
+
+  int rank() const { return rank_; }
+  int nranks() const { return nranks_; }
+  int device() const { return config_.device; }
+  int localRank() const { return localRank_; }
+  int localRanks() const { return localRanks_; }
+  int hosts() const { return hosts_; }
+  uint64_t commId() const { return bootstrap_->commId(); }
+  const CommConfig& config() const { return config_; }
+  Bootstrap& bootstrap() { return *bootstrap_; }
+  transport::Transport& transport() { return *transport_; }
+  int cancelFd() const { return cancel_.fd(); }
+
+  // OK while usable; otherwise the error that ended it (abort, dead peer, timeout).
+  Status usable() const;
+  // Puts the communicator in its error state; the first failure sticks.
+  void fail(const Status& status);
+  loomResult_t asyncError() const;
+  // Unblocks every wait of this communicator; later calls fail.
+  void abort();
+
+  // The detailed message loomGetLastError(comm) returns.
+  void setLastError(const std::string& message);
+  const char* lastError();
+
+  // Stream work that refers to this communicator; destroy waits until none is left.
+  void workQueued();
+  void workDone();
+  void waitForQueuedWork();
+
+ private:
+  Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
+  // The common end of create and split: transport, host grouping, logs.
+  Status finishInit();
+
+  std::unique_ptr<Bootstrap> bootstrap_;
+  std::unique_ptr<transport::Transport> transport_;
+  CancelSignal cancel_;
+  CommConfig config_;
+  int rank_;
+  int nranks_;
+  int localRank_ = 0;
+  int localRanks_ = 1;
+  int hosts_ = 1;
+  int splits_ = 0;
+
+  mutable std::mutex mutex_;
+  Status failure_;
+  std::string lastError_;
+  std::string lastErrorCopy_;  // what lastError() handed out, stable until the next call
+  int queuedWork_ = 0;
+  std::condition_variable workCv_;
+};
+
+}  // namespace loom

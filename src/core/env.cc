@@ -1,0 +1,124 @@
+#include "core/env.h"
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+namespace loom::env {
+
+namespace {
+constexpr const char* kCore = "Communicators and bootstrap";
+constexpr const char* kLog = "Logging";
+constexpr const char* kLaunch = "Launcher variables read by loomCommInitFromEnv";
+}  // namespace
+
+const std::vector<Variable>& variables() {
+  static const std::vector<Variable> table = {
+      {"LOOM_DEBUG", "WARN", kLog,
+       "Log level: NONE, WARN, INFO (decisions: addresses, transports, sources) or TRACE "
+       "(every message)."},
+      {"LOOM_DEBUG_FILE", "", kLog,
+       "Write logs to this file instead of stderr; %h becomes the host name, %p the pid."},
+      {"LOOM_TIMEOUT_MS", "600000", kCore,
+       "Deadline of every wait after init (send, receive, barrier, stream work); "
+       "loomConfig_t.timeoutMs overrides it."},
+      {"LOOM_INIT_TIMEOUT_MS", "120000", kCore,
+       "Deadline of communicator creation (all ranks must arrive within it); "
+       "loomConfig_t.initTimeoutMs overrides it."},
+      {"LOOM_HANDSHAKE_TIMEOUT_MS", "5000", kCore,
+       "How long an incoming connection may take to present the job's secret before it is "
+       "dropped."},
+      {"LOOM_SOCKET_IFNAME", "", kCore,
+       "Interfaces to listen on: comma-separated name prefixes, '=' for exact names, a "
+       "leading '^' to exclude (NCCL's syntax). Default: the first interface that is up "
+       "and not loopback, else loopback."},
+      {"LOOM_MASTER_ADDR", "", kCore,
+       "Address of the root (host name, IPv4 or IPv6). loomGetUniqueId listens there; "
+       "loomCommInitFromEnv connects there (required unless MASTER_ADDR is set)."},
+      {"LOOM_MASTER_PORT", "29500", kCore,
+       "Port of the root. loomGetUniqueId uses any free port when unset."},
+      {"LOOM_SECRET", "", kCore,
+       "32 hex digits: the secret every connection must present. Unset under "
+       "loomCommInitFromEnv, it is derived from the master address and world size, which "
+       "keeps separate jobs apart but authenticates nothing."},
+      {"LOOM_HOSTID", "", kCore,
+       "Host identity used to group ranks by host; default host name + boot id. Tests use "
+       "it to place ranks of one machine on different hosts."},
+      {"LOOM_RANK", "", kLaunch, "Rank of this process (loomrun sets it)."},
+      {"LOOM_WORLD_SIZE", "", kLaunch, "Number of ranks (loomrun sets it)."},
+      {"LOOM_LOCAL_RANK", "", kLaunch, "Rank among the ranks of this host (informational)."},
+      {"RANK", "", kLaunch, "torchrun's rank, used when LOOM_RANK is unset."},
+      {"WORLD_SIZE", "", kLaunch, "torchrun's world size."},
+      {"LOCAL_RANK", "", kLaunch, "torchrun's local rank."},
+      {"MASTER_ADDR", "", kLaunch, "torchrun's master address."},
+      {"MASTER_PORT", "", kLaunch, "torchrun's master port."},
+      {"OMPI_COMM_WORLD_RANK", "", kLaunch, "Open MPI's rank (mpirun)."},
+      {"OMPI_COMM_WORLD_SIZE", "", kLaunch, "Open MPI's world size."},
+      {"OMPI_COMM_WORLD_LOCAL_RANK", "", kLaunch, "Open MPI's local rank."},
+      {"SLURM_PROCID", "", kLaunch, "Slurm's rank (srun)."},
+      {"SLURM_NTASKS", "", kLaunch, "Slurm's world size."},
+      {"SLURM_LOCALID", "", kLaunch, "Slurm's local rank."},
+  };
+  return table;
+}
+
+namespace {
+const Variable& lookup(const char* name) {
+  for (const Variable& v : variables()) {
+    if (std::strcmp(v.name, name) == 0) return v;
+  }
+  throw std::logic_error(std::string("environment variable not declared in env.cc: ") + name);
+}
+}  // namespace
+
+std::optional<std::string> get(const char* name) {
+  lookup(name);
+  const char* value = std::getenv(name);
+  if (value == nullptr || value[0] == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+std::string getOrDefault(const char* name) {
+  const Variable& v = lookup(name);
+  std::optional<std::string> value = get(name);
+  return value ? *value : std::string(v.defaultValue);
+}
+
+Status getInt(const char* name, long long min, long long max, long long* out) {
+  std::string text = getOrDefault(name);
+  if (text.empty()) {
+    return error(loomInvalidArgument, "%s is not set and has no default", name);
+  }
+  errno = 0;
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0') {
+    return error(loomInvalidArgument, "%s=\"%s\" is not an integer", name, text.c_str());
+  }
+  if (value < min || value > max) {
+    return error(loomInvalidArgument, "%s=%lld is out of range [%lld, %lld]", name, value, min,
+                 max);
+  }
+  *out = value;
+  return Status::ok();
+}
+
+std::string markdown() {
+  std::string out =
+      "# Environment variables\n\n"
+      "Generated from the table in src/core/env.cc by `loom-info --env-markdown`; a test "
+      "keeps this file equal to it. Values are read when a communicator is created.\n";
+  const char* section = nullptr;
+  for (const Variable& v : variables()) {
+    if (section == nullptr || std::strcmp(section, v.section) != 0) {
+      section = v.section;
+      out += format("\n## %s\n\n| Variable | Default | Meaning |\n|---|---|---|\n", section);
+    }
+    std::string def = v.defaultValue[0] ? format("`%s`", v.defaultValue) : std::string("—");
+    out += format("| `%s` | %s | %s |\n", v.name, def.c_str(), v.description);
+  }
+  return out;
+}
+
+}  // namespace loom::env

@@ -1,0 +1,42 @@
+// Every environment variable Loom reads, declared in one table with its default and a
+// one-line description. docs/ENVIRONMENT.md is generated from the same table
+// (`loom-info --env-markdown`), and a test keeps the two equal.
+//
+// Values are read when a communicator is created (and the log settings at the first log
+// line), never cached across communicators, so a test can change them between inits.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace loom::env {
+
+struct Variable {
+  const char* name;
+  const char* defaultValue;  // "" when there is none
+  const char* section;       // heading in docs/ENVIRONMENT.md
+  const char* description;
+};
+
+// The table, in documentation order.
+const std::vector<Variable>& variables();
+
+// The variable's value when set and non-empty. `name` must be declared in the table
+// (asking for an undeclared one is a programming error and throws std::logic_error in
+// debug and release alike, so a new variable cannot skip the documentation).
+std::optional<std::string> get(const char* name);
+
+// The value, or the declared default when unset.
+std::string getOrDefault(const char* name);
+
+// Parses an integer variable (unset: its default) within [min, max]; a non-number or a
+// value out of range is loomInvalidArgument naming the variable and the value.
+Status getInt(const char* name, long long min, long long max, long long* out);
+
+// The table rendered as the Markdown of docs/ENVIRONMENT.md.
+std::string markdown();
+
+}  // namespace loom::env

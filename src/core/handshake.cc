@@ -1,0 +1,142 @@
+#include "core/handshake.h"
+
+#include <poll.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace loom {
+namespace {
+constexpr uint8_t kMagic[4] = {'L', 'M', 'H', 'S'};
+constexpr uint16_t kVersion = 1;
+
+void encode(const Secret& secret, const Hello& hello, uint8_t out[kHelloBytes]) {
+  std::memset(out, 0, kHelloBytes);
+  std::memcpy(out, kMagic, 4);
+  std::memcpy(out + 4, &kVersion, 2);
+  std::memcpy(out + 8, secret.bytes.data(), 16);
+  uint32_t purpose = static_cast<uint32_t>(hello.purpose);
+  std::memcpy(out + 24, &purpose, 4);
+  std::memcpy(out + 28, &hello.rank, 4);
+  std::memcpy(out + 32, &hello.nranks, 4);
+  std::memcpy(out + 40, &hello.commId, 8);
+}
+}  // namespace
+
+Status connectAndGreet(const SocketAddress& address, const Secret& secret, const Hello& hello,
+                       const Deadline& deadline, int cancelFd, Fd* out) {
+  Fd fd;
+  LOOM_TRY(connectTo(address, deadline, cancelFd, &fd));
+  uint8_t bytes[kHelloBytes];
+  encode(secret, hello, bytes);
+  LOOM_TRY(sendAll(fd.get(), bytes, sizeof(bytes), deadline, cancelFd)
+               .withContext("greeting " + address.toString()));
+  *out = std::move(fd);
+  return Status::ok();
+}
+
+Acceptor::Acceptor(Fd listenFd, const SocketAddress& address, const Secret& secret,
+                   Purpose purpose, int handshakeTimeoutMs)
+    : listen_(std::move(listenFd)),
+      address_(address),
+      secret_(secret),
+      purpose_(purpose),
+      handshakeTimeoutMs_(handshakeTimeoutMs) {}
+
+void Acceptor::drop(Pending& pending, const char* why) {
+  ++rejected_;
+  LOOM_WARN("dropped a connection from %s to %s: %s", pending.peer.toString().c_str(),
+            address_.toString().c_str(), why);
+  pending.fd.reset();
+}
+
+void Acceptor::acceptPending() {
+  for (;;) {
+    Fd fd;
+    SocketAddress peer;
+    Status s = acceptOne(listen_.get(), &fd, &peer);
+    if (!s.isOk()) {
+      LOOM_WARN("accept on %s: %s", address_.toString().c_str(), s.message().c_str());
+      return;
+    }
+    if (!fd.valid()) return;
+    pending_.push_back(Pending{std::move(fd), peer, {}, 0, Deadline::afterMs(handshakeTimeoutMs_)});
+  }
+}
+
+bool Acceptor::advance(Pending& p, Connection* out, bool* accepted) {
+  size_t got = 0;
+  Status s = recvSome(p.fd.get(), p.bytes + p.received, kHelloBytes - p.received, &got);
+  if (!s.isOk()) {
+    drop(p, "closed before presenting the secret");
+    return true;
+  }
+  p.received += got;
+  if (p.received < kHelloBytes) {
+    if (p.deadline.expired()) {
+      drop(p, "did not present the secret within LOOM_HANDSHAKE_TIMEOUT_MS");
+      return true;
+    }
+    return false;
+  }
+  uint16_t version = 0;
+  std::memcpy(&version, p.bytes + 4, 2);
+  uint32_t purpose = 0;
+  std::memcpy(&purpose, p.bytes + 24, 4);
+  if (std::memcmp(p.bytes, kMagic, 4) != 0) {
+    drop(p, "not a Loom handshake");
+  } else if (!secret_.matches(p.bytes + 8)) {
+    drop(p, "wrong secret (another job, or a stranger)");
+  } else if (version != kVersion) {
+    drop(p, "handshake from another Loom version");
+  } else if (purpose != static_cast<uint32_t>(purpose_)) {
+    drop(p, "handshake meant for another kind of port");
+  } else {
+    out->fd = std::move(p.fd);
+    out->peer = p.peer;
+    out->hello.purpose = purpose_;
+    std::memcpy(&out->hello.rank, p.bytes + 28, 4);
+    std::memcpy(&out->hello.nranks, p.bytes + 32, 4);
+    std::memcpy(&out->hello.commId, p.bytes + 40, 8);
+    *accepted = true;
+  }
+  return true;
+}
+
+Status Acceptor::next(const Deadline& deadline, int cancelFd, Connection* out) {
+  for (;;) {
+    acceptPending();
+    for (size_t i = 0; i < pending_.size();) {
+      bool accepted = false;
+      if (advance(pending_[i], out, &accepted)) {
+        pending_.erase(pending_.begin() + static_cast<long>(i));
+        if (accepted) return Status::ok();
+      } else {
+        ++i;
+      }
+    }
+    // Sleep until something arrives: a new connection, bytes of a pending hello, the
+    // earliest handshake deadline, the caller's deadline, or an abort.
+    Deadline wake = deadline;
+    std::vector<pollfd> fds;
+    fds.push_back({listen_.get(), POLLIN, 0});
+    for (const Pending& p : pending_) {
+      fds.push_back({p.fd.get(), POLLIN, 0});
+      wake = wake.earlier(p.deadline);
+    }
+    if (cancelFd >= 0) fds.push_back({cancelFd, POLLIN, 0});
+    int rc = ::poll(fds.data(), fds.size(), wake.remainingMs());
+    if (rc < 0 && errno != EINTR) return systemError("poll", errno);
+    if (cancelFd >= 0 && (fds.back().revents & POLLIN)) {
+      return error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)");
+    }
+    if (deadline.expired()) {
+      return error(loomTimeout, "no peer connected to %s before the deadline",
+                   address_.toString().c_str());
+    }
+  }
+}
+
+}  // namespace loom

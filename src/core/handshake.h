@@ -1,0 +1,84 @@
+// The first bytes of every Loom connection: the job's secret and who is calling. Listening
+// sides use an Acceptor, which lets only callers that know the secret through.
+//
+// Hello wire form (48 bytes, host byte order; Loom runs on little-endian hosts):
+//   magic "LMHS" | version u16 | 0 u16 | secret[16] | purpose u32 | rank i32 | nranks i32 |
+//   0 u32 | commId u64
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/socket.h"
+#include "core/status.h"
+#include "core/unique_id.h"
+
+namespace loom {
+
+enum class Purpose : uint32_t {
+  kRegister = 1,   // a rank registering with the bootstrap root
+  kBootstrap = 2,  // bootstrap channel between ranks
+  kTransport = 3,  // socket transport link
+};
+
+struct Hello {
+  Purpose purpose = Purpose::kRegister;
+  int32_t rank = -1;
+  int32_t nranks = 0;
+  uint64_t commId = 0;
+};
+
+constexpr size_t kHelloBytes = 48;
+
+// Connects to `address` (retrying until the deadline) and presents the secret and hello.
+Status connectAndGreet(const SocketAddress& address, const Secret& secret, const Hello& hello,
+                       const Deadline& deadline, int cancelFd, Fd* out);
+
+// Accepts connections on a listening socket and hands out only those that present the
+// secret and a well-formed hello of the expected purpose within the handshake timeout
+// (LOOM_HANDSHAKE_TIMEOUT_MS). Anything else (wrong secret, garbage, a stalled stranger)
+// is closed and logged at WARN. Hellos are read without blocking, several at once, so a
+// stranger cannot hold up the real peers. Not thread-safe.
+class Acceptor {
+ public:
+  struct Connection {
+    Fd fd;
+    Hello hello;
+    SocketAddress peer;
+  };
+
+  Acceptor(Fd listenFd, const SocketAddress& address, const Secret& secret, Purpose purpose,
+           int handshakeTimeoutMs);
+
+  // Waits for the next authenticated connection.
+  Status next(const Deadline& deadline, int cancelFd, Connection* out);
+
+  const SocketAddress& address() const { return address_; }
+  // Connections dropped so far (tests read it).
+  int rejected() const { return rejected_; }
+
+ private:
+  struct Pending {
+    Fd fd;
+    SocketAddress peer;
+    uint8_t bytes[kHelloBytes];
+    size_t received;
+    Deadline deadline;
+  };
+
+  void acceptPending();
+  // Reads what a pending connection has sent; true when it is finished (accepted into
+  // `out` or dropped).
+  bool advance(Pending& pending, Connection* out, bool* accepted);
+  void drop(Pending& pending, const char* why);
+
+  Fd listen_;
+  SocketAddress address_;
+  Secret secret_;
+  Purpose purpose_;
+  int handshakeTimeoutMs_;
+  std::vector<Pending> pending_;
+  int rejected_ = 0;
+};
+
+}  // namespace loom

@@ -1,0 +1,57 @@
+#include "core/host_stream.h"
+
+namespace loom {
+
+HostStream::HostStream() : thread_([this] { serve(); }) {}
+
+HostStream::~HostStream() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+void HostStream::enqueue(Work work) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(work));
+  }
+  changed_.notify_all();
+}
+
+Status HostStream::synchronize() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [this] { return queue_.empty() && !running_; });
+  Status result = firstError_;
+  firstError_ = Status();
+  return result;
+}
+
+Status HostStream::query() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!queue_.empty() || running_) return Status(loomInProgress, "work is still queued on the stream");
+  }
+  return synchronize();
+}
+
+void HostStream::serve() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything ran
+    Work work = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+    lock.unlock();
+    Status s = work();
+    lock.lock();
+    running_ = false;
+    if (!s.isOk() && firstError_.isOk()) firstError_ = s;
+    changed_.notify_all();
+  }
+}
+
+}  // namespace loom

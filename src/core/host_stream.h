@@ -1,0 +1,44 @@
+// A host stream: an in-order queue of work run by its own progress thread, so host
+// collectives overlap with the caller's computation as device ones do on CUDA streams.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "core/status.h"
+
+namespace loom {
+
+class HostStream {
+ public:
+  using Work = std::function<Status()>;
+
+  HostStream();
+  // Runs what is queued, then stops the thread.
+  ~HostStream();
+  HostStream(const HostStream&) = delete;
+  HostStream& operator=(const HostStream&) = delete;
+
+  // Returns at once; work runs after everything enqueued before it.
+  void enqueue(Work work);
+  // Waits until the queue is empty; returns (and clears) the first error since the last call.
+  Status synchronize();
+  // loomInProgress while work is queued or running; otherwise like synchronize.
+  Status query();
+
+ private:
+  void serve();
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Work> queue_;
+  bool running_ = false;  // a work item is executing outside the lock
+  bool stopping_ = false;
+  Status firstError_;
+  std::thread thread_;
+};
+
+}  // namespace loom

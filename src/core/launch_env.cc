@@ -1,0 +1,85 @@
+#include "core/launch_env.h"
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "core/env.h"
+
+namespace loom {
+namespace {
+
+struct Source {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* localRank;
+};
+
+// In order of preference.
+constexpr Source kSources[] = {
+    {"loomrun (LOOM_*)", "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK"},
+    {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"},
+    {"Open MPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"},
+    {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"},
+};
+
+Status parseInt(const char* name, const std::string& text, long long min, long long max, int* out) {
+  errno = 0;
+  char* end = nullptr;
+  long long v = std::strtoll(text.c_str(), &end, 10);
+  if (errno != 0 || end == text.c_str() || *end != '\0' || v < min || v > max) {
+    return error(loomInvalidArgument, "%s=\"%s\" is not an integer in [%lld, %lld]", name,
+                 text.c_str(), min, max);
+  }
+  *out = static_cast<int>(v);
+  return Status::ok();
+}
+
+}  // namespace
+
+Status readLaunchEnv(LaunchEnv* out) {
+  LaunchEnv e;
+  const Source* found = nullptr;
+  for (const Source& s : kSources) {
+    if (env::get(s.rank) && env::get(s.size)) {
+      found = &s;
+      break;
+    }
+  }
+  if (found == nullptr) {
+    return error(loomInvalidUsage,
+                 "loomCommInitFromEnv: no rank and world size in the environment; set LOOM_RANK and "
+                 "LOOM_WORLD_SIZE (loomrun does), or run under torchrun, mpirun or srun");
+  }
+  e.source = found->name;
+  LOOM_TRY(parseInt(found->size, *env::get(found->size), 1, 1 << 24, &e.worldSize));
+  LOOM_TRY(parseInt(found->rank, *env::get(found->rank), 0, e.worldSize - 1, &e.rank));
+  if (std::optional<std::string> local = env::get(found->localRank)) {
+    LOOM_TRY(parseInt(found->localRank, *local, 0, e.worldSize - 1, &e.localRank));
+  }
+
+  std::optional<std::string> host = env::get("LOOM_MASTER_ADDR");
+  if (!host) host = env::get("MASTER_ADDR");
+  if (!host) {
+    return error(loomInvalidUsage,
+                 "loomCommInitFromEnv: no master address; set LOOM_MASTER_ADDR (or MASTER_ADDR) to "
+                 "the address of the host running rank 0 (ranks from %s)",
+                 e.source.c_str());
+  }
+  e.masterHost = *host;
+  const char* portVar = env::get("LOOM_MASTER_PORT") || !env::get("MASTER_PORT") ? "LOOM_MASTER_PORT"
+                                                                                  : "MASTER_PORT";
+  std::string port = portVar[0] == 'L' ? env::getOrDefault("LOOM_MASTER_PORT") : *env::get("MASTER_PORT");
+  LOOM_TRY(parseInt(portVar, port, 1, 65535, &e.masterPort));
+
+  if (std::optional<std::string> hex = env::get("LOOM_SECRET")) {
+    LOOM_TRY(Secret::fromHex(*hex, &e.secret));
+  } else {
+    e.secretDerived = true;
+    e.secret = Secret::derive(format("%s:%d/%d", e.masterHost.c_str(), e.masterPort, e.worldSize));
+  }
+  *out = e;
+  return Status::ok();
+}
+
+}  // namespace loom

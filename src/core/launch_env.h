@@ -1,0 +1,26 @@
+// Reads rank, world size and rendezvous from whatever launched the process: loomrun's
+// LOOM_* variables, else torchrun's, Open MPI's or Slurm's.
+#pragma once
+
+#include <string>
+
+#include "core/socket.h"
+#include "core/status.h"
+#include "core/unique_id.h"
+
+namespace loom {
+
+struct LaunchEnv {
+  int rank = -1;
+  int worldSize = 0;
+  int localRank = -1;         // -1 when the launcher does not say
+  std::string source;         // "loomrun", "torchrun", "Open MPI", "Slurm"
+  std::string masterHost;
+  int masterPort = 0;
+  Secret secret;
+  bool secretDerived = false;  // true: no LOOM_SECRET, so the secret protects nothing
+};
+
+Status readLaunchEnv(LaunchEnv* out);
+
+}  // namespace loom

@@ -1,0 +1,76 @@
+#include "core/registry.h"
+
+#include <pthread.h>
+
+#include <algorithm>
+
+#include "core/bootstrap_root.h"
+
+namespace loom {
+
+Registry& Registry::instance() {
+  static Registry registry;
+  return registry;
+}
+
+Registry::Registry() { ::pthread_atfork(nullptr, nullptr, &Registry::forgetInheritedThreads); }
+
+void Registry::forgetInheritedThreads() {
+  // Joining a copied std::thread could wait on whatever thread the child makes next
+  // with the same descriptor; leaking the handful of root objects is the safe choice.
+  for (auto& root : instance().roots_) (void)root.release();
+  instance().roots_.clear();
+}
+
+// Roots still waiting for ranks are stopped and joined here, at process exit.
+Registry::~Registry() = default;
+
+log::Logger& Registry::logger() {
+  std::call_once(loggerOnce_, [this] { logger_ = std::make_unique<log::Logger>(); });
+  return *logger_;
+}
+
+void Registry::addComm(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  comms_.insert(comm);
+}
+
+void Registry::removeComm(Communicator* comm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  comms_.erase(comm);
+}
+
+bool Registry::isLiveComm(const void* comm) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return comms_.count(comm) != 0;
+}
+
+void Registry::addStream(HostStream* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_.insert(stream);
+}
+
+void Registry::removeStream(HostStream* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  streams_.erase(stream);
+}
+
+bool Registry::isLiveStream(const void* stream) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return streams_.count(stream) != 0;
+}
+
+void Registry::keepRoot(std::unique_ptr<BootstrapRoot> root) {
+  std::vector<std::unique_ptr<BootstrapRoot>> finished;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto done = std::stable_partition(roots_.begin(), roots_.end(),
+                                      [](const auto& r) { return !r->finished(); });
+    std::move(done, roots_.end(), std::back_inserter(finished));
+    roots_.erase(done, roots_.end());
+    roots_.push_back(std::move(root));
+  }
+  // `finished` joins its threads here, outside the lock.
+}
+
+}  // namespace loom

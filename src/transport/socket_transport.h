@@ -1,0 +1,41 @@
+// TCP links between ranks (different hosts, or any pair when nothing faster applies).
+// One connection per pair, made on first use: the lower rank connects to the higher
+// rank's listener, which the bootstrap advertised at init.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/handshake.h"
+#include "transport/transport.h"
+
+namespace loom::transport {
+
+class SocketTransport : public Transport {
+ public:
+  // Listens next to the bootstrap's address and allgathers the listeners through it.
+  static Status create(Bootstrap& bootstrap, int cancelFd, std::unique_ptr<SocketTransport>* out);
+
+  ~SocketTransport() override;
+
+  const char* name() const override { return "socket"; }
+  Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
+  Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  Link* link(int peer) override;
+
+ private:
+  class SocketLink;
+  SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd);
+
+  Acceptor acceptor_;
+  Secret secret_;
+  uint64_t commId_;
+  int rank_;
+  int nranks_;
+  int cancelFd_;
+  std::vector<SocketAddress> addresses_;
+  std::vector<std::unique_ptr<SocketLink>> links_;
+};
+
+}  // namespace loom::transport

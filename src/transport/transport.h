@@ -1,0 +1,43 @@
+// The interface every transport implements: links that move bytes between this rank and
+// a peer without blocking. Algorithms and executors see only this; a transport never
+// knows which collective it serves.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "core/socket.h"
+#include "core/status.h"
+
+namespace loom::transport {
+
+// A connected, bidirectional byte stream to one peer, driven without blocking. Bytes
+// arrive in the order they were sent.
+class Link {
+ public:
+  virtual ~Link() = default;
+  // Moves what it can now; *done gets the byte count (0: try again later). A peer that
+  // went away is loomRemoteError.
+  virtual Status sendSome(const void* data, size_t bytes, size_t* done) = 0;
+  virtual Status recvSome(void* data, size_t bytes, size_t* done) = 0;
+  // A descriptor that polls ready (POLLOUT / POLLIN) when the link can move bytes again.
+  virtual int waitFd() const = 0;
+};
+
+// Makes links to the other ranks of one communicator, on demand. Connecting is split in
+// two phases so that one thread can connect several communicators (loomCommInitAll
+// driven from a single thread) without waiting on itself: every caller first runs
+// connectOut for all its pairs, then acceptIn.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  // Starts links to `peers` that do not exist yet, without waiting for the peers.
+  virtual Status connectOut(const std::vector<int>& peers, const Deadline& deadline) = 0;
+  // Completes them; waits for peers that have not connected yet.
+  virtual Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) = 0;
+  // The link to `peer`, after acceptIn covered it; nullptr before.
+  virtual Link* link(int peer) = 0;
+};
+
+}  // namespace loom::transport

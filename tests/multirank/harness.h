@@ -1,0 +1,49 @@
+// Runs a test body on N ranks, either as threads of this process (loomCommInitAll) or as
+// forked processes (loomCommInitRank, with rank 0's unique id handed over pipes), so every
+// collective test runs both ways with the same code.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "loom/loom.h"
+
+namespace loomtest {
+
+enum class Mode { kThreads, kProcesses };
+
+std::string modeName(Mode mode);
+
+struct RankOptions {
+  int timeoutMs = 20000;      // communicator config.timeoutMs
+  int initTimeoutMs = 20000;  // config.initTimeoutMs
+  int deadlineMs = 60000;     // the harness kills ranks that run longer
+};
+
+// body(comm, rank) runs on every rank concurrently; gtest failures inside it fail the
+// test (in processes, through the child's exit status, with its output on stdout).
+void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>& body,
+              const RankOptions& options = RankOptions());
+
+// Runs body(rank) in nranks forked processes without making a communicator (for tests of
+// init itself); a child's failures or death fail the test.
+void runProcesses(int nranks, const std::function<void(int)>& body, int deadlineMs = 60000);
+
+// An unused TCP port on 127.0.0.1 (bound and released).
+int freePort();
+
+}  // namespace loomtest
+
+// Fails the test with the result's name and loomGetLastError when `call` does not succeed.
+#define LOOM_EXPECT_OK(call, comm)                                                         \
+  do {                                                                                     \
+    loomResult_t r_ = (call);                                                              \
+    EXPECT_EQ(r_, loomSuccess) << #call << ": " << loomGetErrorString(r_) << ": "          \
+                               << loomGetLastError(comm);                                  \
+  } while (0)
+#define LOOM_ASSERT_OK(call, comm)                                                         \
+  do {                                                                                     \
+    loomResult_t r_ = (call);                                                              \
+    ASSERT_EQ(r_, loomSuccess) << #call << ": " << loomGetErrorString(r_) << ": "          \
+                               << loomGetLastError(comm);                                  \
+  } while (0)

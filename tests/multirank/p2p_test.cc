@@ -1,0 +1,145 @@
+// Point-to-point calls, groups and host streams, as threads and as processes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::Mode;
+
+// Deterministic contents for (sender, message index, element).
+int32_t pattern(int sender, int message, size_t i) {
+  return static_cast<int32_t>(sender * 1000003 + message * 7919 + static_cast<int>(i % 65521));
+}
+
+class P2PTest : public testing::TestWithParam<std::tuple<Mode, int>> {};
+
+// Every rank sends three messages of different sizes to every other rank, all in one
+// group, in an order that would deadlock without groups.
+TEST_P(P2PTest, AllPairsInOneGroupKeepOrder) {
+  auto [mode, nranks] = GetParam();
+  loomtest::runRanks(nranks, mode, [nranks = nranks](loomComm_t comm, int rank) {
+    const size_t sizes[3] = {0, 7, 70000};
+    std::vector<std::vector<int32_t>> out(3), in(3 * static_cast<size_t>(nranks));
+    for (int m = 0; m < 3; ++m) {
+      out[m].resize(sizes[m]);
+      for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = pattern(rank, m, i);
+    }
+    LOOM_ASSERT_OK(loomGroupStart(), comm);
+    for (int peer = 0; peer < nranks; ++peer) {
+      for (int m = 0; m < 3; ++m) {
+        auto& buf = in[static_cast<size_t>(peer * 3 + m)];
+        buf.assign(sizes[m], -1);
+        LOOM_EXPECT_OK(loomRecv(buf.data(), sizes[m], loomInt32, peer, comm, nullptr), comm);
+      }
+      for (int m = 0; m < 3; ++m) {
+        LOOM_EXPECT_OK(loomSend(out[m].data(), sizes[m], loomInt32, peer, comm, nullptr), comm);
+      }
+    }
+    LOOM_ASSERT_OK(loomGroupEnd(), comm);
+    for (int peer = 0; peer < nranks; ++peer) {
+      for (int m = 0; m < 3; ++m) {
+        const auto& buf = in[static_cast<size_t>(peer * 3 + m)];
+        for (size_t i = 0; i < sizes[m]; ++i) {
+          ASSERT_EQ(buf[i], pattern(peer, m, i)) << "from rank " << peer << " message " << m << " at " << i;
+        }
+      }
+    }
+  });
+}
+
+// A large ring shift on a host stream: the call returns at once, synchronize completes it.
+TEST_P(P2PTest, RingShiftOnHostStream) {
+  auto [mode, nranks] = GetParam();
+  loomtest::runRanks(nranks, mode, [nranks = nranks](loomComm_t comm, int rank) {
+    const size_t count = 1 << 20;  // 4 MiB: more than socket buffers hold
+    std::vector<int32_t> out(count), in(count, -1);
+    for (size_t i = 0; i < count; ++i) out[i] = pattern(rank, 0, i);
+    loomStream_t stream = nullptr;
+    LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+    int right = (rank + 1) % nranks, left = (rank + nranks - 1) % nranks;
+    LOOM_EXPECT_OK(loomGroupStart(), comm);
+    LOOM_EXPECT_OK(loomSend(out.data(), count, loomFloat32, right, comm, stream), comm);
+    LOOM_EXPECT_OK(loomRecv(in.data(), count, loomFloat32, left, comm, stream), comm);
+    LOOM_EXPECT_OK(loomGroupEnd(), comm);
+    LOOM_EXPECT_OK(loomBarrier(comm, stream), comm);
+    LOOM_EXPECT_OK(loomStreamSynchronize(stream), comm);
+    EXPECT_EQ(loomStreamQuery(stream), loomSuccess);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(in[i], pattern(left, 0, i)) << "at " << i;
+    LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, P2PTest,
+                         testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses),
+                                          testing::Values(1, 2, 3, 5, 8)),
+                         [](const auto& info) {
+                           return loomtest::modeName(std::get<0>(info.param)) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+// One thread drives four communicators of one loomCommInitAll, as NCCL users do with one
+// thread per process and several devices: only a group makes this possible.
+TEST(P2PSingleThread, OneThreadDrivesAllRanksInAGroup) {
+  const int n = 4;
+  std::vector<loomComm_t> comms(n);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), n, nullptr), nullptr);
+  std::vector<int64_t> out(n), in(n, -1);
+  LOOM_ASSERT_OK(loomGroupStart(), nullptr);
+  for (int r = 0; r < n; ++r) {
+    out[r] = 100 + r;
+    LOOM_EXPECT_OK(loomSend(&out[r], 1, loomInt64, (r + 1) % n, comms[r], nullptr), comms[r]);
+    LOOM_EXPECT_OK(loomRecv(&in[r], 1, loomInt64, (r + n - 1) % n, comms[r], nullptr), comms[r]);
+  }
+  LOOM_ASSERT_OK(loomGroupEnd(), nullptr);
+  for (int r = 0; r < n; ++r) EXPECT_EQ(in[r], 100 + (r + n - 1) % n);
+  for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
+}
+
+TEST(P2PSingleThread, SendToSelfInAGroupAndNestedGroups) {
+  loomComm_t comm = nullptr;
+  LOOM_ASSERT_OK(loomCommInitAll(&comm, 1, nullptr), nullptr);
+  double out[3] = {1.5, 2.5, 3.5}, in[3] = {};
+  LOOM_ASSERT_OK(loomGroupStart(), comm);
+  LOOM_ASSERT_OK(loomGroupStart(), comm);
+  LOOM_EXPECT_OK(loomSend(out, 3, loomFloat64, 0, comm, nullptr), comm);
+  LOOM_ASSERT_OK(loomGroupEnd(), comm);  // inner End launches nothing yet
+  EXPECT_EQ(in[0], 0.0);
+  LOOM_EXPECT_OK(loomRecv(in, 3, loomFloat64, 0, comm, nullptr), comm);
+  LOOM_ASSERT_OK(loomGroupEnd(), comm);
+  EXPECT_EQ(in[2], 3.5);
+
+  // Unmatched send to self: an error, and the communicator stays usable.
+  LOOM_ASSERT_OK(loomGroupStart(), comm);
+  LOOM_EXPECT_OK(loomSend(out, 3, loomFloat64, 0, comm, nullptr), comm);
+  EXPECT_EQ(loomGroupEnd(), loomInvalidUsage);
+  EXPECT_NE(std::string(loomGetLastError(nullptr)).find("send(s) to self"), std::string::npos)
+      << loomGetLastError(nullptr);
+  LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
+  LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+}
+
+// The stream call returns before the matching receive is even posted.
+TEST(HostStream, CallsReturnAtOnceAndQueryReportsProgress) {
+  std::vector<loomComm_t> comms(2);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, nullptr), nullptr);
+  loomStream_t stream = nullptr;
+  LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+  int value = 42, got = 0;
+  LOOM_EXPECT_OK(loomSend(&value, 1, loomInt32, 1, comms[0], stream), comms[0]);
+  EXPECT_EQ(loomStreamQuery(stream), loomInProgress);
+  std::thread receiver([&] { LOOM_EXPECT_OK(loomRecv(&got, 1, loomInt32, 0, comms[1], nullptr), comms[1]); });
+  receiver.join();
+  LOOM_EXPECT_OK(loomStreamSynchronize(stream), nullptr);
+  EXPECT_EQ(loomStreamQuery(stream), loomSuccess);
+  EXPECT_EQ(got, 42);
+  LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
+}
+
+}  // namespace
