@@ -293,7 +293,8 @@ LOOM_API loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomC
     if (child) registerComm(std::move(child), newcomm);
     return Status::ok();
   };
-  return report(run(), comm, "loomCommSplit");
+  Status s = run();  // before reading `comm`, which run() sets
+  return report(s, comm, "loomCommSplit");
 }
 
 LOOM_API loomResult_t loomCommDestroy(loomComm_t handle) {
@@ -319,7 +320,8 @@ LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t handle, loomResult_t* asy
     *asyncError = comm->asyncError();
     return Status::ok();
   };
-  return report(run(), comm, "loomCommGetAsyncError");
+  Status s = run();  // before reading `comm`, which run() sets
+  return report(s, comm, "loomCommGetAsyncError");
 }
 
 namespace {
@@ -407,7 +409,8 @@ loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t
     loom::log::RankScope scope(comm->rank());
     return loom::group::submit({direction, comm, peer, buffer, bytes, loom::MessageKind::kUser}, stream);
   };
-  return report(run(), comm, call);
+  Status s = run();  // before reading `comm`, which run() sets
+  return report(s, comm, call);
 }
 }  // namespace
 
@@ -436,5 +439,6 @@ LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) 
     loom::log::RankScope scope(comm->rank());
     return enqueueOrRun(comm, stream, [comm] { return loom::runBarrier(*comm); });
   };
-  return report(run(), comm, "loomBarrier");
+  Status s = run();  // before reading `comm`, which run() sets
+  return report(s, comm, "loomBarrier");
 }

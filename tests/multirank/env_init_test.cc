@@ -1,0 +1,148 @@
+// loomCommInitFromEnv under each launcher's variables, its errors, and the whole path
+// through loomrun with the README's example.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <tuple>
+
+#include "multirank/harness.h"
+
+namespace {
+
+struct Launcher {
+  const char* name;
+  const char* rank;
+  const char* size;
+  const char* addr;  // nullptr: the launcher sets none, LOOM_MASTER_ADDR is needed
+  const char* port;
+};
+
+const Launcher kLaunchers[] = {
+    {"loomrun", "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_MASTER_ADDR", "LOOM_MASTER_PORT"},
+    {"torchrun", "RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"},
+    {"openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", nullptr, nullptr},
+    {"slurm", "SLURM_PROCID", "SLURM_NTASKS", nullptr, nullptr},
+};
+
+const char* const kAllVariables[] = {
+    "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_MASTER_ADDR", "LOOM_MASTER_PORT",
+    "LOOM_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+    "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
+    "SLURM_NTASKS", "SLURM_LOCALID"};
+
+void clearLaunchEnvironment() {
+  for (const char* v : kAllVariables) ::unsetenv(v);
+}
+
+loomConfig_t shortConfig() {
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = 20000;
+  config.initTimeoutMs = 20000;
+  return config;
+}
+
+class EnvInitTest : public testing::TestWithParam<std::tuple<int, bool>> {};
+
+TEST_P(EnvInitTest, RanksFormACommunicator) {
+  const Launcher& launcher = kLaunchers[std::get<0>(GetParam())];
+  bool withSecret = std::get<1>(GetParam());
+  const int n = 3;
+  int port = loomtest::freePort();
+  loomtest::runProcesses(n, [&](int rank) {
+    clearLaunchEnvironment();
+    ::setenv(launcher.rank, std::to_string(rank).c_str(), 1);
+    ::setenv(launcher.size, std::to_string(n).c_str(), 1);
+    ::setenv(launcher.addr ? launcher.addr : "LOOM_MASTER_ADDR", "127.0.0.1", 1);
+    ::setenv(launcher.port ? launcher.port : "LOOM_MASTER_PORT", std::to_string(port).c_str(), 1);
+    if (withSecret) ::setenv("LOOM_SECRET", "00112233445566778899aabbccddeeff", 1);
+    loomConfig_t config = shortConfig();
+    loomComm_t comm = nullptr;
+    LOOM_ASSERT_OK(loomCommInitFromEnv(&comm, &config), nullptr);
+    int me = -1, count = 0;
+    LOOM_EXPECT_OK(loomCommUserRank(comm, &me), comm);
+    LOOM_EXPECT_OK(loomCommCount(comm, &count), comm);
+    EXPECT_EQ(me, rank);
+    EXPECT_EQ(count, n);
+    LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
+    LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, EnvInitTest,
+                         testing::Combine(testing::Range(0, 4), testing::Bool()),
+                         [](const auto& info) {
+                           return std::string(kLaunchers[std::get<0>(info.param)].name) +
+                                  (std::get<1>(info.param) ? "_LOOM_SECRET" : "_derived_secret");
+                         });
+
+// Runs loomCommInitFromEnv in a child with the given variables; returns its result and
+// the message.
+std::pair<loomResult_t, std::string> initWith(const std::vector<std::pair<const char*, const char*>>& vars) {
+  clearLaunchEnvironment();
+  for (auto& [k, v] : vars) ::setenv(k, v, 1);
+  loomConfig_t config = shortConfig();
+  config.initTimeoutMs = 1000;
+  loomComm_t comm = nullptr;
+  loomResult_t r = loomCommInitFromEnv(&comm, &config);
+  std::string message = loomGetLastError(nullptr);
+  if (comm != nullptr) loomCommDestroy(comm);
+  clearLaunchEnvironment();
+  return {r, message};
+}
+
+TEST(EnvInitErrors, EachMissingOrBadVariableIsNamed) {
+  auto [r1, m1] = initWith({});
+  EXPECT_EQ(r1, loomInvalidUsage);
+  EXPECT_NE(m1.find("LOOM_RANK"), std::string::npos) << m1;
+
+  auto [r2, m2] = initWith({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
+  EXPECT_EQ(r2, loomInvalidUsage);
+  EXPECT_NE(m2.find("set LOOM_MASTER_ADDR"), std::string::npos) << m2;
+  EXPECT_NE(m2.find("Open MPI"), std::string::npos) << m2;
+
+  auto [r3, m3] = initWith({{"LOOM_RANK", "5"}, {"LOOM_WORLD_SIZE", "2"}, {"LOOM_MASTER_ADDR", "127.0.0.1"}});
+  EXPECT_EQ(r3, loomInvalidArgument);
+  EXPECT_NE(m3.find("LOOM_RANK=\"5\""), std::string::npos) << m3;
+
+  auto [r4, m4] = initWith({{"LOOM_RANK", "0"}, {"LOOM_WORLD_SIZE", "1"},
+                            {"LOOM_MASTER_ADDR", "127.0.0.1"}, {"LOOM_SECRET", "not-hex"}});
+  EXPECT_EQ(r4, loomInvalidArgument);
+  EXPECT_NE(m4.find("LOOM_SECRET must be 32 hex digits"), std::string::npos) << m4;
+
+  auto [r5, m5] = initWith({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                            {"MASTER_PORT", "99999"}});
+  EXPECT_EQ(r5, loomInvalidArgument);
+  EXPECT_NE(m5.find("MASTER_PORT"), std::string::npos) << m5;
+
+  // A rank other than 0 whose root never appears: a timeout, not a hang.
+  std::string port = std::to_string(loomtest::freePort());
+  auto [r6, m6] = initWith({{"LOOM_RANK", "1"}, {"LOOM_WORLD_SIZE", "2"},
+                            {"LOOM_MASTER_ADDR", "127.0.0.1"}, {"LOOM_MASTER_PORT", port.c_str()}});
+  EXPECT_EQ(r6, loomTimeout);
+  EXPECT_NE(m6.find("127.0.0.1:" + port), std::string::npos) << m6;
+}
+
+// The README's command: loomrun starts the example on 4 ranks and all of them succeed.
+TEST(Loomrun, RunsTheExampleRing) {
+  const char* loomrun = std::getenv("LOOMRUN");
+  const char* example = std::getenv("RING_HELLO");
+  ASSERT_NE(loomrun, nullptr) << "LOOMRUN is set by meson";
+  ASSERT_NE(example, nullptr) << "RING_HELLO is set by meson";
+  std::string command = std::string(loomrun) + " -n 4 --timeout 60 --tag-output " + example + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) output += buffer;
+  int status = ::pclose(pipe);
+  EXPECT_EQ(status, 0) << output;
+  for (int r = 0; r < 4; ++r) {
+    std::string line = "[" + std::to_string(r) + "] rank " + std::to_string(r) + " of 4 received " +
+                       std::to_string((r + 3) % 4);
+    EXPECT_NE(output.find(line), std::string::npos) << line << "\n" << output;
+  }
+}
+
+}  // namespace

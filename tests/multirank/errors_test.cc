@@ -1,0 +1,176 @@
+// Bad input gets a clear error and leaves the communicator working; runtime failures
+// (mismatched calls, a dead peer, an abort, a silent peer) end in an error on every rank
+// involved, never a hang.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace {
+
+std::string lastError(loomComm_t comm) { return loomGetLastError(comm); }
+
+#define EXPECT_ERROR(call, code, comm, text)                                               \
+  do {                                                                                     \
+    EXPECT_EQ((call), (code)) << #call;                                                    \
+    EXPECT_NE(lastError(comm).find(text), std::string::npos) << #call << ": " << lastError(comm); \
+  } while (0)
+
+TEST(Validation, BadArgumentsAreRejectedAndTheCommunicatorKeepsWorking) {
+  std::vector<loomComm_t> comms(2);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, nullptr), nullptr);
+  loomComm_t c = comms[0];
+  int x = 0;
+  EXPECT_ERROR(loomSend(nullptr, 4, loomInt32, 1, c, nullptr), loomInvalidArgument, c, "sendbuff is NULL with count 4");
+  EXPECT_ERROR(loomRecv(nullptr, 1, loomFloat32, 1, c, nullptr), loomInvalidArgument, c, "recvbuff is NULL");
+  EXPECT_ERROR(loomSend(&x, 1, static_cast<loomDataType_t>(10), 1, c, nullptr), loomInvalidArgument, c,
+               "datatype 10");
+  EXPECT_ERROR(loomSend(&x, 1, static_cast<loomDataType_t>(-1), 1, c, nullptr), loomInvalidArgument, c,
+               "datatype -1");
+  EXPECT_ERROR(loomSend(&x, SIZE_MAX / 2, loomInt64, 1, c, nullptr), loomInvalidArgument, c, "overflows");
+  EXPECT_ERROR(loomSend(&x, 1, loomInt32, 2, c, nullptr), loomInvalidArgument, c, "peer 2 is out of range [0, 2)");
+  EXPECT_ERROR(loomRecv(&x, 1, loomInt32, -1, c, nullptr), loomInvalidArgument, c, "peer -1");
+  int notAStream = 0;
+  EXPECT_ERROR(loomSend(&x, 1, loomInt32, 1, c, &notAStream), loomInvalidUsage, c, "not a live host stream");
+  EXPECT_ERROR(loomSend(&x, 1, loomInt32, 1, nullptr, nullptr), loomInvalidArgument, nullptr, "comm is NULL");
+  EXPECT_ERROR(loomCommCount(c, nullptr), loomInvalidArgument, c, "output pointer is NULL");
+  EXPECT_ERROR(loomGroupEnd(), loomInvalidUsage, nullptr, "without a matching loomGroupStart");
+  LOOM_EXPECT_OK(loomGroupStart(), nullptr);
+  EXPECT_ERROR(loomBarrier(c, nullptr), loomInvalidUsage, c, "inside a loomGroupStart/End group");
+  LOOM_EXPECT_OK(loomGroupEnd(), nullptr);
+  EXPECT_ERROR(loomCommSplit(c, -5, 0, nullptr, nullptr), loomInvalidArgument, c, "newcomm is NULL");
+  loomComm_t sub = nullptr;
+  EXPECT_ERROR(loomCommSplit(c, -5, 0, &sub, nullptr), loomInvalidArgument, c, "color -5");
+  EXPECT_ERROR(loomStreamSynchronize(&notAStream), loomInvalidUsage, nullptr, "not a live host stream");
+  EXPECT_ERROR(loomGetVersion(nullptr), loomInvalidArgument, nullptr, "version is NULL");
+
+  // Still works: the rejected calls changed nothing.
+  loomResult_t async = loomInternalError;
+  LOOM_EXPECT_OK(loomCommGetAsyncError(c, &async), c);
+  EXPECT_EQ(async, loomSuccess);
+  std::thread other([&] { LOOM_EXPECT_OK(loomBarrier(comms[1], nullptr), comms[1]); });
+  LOOM_EXPECT_OK(loomBarrier(c, nullptr), c);
+  other.join();
+  for (loomComm_t comm : comms) LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+
+  // Use after destroy.
+  EXPECT_ERROR(loomBarrier(c, nullptr), loomInvalidUsage, nullptr, "not a live communicator");
+  EXPECT_ERROR(loomCommDestroy(c), loomInvalidUsage, nullptr, "not a live communicator");
+}
+
+TEST(Validation, InitArguments) {
+  loomUniqueId id;
+  LOOM_ASSERT_OK(loomGetUniqueId(&id), nullptr);
+  loomComm_t comm = nullptr;
+  EXPECT_ERROR(loomCommInitRank(&comm, 0, id, 0), loomInvalidArgument, nullptr, "nranks 0");
+  EXPECT_ERROR(loomCommInitRank(&comm, 2, id, 2), loomInvalidArgument, nullptr, "rank 2 is out of range");
+  EXPECT_ERROR(loomCommInitRank(nullptr, 1, id, 0), loomInvalidArgument, nullptr, "output pointer");
+  loomUniqueId garbage;
+  std::memset(&garbage, 0x5a, sizeof(garbage));
+  EXPECT_ERROR(loomCommInitRank(&comm, 1, garbage, 0), loomInvalidArgument, nullptr, "bad magic");
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  config.device = 0;
+  EXPECT_ERROR(loomCommInitRankConfig(&comm, 1, id, 0, &config), loomInvalidUsage, nullptr,
+               "device communicator");
+  config = LOOM_CONFIG_INITIALIZER;
+  config.timeoutMs = -3;
+  EXPECT_ERROR(loomCommInitRankConfig(&comm, 1, id, 0, &config), loomInvalidArgument, nullptr,
+               "timeoutMs=-3");
+  loomConfig_t zeroed{};
+  EXPECT_ERROR(loomCommInitRankConfig(&comm, 1, id, 0, &zeroed), loomInvalidArgument, nullptr,
+               "LOOM_CONFIG_INITIALIZER");
+  EXPECT_ERROR(loomCommInitAll(&comm, 0, nullptr), loomInvalidArgument, nullptr, "ndev 0");
+  EXPECT_EQ(comm, nullptr);
+}
+
+class Runtime : public testing::TestWithParam<loomtest::Mode> {};
+
+TEST_P(Runtime, MismatchedCountsAreAnErrorOnTheReceiver) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 3000;
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<float> buf(100, 1.0f);
+    if (rank == 0) {
+      LOOM_EXPECT_OK(loomSend(buf.data(), 100, loomFloat32, 1, comm, nullptr), comm);
+    } else {
+      EXPECT_EQ(loomRecv(buf.data(), 50, loomFloat32, 0, comm, nullptr), loomInvalidUsage);
+      std::string m = lastError(comm);
+      EXPECT_NE(m.find("rank 0 sent 400 bytes but this rank's loomRecv expects 200"), std::string::npos) << m;
+      loomResult_t async = loomSuccess;
+      LOOM_EXPECT_OK(loomCommGetAsyncError(comm, &async), comm);
+      EXPECT_EQ(async, loomInvalidUsage);
+      // The links are out of step now: later calls fail fast instead of misreading data.
+      EXPECT_EQ(loomBarrier(comm, nullptr), loomInvalidUsage);
+      EXPECT_NE(lastError(comm).find("error state"), std::string::npos) << lastError(comm);
+    }
+  }, options);
+}
+
+TEST_P(Runtime, SilentPeerIsATimeoutNamingIt) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 1000;
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    if (rank == 1) {  // alive but silent: exiting would make it a dead peer instead
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      return;
+    }
+    int x = 0;
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(loomRecv(&x, 1, loomInt32, 1, comm, nullptr), loomTimeout);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(s, 4.0);
+    std::string m = lastError(comm);
+    EXPECT_NE(m.find("loomRecv from rank 1 (0 of 4 bytes received) timed out after 1000 ms"),
+              std::string::npos) << m;
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Runtime, testing::Values(loomtest::Mode::kThreads, loomtest::Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
+TEST(Runtime, DeadPeerIsARemoteErrorWithinSeconds) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 60000;  // the error must come from the closed socket, not a timeout
+  loomtest::runRanks(3, loomtest::Mode::kProcesses, [](loomComm_t comm, int rank) {
+    LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
+    if (rank == 2) ::_exit(0);  // dies without a word, as kill -9 would leave it
+    std::vector<char> big(1 << 20);
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(loomRecv(big.data(), big.size(), loomUint8, 2, comm, nullptr), loomRemoteError);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(s, 5.0);
+    std::string m = lastError(comm);
+    EXPECT_NE(m.find("loomRecv from rank 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("closed the connection"), std::string::npos) << m;
+  }, options);
+}
+
+TEST(Runtime, AbortFromAnotherThreadUnblocksAWait) {
+  std::vector<loomComm_t> comms(2);
+  ::setenv("LOOM_TIMEOUT_MS", "60000", 1);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, nullptr), nullptr);
+  loomStream_t stream = nullptr;
+  LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+  int x = 0;
+  // Rank 0 waits on its stream for a message rank 1 never sends.
+  LOOM_EXPECT_OK(loomRecv(&x, 1, loomInt32, 1, comms[0], stream), comms[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(loomStreamQuery(stream), loomInProgress);
+  auto start = std::chrono::steady_clock::now();
+  LOOM_EXPECT_OK(loomCommAbort(comms[0]), nullptr);
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 2.0);
+  EXPECT_EQ(loomStreamSynchronize(stream), loomInvalidUsage);
+  EXPECT_NE(lastError(nullptr).find("aborted"), std::string::npos) << lastError(nullptr);
+  LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  LOOM_EXPECT_OK(loomCommDestroy(comms[1]), nullptr);
+  ::unsetenv("LOOM_TIMEOUT_MS");
+}
+
+}  // namespace
