@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Two "hosts" on one machine: network namespaces joined by a veth pair. Four ranks, two in
+# each, with distinct LOOM_HOSTID, form one communicator over TCP between the namespaces
+# and pass a token around the ring (examples/ring_hello). The namespaces are made here and
+# removed on exit; without root or netns support the test is skipped with the reason.
+set -u
+example=$1
+if [ "$(id -u)" != 0 ]; then echo "skipped: creating network namespaces needs root"; exit 77; fi
+if ! command -v ip >/dev/null; then echo "skipped: iproute2 (ip) is not installed"; exit 77; fi
+
+tag=$$
+nsA=loomA$tag nsB=loomB$tag vethA=lmA$tag vethB=lmB$tag
+cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; }
+trap cleanup EXIT
+if ! ip netns add "$nsA" 2>/tmp/netns_err.$tag; then
+  echo "skipped: cannot create network namespaces: $(cat /tmp/netns_err.$tag)"; rm -f /tmp/netns_err.$tag; exit 77
+fi
+rm -f /tmp/netns_err.$tag
+set -e
+ip netns add "$nsB"
+ip link add "$vethA" type veth peer name "$vethB"
+ip link set "$vethA" netns "$nsA"
+ip link set "$vethB" netns "$nsB"
+# Addresses of our own test hosts, which exist only inside these namespaces.
+ip -n "$nsA" addr add 10.231.7.1/24 dev "$vethA"
+ip -n "$nsB" addr add 10.231.7.2/24 dev "$vethB"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "$vethA" up
+ip -n "$nsB" link set "$vethB" up
+set +e
+
+out=$(mktemp -d)
+secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+pids=()
+for rank in 0 1 2 3; do
+  if [ "$rank" -lt 2 ]; then ns=$nsA host=hostA; else ns=$nsB host=hostB; fi
+  ip netns exec "$ns" env LOOM_RANK=$rank LOOM_WORLD_SIZE=4 LOOM_MASTER_ADDR=10.231.7.1 \
+    LOOM_MASTER_PORT=29517 LOOM_SECRET="$secret" LOOM_HOSTID=$host LOOM_DEBUG=INFO \
+    LOOM_INIT_TIMEOUT_MS=30000 LOOM_TIMEOUT_MS=30000 \
+    timeout 60 "$example" >"$out/$rank.out" 2>"$out/$rank.err" &
+  pids+=($!)
+done
+failed=0
+for rank in 0 1 2 3; do
+  wait "${pids[$rank]}"; status=$?
+  cat "$out/$rank.out"
+  if [ $status -ne 0 ]; then
+    echo "rank $rank failed with status $status:"; cat "$out/$rank.err"; failed=1
+  fi
+  left=$(( (rank + 3) % 4 ))
+  grep -q "rank $rank of 4 received $left" "$out/$rank.out" || { echo "rank $rank: wrong or no token"; failed=1; }
+  grep -q "(local rank $(( rank % 2 )) of 2, 2 hosts)" "$out/$rank.err" || { echo "rank $rank did not see 2 hosts:"; cat "$out/$rank.err"; failed=1; }
+done
+# The ranks in B reached rank 0 across the veth, from their own namespace's address.
+grep -q "bootstrap 10.231.7.2:" "$out/2.err" || { echo "rank 2 did not listen on its namespace's address"; failed=1; }
+rm -rf "$out"
+[ $failed -eq 0 ] && echo "4 ranks on 2 namespace hosts formed one communicator"
+exit $failed
