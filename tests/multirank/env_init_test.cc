@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <stdlib.h>
 #include <string>
 #include <tuple>
 
@@ -143,6 +144,34 @@ TEST(Loomrun, RunsTheExampleRing) {
                        std::to_string((r + 3) % 4);
     EXPECT_NE(output.find(line), std::string::npos) << line << "\n" << output;
   }
+}
+
+// LOOM_DEBUG=INFO with LOOM_DEBUG_FILE: one file per process (%p), each line prefixed
+// with host:pid:tid and the rank, and the decisions (sources, secret, comm) logged.
+TEST(Logging, DebugFilePerProcessWithRankPrefix) {
+  const char* loomrun = std::getenv("LOOMRUN");
+  const char* example = std::getenv("RING_HELLO");
+  ASSERT_NE(loomrun, nullptr);
+  ASSERT_NE(example, nullptr);
+  char dir[] = "/tmp/loom-log-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string command = std::string("LOOM_DEBUG=INFO LOOM_DEBUG_FILE=") + dir + "/log.%p " + loomrun +
+                        " -n 2 --timeout 60 " + example + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  std::string all;
+  int files = 0;
+  FILE* ls = ::popen((std::string("cat ") + dir + "/log.* && ls " + dir + " | wc -l").c_str(), "r");
+  ASSERT_NE(ls, nullptr);
+  char buffer[1024];
+  while (std::fgets(buffer, sizeof(buffer), ls) != nullptr) all += buffer;
+  ::pclose(ls);
+  files = std::atoi(all.substr(all.rfind('\n', all.size() - 2) + 1).c_str());
+  EXPECT_EQ(files, 2) << all;
+  EXPECT_NE(all.find("[0] LOOM INFO loomCommInitFromEnv: rank 0 of 2 from loomrun"), std::string::npos) << all;
+  EXPECT_NE(all.find("[1] LOOM INFO comm "), std::string::npos) << all;
+  EXPECT_NE(all.find("secret from LOOM_SECRET"), std::string::npos) << all;
+  EXPECT_NE(all.find("built with cuda="), std::string::npos) << all;
+  std::system((std::string("rm -rf ") + dir).c_str());
 }
 
 }  // namespace
