@@ -39,7 +39,7 @@ loomResult_t report(const Status& s, Communicator* comm = nullptr, const char* c
 
 Status lookupComm(const void* handle, Communicator** out) {
   if (handle == nullptr) return loom::error(loomInvalidArgument, "comm is NULL");
-  if (!Registry::instance().isLiveComm(handle)) {
+  if (!Registry::instance().comms().contains(handle)) {
     return loom::error(loomInvalidUsage, "comm %p is not a live communicator (destroyed, or never created)",
                        handle);
   }
@@ -50,7 +50,7 @@ Status lookupComm(const void* handle, Communicator** out) {
 Status lookupStream(loomStream_t handle, HostStream** out) {
   *out = nullptr;
   if (handle == nullptr) return Status::ok();
-  if (!Registry::instance().isLiveStream(handle)) {
+  if (!Registry::instance().streams().contains(handle)) {
     return loom::error(loomInvalidUsage,
                        "stream %p is not a live host stream (from loomStreamCreate) and the "
                        "communicator is a host one",
@@ -84,7 +84,7 @@ Status checkBuffer(const char* what, const void* buffer, size_t count, loomDataT
 
 void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out) {
   Communicator* raw = comm.release();
-  Registry::instance().addComm(raw);
+  Registry::instance().comms().add(raw);
   *out = reinterpret_cast<loomComm_t>(raw);
 }
 
@@ -112,7 +112,7 @@ void logBuildOnce() {
 }
 
 Status destroyComm(Communicator* comm) {
-  Registry::instance().removeComm(comm);
+  Registry::instance().comms().remove(comm);
   comm->waitForQueuedWork();
   std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
   return Status::ok();
@@ -353,7 +353,7 @@ LOOM_API loomResult_t loomStreamCreate(loomStream_t* stream) {
     return report(loom::error(loomInvalidArgument, "stream is NULL"), nullptr, "loomStreamCreate");
   }
   auto created = std::make_unique<HostStream>();
-  Registry::instance().addStream(created.get());
+  Registry::instance().streams().add(created.get());
   *stream = created.release();
   return loomSuccess;
 }
@@ -378,7 +378,7 @@ LOOM_API loomResult_t loomStreamDestroy(loomStream_t handle) {
   Status s = lookupStream(handle, &stream);
   if (s.isOk() && stream == nullptr) s = loom::error(loomInvalidArgument, "stream is NULL");
   if (!s.isOk()) return report(s, nullptr, "loomStreamDestroy");
-  Registry::instance().removeStream(stream);
+  Registry::instance().streams().remove(stream);
   std::unique_ptr<HostStream> owned(stream);  // joins after running what is queued
   return loomSuccess;
 }

@@ -30,34 +30,19 @@ log::Logger& Registry::logger() {
   return *logger_;
 }
 
-void Registry::addComm(Communicator* comm) {
+void HandleSet::add(const void* handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  comms_.insert(comm);
+  handles_.insert(handle);
 }
 
-void Registry::removeComm(Communicator* comm) {
+void HandleSet::remove(const void* handle) {
   std::lock_guard<std::mutex> lock(mutex_);
-  comms_.erase(comm);
+  handles_.erase(handle);
 }
 
-bool Registry::isLiveComm(const void* comm) {
+bool HandleSet::contains(const void* handle) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return comms_.count(comm) != 0;
-}
-
-void Registry::addStream(HostStream* stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  streams_.insert(stream);
-}
-
-void Registry::removeStream(HostStream* stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  streams_.erase(stream);
-}
-
-bool Registry::isLiveStream(const void* stream) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return streams_.count(stream) != 0;
+  return handles_.count(handle) != 0;
 }
 
 void Registry::keepRoot(std::unique_ptr<BootstrapRoot> root) {

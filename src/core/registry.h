@@ -13,8 +13,18 @@
 namespace loom {
 
 class BootstrapRoot;
-class Communicator;
-class HostStream;
+
+// Handles the API gave out and has not taken back. Thread-safe.
+class HandleSet {
+ public:
+  void add(const void* handle);
+  void remove(const void* handle);
+  bool contains(const void* handle) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::unordered_set<const void*> handles_;
+};
 
 class Registry {
  public:
@@ -22,13 +32,8 @@ class Registry {
 
   log::Logger& logger();
 
-  void addComm(Communicator* comm);
-  void removeComm(Communicator* comm);
-  bool isLiveComm(const void* comm);
-
-  void addStream(HostStream* stream);
-  void removeStream(HostStream* stream);
-  bool isLiveStream(const void* stream);
+  HandleSet& comms() { return comms_; }
+  HandleSet& streams() { return streams_; }
 
   // Keeps a root running until it finishes; finished ones are freed on the next call.
   void keepRoot(std::unique_ptr<BootstrapRoot> root);
@@ -43,8 +48,8 @@ class Registry {
   std::once_flag loggerOnce_;
   std::unique_ptr<log::Logger> logger_;
   std::mutex mutex_;
-  std::unordered_set<const void*> comms_;
-  std::unordered_set<const void*> streams_;
+  HandleSet comms_;
+  HandleSet streams_;
   std::vector<std::unique_ptr<BootstrapRoot>> roots_;
 };
 
