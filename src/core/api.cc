@@ -98,7 +98,9 @@ Status initRank(loomComm_t* out, int nranks, const loom::UniqueId& id, int rank,
   }
   loom::log::RankScope scope(rank);
   std::unique_ptr<Communicator> comm;
-  LOOM_TRY(Communicator::create(id, rank, nranks, config, &comm));
+  Status s = Communicator::create(id, rank, nranks, config, &comm);
+  Registry::instance().reapRoots();
+  LOOM_TRY(s);
   registerComm(std::move(comm), out);
   return Status::ok();
 }
@@ -115,6 +117,7 @@ Status destroyComm(Communicator* comm) {
   Registry::instance().comms().remove(comm);
   comm->waitForQueuedWork();
   std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
+  Registry::instance().reapRoots();
   return Status::ok();
 }
 

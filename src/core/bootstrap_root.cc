@@ -117,6 +117,7 @@ Status BootstrapRoot::serve() {
                              "init timed out: %d of %d ranks registered with the root at %s; "
                              "rank(s) %s never arrived",
                              arrived, nranks, address_.toString().c_str(), listRanks(missing).c_str());
+      finished_.store(true);  // from here on the thread only writes replies: joining is quick
       for (auto& entry : ranks) {
         if (entry) reply(entry->fd.get(), timeout, 0, SocketAddress());
       }
@@ -167,6 +168,7 @@ Status BootstrapRoot::serve() {
 
   uint64_t commId = 0;
   LOOM_TRY(randomBytes(&commId, sizeof(commId)));
+  finished_.store(true);  // from here on the thread only writes replies: joining is quick
   for (int r = 0; r < nranks; ++r) {
     const SocketAddress& next = ranks[static_cast<size_t>((r + 1) % nranks)]->bootstrapAddress;
     reply(ranks[static_cast<size_t>(r)]->fd.get(), Status::ok(), commId, next);

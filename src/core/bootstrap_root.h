@@ -45,6 +45,8 @@ class BootstrapRoot {
   ~BootstrapRoot();  // stops the thread if still running and joins it
 
   const SocketAddress& address() const { return address_; }
+  // True once the root waits for nobody: it has at most its last replies to write, so
+  // destroying it (which joins the thread) does not block on ranks.
   bool finished() const { return finished_.load(); }
 
  private:

@@ -46,6 +46,12 @@ bool HandleSet::contains(const void* handle) const {
 }
 
 void Registry::keepRoot(std::unique_ptr<BootstrapRoot> root) {
+  reapRoots();
+  std::lock_guard<std::mutex> lock(mutex_);
+  roots_.push_back(std::move(root));
+}
+
+void Registry::reapRoots() {
   std::vector<std::unique_ptr<BootstrapRoot>> finished;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -53,7 +59,6 @@ void Registry::keepRoot(std::unique_ptr<BootstrapRoot> root) {
                                       [](const auto& r) { return !r->finished(); });
     std::move(done, roots_.end(), std::back_inserter(finished));
     roots_.erase(done, roots_.end());
-    roots_.push_back(std::move(root));
   }
   // `finished` joins its threads here, outside the lock.
 }

@@ -35,8 +35,11 @@ class Registry {
   HandleSet& comms() { return comms_; }
   HandleSet& streams() { return streams_; }
 
-  // Keeps a root running until it finishes; finished ones are freed on the next call.
+  // Keeps a root running until it finishes.
   void keepRoot(std::unique_ptr<BootstrapRoot> root);
+  // Joins and frees the roots that have finished (called after every init and destroy,
+  // so no finished thread outlives the work it served).
+  void reapRoots();
 
  private:
   Registry();

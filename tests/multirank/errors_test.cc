@@ -87,6 +87,9 @@ TEST(Validation, InitArguments) {
                "LOOM_CONFIG_INITIALIZER");
   EXPECT_ERROR(loomCommInitAll(&comm, 0, nullptr), loomInvalidArgument, nullptr, "ndev 0");
   EXPECT_EQ(comm, nullptr);
+  // None of the rejected calls reached the root: the id still forms a communicator.
+  LOOM_EXPECT_OK(loomCommInitRank(&comm, 1, id, 0), nullptr);
+  LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
 }
 
 class Runtime : public testing::TestWithParam<loomtest::Mode> {};

@@ -152,6 +152,13 @@ void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>&
     pid_t pid = ::fork();
     ASSERT_GE(pid, 0) << "fork failed";
     if (pid == 0) {
+      // Keep only this rank's ends, so a dead rank 0 shows as end-of-file, not a hang.
+      if (r != 0) ::close(fromRank0[1]);
+      ::close(fromRank0[0]);
+      for (int other = 0; other < nranks; ++other) {
+        ::close(toChild[static_cast<size_t>(other)]);
+        if (other != r) ::close(childEnds[static_cast<size_t>(other)]);
+      }
       loomUniqueId id;
       if (r == 0) {
         if (loomGetUniqueId(&id) != loomSuccess) {
@@ -178,16 +185,14 @@ void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>&
     }
     pids.push_back(pid);
   }
+  ::close(fromRank0[1]);
+  for (int r = 0; r < nranks; ++r) ::close(childEnds[static_cast<size_t>(r)]);
   loomUniqueId id;
   if (readAll(fromRank0[0], &id, sizeof(id))) {
     for (int r = 1; r < nranks; ++r) writeAll(toChild[static_cast<size_t>(r)], &id, sizeof(id));
   }
-  for (int r = 0; r < nranks; ++r) {
-    ::close(toChild[static_cast<size_t>(r)]);
-    ::close(childEnds[static_cast<size_t>(r)]);
-  }
+  for (int r = 0; r < nranks; ++r) ::close(toChild[static_cast<size_t>(r)]);
   ::close(fromRank0[0]);
-  ::close(fromRank0[1]);
   reapChildren(pids, options.deadlineMs);
 }
 
