@@ -59,13 +59,8 @@ Status Bootstrap::listen(const Secret& secret, const SocketAddress& near, Accept
   if (env::get("LOOM_SOCKET_IFNAME") || !localAddressTowards(near, &address)) {
     LOOM_TRY(chooseListenAddress(&address, &ifname));
   }
-  long long handshakeMs = 0;
-  LOOM_TRY(env::getInt("LOOM_HANDSHAKE_TIMEOUT_MS", 1, 1LL << 31, &handshakeMs));
-  Fd fd;
-  SocketAddress bound;
-  LOOM_TRY(listenOn(address, &fd, &bound).withContext("bootstrap"));
-  LOOM_TRACE("bootstrap listening on %s via %s", bound.toString().c_str(), ifname.c_str());
-  *out = Acceptor(std::move(fd), bound, secret, Purpose::kBootstrap, static_cast<int>(handshakeMs));
+  LOOM_TRY(Acceptor::listen(address, secret, Purpose::kBootstrap, "bootstrap", out));
+  LOOM_TRACE("bootstrap listening on %s via %s", out->address().toString().c_str(), ifname.c_str());
   return Status::ok();
 }
 
@@ -82,7 +77,7 @@ Bootstrap::Bootstrap(Acceptor acceptor, const Secret& secret, int rank, int nran
 Status Bootstrap::connect(const UniqueId& id, int rank, int nranks, const HostIdentity& host,
                           int initTimeoutMs, const Deadline& deadline, int cancelFd,
                           std::unique_ptr<Bootstrap>* out) {
-  Acceptor acceptor(Fd(), SocketAddress(), id.secret, Purpose::kBootstrap, 0);
+  Acceptor acceptor;
   LOOM_TRY(listen(id.secret, id.root, &acceptor));
   std::unique_ptr<Bootstrap> b(new Bootstrap(std::move(acceptor), id.secret, rank, nranks, cancelFd));
   b->timeoutMs_ = deadline.remainingMs();

@@ -72,13 +72,11 @@ Status recvRegistrationReply(int fd, RegistrationReply* out, const Deadline& dea
 
 Status BootstrapRoot::start(const SocketAddress& address, const Secret& secret,
                             std::unique_ptr<BootstrapRoot>* out) {
-  long long timeoutMs = 0, handshakeMs = 0;
+  long long timeoutMs = 0;
   LOOM_TRY(env::getInt("LOOM_INIT_TIMEOUT_MS", 1, 1LL << 40, &timeoutMs));
-  LOOM_TRY(env::getInt("LOOM_HANDSHAKE_TIMEOUT_MS", 1, 1LL << 31, &handshakeMs));
-  Fd fd;
-  SocketAddress bound;
-  LOOM_TRY(listenOn(address, &fd, &bound).withContext("bootstrap root"));
-  Acceptor acceptor(std::move(fd), bound, secret, Purpose::kRegister, static_cast<int>(handshakeMs));
+  Acceptor acceptor;
+  LOOM_TRY(Acceptor::listen(address, secret, Purpose::kRegister, "bootstrap root", &acceptor));
+  SocketAddress bound = acceptor.address();
   std::unique_ptr<BootstrapRoot> root(new BootstrapRoot(std::move(acceptor), timeoutMs));
   root->thread_ = std::thread([r = root.get()] { r->run(); });
   LOOM_INFO("bootstrap root listening on %s", bound.toString().c_str());

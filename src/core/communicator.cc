@@ -123,7 +123,7 @@ Status Communicator::split(int color, int key, const CommConfig& config,
   mine.key = key;
   std::unique_ptr<Acceptor> listener;
   if (color != LOOM_SPLIT_NOCOLOR) {
-    Acceptor acceptor(Fd(), SocketAddress(), bootstrap_->secret(), Purpose::kBootstrap, 0);
+    Acceptor acceptor;
     LOOM_TRY(Bootstrap::listen(bootstrap_->secret(), bootstrap_->address(), &acceptor));
     acceptor.address().toWire(mine.address);
     listener = std::make_unique<Acceptor>(std::move(acceptor));

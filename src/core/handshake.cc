@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "core/env.h"
 #include "core/log.h"
 
 namespace loom {
@@ -34,6 +35,17 @@ Status connectAndGreet(const SocketAddress& address, const Secret& secret, const
   LOOM_TRY(sendAll(fd.get(), bytes, sizeof(bytes), deadline, cancelFd)
                .withContext("greeting " + address.toString()));
   *out = std::move(fd);
+  return Status::ok();
+}
+
+Status Acceptor::listen(const SocketAddress& address, const Secret& secret, Purpose purpose,
+                        const char* what, Acceptor* out) {
+  long long handshakeMs = 0;
+  LOOM_TRY(env::getInt("LOOM_HANDSHAKE_TIMEOUT_MS", 1, 1LL << 31, &handshakeMs));
+  Fd fd;
+  SocketAddress bound;
+  LOOM_TRY(listenOn(address, &fd, &bound).withContext(what));
+  *out = Acceptor(std::move(fd), bound, secret, purpose, static_cast<int>(handshakeMs));
   return Status::ok();
 }
 

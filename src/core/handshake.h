@@ -47,6 +47,12 @@ class Acceptor {
     SocketAddress peer;
   };
 
+  // Listens on `address` (port 0: any) for connections of `purpose`, with the handshake
+  // timeout from LOOM_HANDSHAKE_TIMEOUT_MS. `what` names the port in errors.
+  static Status listen(const SocketAddress& address, const Secret& secret, Purpose purpose,
+                       const char* what, Acceptor* out);
+
+  Acceptor() = default;  // listens nowhere until assigned
   Acceptor(Fd listenFd, const SocketAddress& address, const Secret& secret, Purpose purpose,
            int handshakeTimeoutMs);
 
@@ -75,8 +81,8 @@ class Acceptor {
   Fd listen_;
   SocketAddress address_;
   Secret secret_;
-  Purpose purpose_;
-  int handshakeTimeoutMs_;
+  Purpose purpose_ = Purpose::kRegister;
+  int handshakeTimeoutMs_ = 0;
   std::vector<Pending> pending_;
   int rejected_ = 0;
 };

@@ -9,7 +9,6 @@
 
 #include "core/env.h"
 #include "core/registry.h"
-#include "loom_build_config.h"
 
 namespace loom::log {
 namespace {

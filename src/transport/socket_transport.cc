@@ -1,6 +1,5 @@
 #include "transport/socket_transport.h"
 
-#include "core/env.h"
 #include "core/log.h"
 
 namespace loom::transport {
@@ -37,13 +36,9 @@ Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd,
   // Same interface as the bootstrap, which peers already reach.
   SocketAddress address = bootstrap.address();
   address.setPort(0);
-  long long handshakeMs = 0;
-  LOOM_TRY(env::getInt("LOOM_HANDSHAKE_TIMEOUT_MS", 1, 1LL << 31, &handshakeMs));
-  Fd fd;
-  SocketAddress bound;
-  LOOM_TRY(listenOn(address, &fd, &bound).withContext("socket transport"));
-  Acceptor acceptor(std::move(fd), bound, bootstrap.secret(), Purpose::kTransport,
-                    static_cast<int>(handshakeMs));
+  Acceptor acceptor;
+  LOOM_TRY(Acceptor::listen(address, bootstrap.secret(), Purpose::kTransport, "socket transport", &acceptor));
+  SocketAddress bound = acceptor.address();
   std::unique_ptr<SocketTransport> t(new SocketTransport(std::move(acceptor), bootstrap, cancelFd));
 
   std::vector<uint8_t> table(SocketAddress::kWireBytes * static_cast<size_t>(t->nranks_));
