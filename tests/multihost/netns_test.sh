@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Two "hosts" on one machine: network namespaces joined by a veth pair. Four ranks, two in
 # each, with distinct LOOM_HOSTID, form one communicator over TCP between the namespaces
-# and pass a token around the ring (examples/ring_hello). The namespaces are made here and
-# removed on exit; without root or netns support the test is skipped with the reason.
+# and pass a token around the ring (examples/ring_hello): first started by hand with
+# LOOM_* variables, then by one `loomrun --nnodes 2 --node-rank K` per namespace. The
+# namespaces are made here and removed on exit; without root or netns support the test is
+# skipped with the reason.
 set -u
 example=$1
+loomrun=$2
 if [ "$(id -u)" != 0 ]; then echo "skipped: creating network namespaces needs root"; exit 77; fi
 if ! command -v ip >/dev/null; then echo "skipped: iproute2 (ip) is not installed"; exit 77; fi
 
@@ -53,6 +56,25 @@ for rank in 0 1 2 3; do
 done
 # The ranks in B reached rank 0 across the veth, from their own namespace's address.
 grep -q "bootstrap 10.231.7.2:" "$out/2.err" || { echo "rank 2 did not listen on its namespace's address"; failed=1; }
+
+# The same job through loomrun's static rendezvous, one launcher per "host".
+for node in 0 1; do
+  if [ $node -eq 0 ]; then ns=$nsA; else ns=$nsB; fi
+  ip netns exec "$ns" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_DEBUG=INFO \
+    "$loomrun" -n 4 --nnodes 2 --node-rank $node --master-addr 10.231.7.1 --master-port 29518 \
+    --timeout 60 --tag-output "$example" >"$out/node$node.out" 2>&1 &
+  pids[$node]=$!
+done
+for node in 0 1; do
+  wait "${pids[$node]}" || { echo "loomrun on node $node failed:"; cat "$out/node$node.out"; failed=1; }
+done
+for rank in 0 1 2 3; do
+  node=$(( rank / 2 )) left=$(( (rank + 3) % 4 ))
+  grep -q "^\[$rank\] rank $rank of 4 received $left" "$out/node$node.out" ||
+    { echo "loomrun job: rank $rank missing or wrong on node $node:"; cat "$out/node$node.out"; failed=1; }
+done
+grep -q "2 hosts" "$out/node1.out" || { echo "loomrun job: node 1 did not see 2 hosts"; failed=1; }
+
 rm -rf "$out"
-[ $failed -eq 0 ] && echo "4 ranks on 2 namespace hosts formed one communicator"
+[ $failed -eq 0 ] && echo "4 ranks on 2 namespace hosts formed one communicator, by hand and through loomrun"
 exit $failed

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/communicator.h"
 #include "core/handshake.h"
 #include "core/socket.h"
 #include "core/unique_id.h"
@@ -171,6 +172,51 @@ TEST(Bootstrap, Ipv6Root) {
   LOOM_ASSERT_OK(r, nullptr);
   EXPECT_EQ(decode(id).root.family(), AF_INET6);
   initAllRanks(id, 3);
+}
+
+// A connection that knows the secret but claims another communicator (a stale job, a
+// confused peer) is dropped by the rank's bootstrap listener; the ranks carry on.
+TEST(Bootstrap, RankListenerDropsClaimsForOtherCommunicators) {
+  // Three ranks: during init rank 2 only ever heard from rank 1 (the ring), so rank 0's
+  // connection below comes after the strangers' in rank 2's accept queue.
+  std::vector<loomComm_t> comms(3);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 3, nullptr), nullptr);
+  loom::Bootstrap& b = reinterpret_cast<loom::Communicator*>(comms[2])->bootstrap();
+  loom::Fd stale, garbage;
+  loom::Hello wrongComm{loom::Purpose::kBootstrap, 0, 3, b.commId() ^ 1};
+  ASSERT_TRUE(loom::connectAndGreet(b.address(), b.secret(), wrongComm, loom::Deadline::afterMs(5000), -1, &stale).isOk());
+  garbage = connectRaw(b.address());
+  sendRaw(garbage, "GET / HTTP/1.0\r\n\r\n", 18);
+
+  // Rank 0 -> rank 2 over the bootstrap channel, which must skip both strangers.
+  std::thread sender([&] {
+    int value = 77;
+    auto* rank0 = reinterpret_cast<loom::Communicator*>(comms[0]);
+    loom::Status s = rank0->bootstrap().send(2, 5, &value, sizeof(value));
+    EXPECT_TRUE(s.isOk()) << s.message();
+  });
+  int got = 0;
+  loom::Status s = b.recv(0, 5, &got, sizeof(got));
+  sender.join();
+  EXPECT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(got, 77);
+  for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
+}
+
+TEST(Bootstrap, SocketIfnameChoosesTheInterface) {
+  ::setenv("LOOM_SOCKET_IFNAME", "=lo", 1);
+  loomUniqueId id;
+  loomResult_t r = loomGetUniqueId(&id);
+  LOOM_EXPECT_OK(r, nullptr);
+  if (r == loomSuccess) {
+    EXPECT_TRUE(decode(id).root.isLoopback()) << decode(id).root.toString();
+    initAllRanks(id, 2);
+  }
+  ::setenv("LOOM_SOCKET_IFNAME", "no-such-interface", 1);
+  EXPECT_EQ(loomGetUniqueId(&id), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError(nullptr)).find("LOOM_SOCKET_IFNAME=\"no-such-interface\" matches no interface"),
+            std::string::npos) << loomGetLastError(nullptr);
+  ::unsetenv("LOOM_SOCKET_IFNAME");
 }
 
 }  // namespace
