@@ -1,5 +1,6 @@
 // The C entry points: validate arguments, call into core, turn a Status into a result
 // code and a message loomGetLastError can return. Nothing here blocks without a deadline.
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -115,21 +116,34 @@ void logBuildOnce() {
 
 Status destroyComm(Communicator* comm) {
   Registry::instance().comms().remove(comm);
-  comm->waitForQueuedWork();
+  comm->waitUntilUnused();
   std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
   Registry::instance().reapRoots();
   return Status::ok();
 }
 
+// Runs work now, or queues it on the stream holding the communicator until it has run.
 Status enqueueOrRun(Communicator* comm, HostStream* stream, std::function<Status()> work) {
   if (stream == nullptr) return work();
-  comm->workQueued();
+  comm->acquire();
   stream->enqueue([comm, work = std::move(work)] {
     Status s = work();
-    comm->workDone();
+    comm->release();
     return s;
   });
   return Status::ok();
+}
+
+// The frame of every call on a communicator: look the handle up, hold it in use while the
+// call runs and its error is recorded, show its rank in logs.
+template <typename Body>
+loomResult_t withComm(loomComm_t handle, const char* call, Body body) {
+  Communicator* comm = nullptr;
+  Status found = lookupComm(handle, &comm);
+  if (!found.isOk()) return report(found, nullptr, call);
+  loom::CommUse use(comm);
+  loom::log::RankScope scope(comm->rank());
+  return report(body(*comm), comm, call);
 }
 
 }  // namespace
@@ -275,29 +289,24 @@ LOOM_API loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* de
 
 LOOM_API loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomComm_t* newcomm,
                                     loomConfig_t* config) {
-  Communicator* comm = nullptr;
-  auto run = [&]() -> Status {
-    LOOM_TRY(lookupComm(handle, &comm));
+  return withComm(handle, "loomCommSplit", [&](Communicator& comm) -> Status {
     if (newcomm == nullptr) return loom::error(loomInvalidArgument, "newcomm is NULL");
     *newcomm = nullptr;
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR) {
       return loom::error(loomInvalidArgument, "color %d must be >= 0 or LOOM_SPLIT_NOCOLOR", color);
     }
-    LOOM_TRY(comm->usable());
+    LOOM_TRY(comm.usable());
     loom::CommConfig resolved;
-    LOOM_TRY(loom::resolveConfig(config, &comm->config(), &resolved));
-    loom::log::RankScope scope(comm->rank());
+    LOOM_TRY(loom::resolveConfig(config, &comm.config(), &resolved));
     std::unique_ptr<Communicator> child;
-    Status s = comm->split(color, key, resolved, &child);
+    Status s = comm.split(color, key, resolved, &child);
     if (!s.isOk()) {
-      comm->fail(s);
+      comm.fail(s);
       return s;
     }
     if (child) registerComm(std::move(child), newcomm);
     return Status::ok();
-  };
-  Status s = run();  // before reading `comm`, which run() sets
-  return report(s, comm, "loomCommSplit");
+  });
 }
 
 LOOM_API loomResult_t loomCommDestroy(loomComm_t handle) {
@@ -316,26 +325,21 @@ LOOM_API loomResult_t loomCommAbort(loomComm_t handle) {
 }
 
 LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t handle, loomResult_t* asyncError) {
-  Communicator* comm = nullptr;
-  auto run = [&]() -> Status {
-    LOOM_TRY(lookupComm(handle, &comm));
+  return withComm(handle, "loomCommGetAsyncError", [&](Communicator& comm) -> Status {
     if (asyncError == nullptr) return loom::error(loomInvalidArgument, "asyncError is NULL");
-    *asyncError = comm->asyncError();
+    *asyncError = comm.asyncError();
     return Status::ok();
-  };
-  Status s = run();  // before reading `comm`, which run() sets
-  return report(s, comm, "loomCommGetAsyncError");
+  });
 }
 
 namespace {
 template <typename Getter>
-loomResult_t commQuery(const loomComm_t handle, int* out, const char* call, Getter get) {
-  Communicator* comm = nullptr;
-  Status s = lookupComm(handle, &comm);
-  if (s.isOk() && out == nullptr) s = loom::error(loomInvalidArgument, "output pointer is NULL");
-  if (!s.isOk()) return report(s, comm, call);
-  *out = get(*comm);
-  return loomSuccess;
+loomResult_t commQuery(loomComm_t handle, int* out, const char* call, Getter get) {
+  return withComm(handle, call, [&](Communicator& comm) -> Status {
+    if (out == nullptr) return loom::error(loomInvalidArgument, "output pointer is NULL");
+    *out = get(comm);
+    return Status::ok();
+  });
 }
 }  // namespace
 
@@ -397,23 +401,18 @@ namespace {
 loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t count,
                           loomDataType_t type, int peer, loomComm_t handle, loomStream_t streamHandle,
                           const char* call) {
-  Communicator* comm = nullptr;
-  auto run = [&]() -> Status {
-    LOOM_TRY(lookupComm(handle, &comm));
+  return withComm(handle, call, [&](Communicator& comm) -> Status {
     size_t bytes = 0;
     bool send = direction == loom::P2POp::Direction::kSend;
     LOOM_TRY(checkBuffer(send ? "sendbuff" : "recvbuff", buffer, count, type, &bytes));
-    if (peer < 0 || peer >= comm->nranks()) {
-      return loom::error(loomInvalidArgument, "peer %d is out of range [0, %d)", peer, comm->nranks());
+    if (peer < 0 || peer >= comm.nranks()) {
+      return loom::error(loomInvalidArgument, "peer %d is out of range [0, %d)", peer, comm.nranks());
     }
     HostStream* stream = nullptr;
     LOOM_TRY(lookupStream(streamHandle, &stream));
-    LOOM_TRY(comm->usable());
-    loom::log::RankScope scope(comm->rank());
-    return loom::group::submit({direction, comm, peer, buffer, bytes, loom::MessageKind::kUser}, stream);
-  };
-  Status s = run();  // before reading `comm`, which run() sets
-  return report(s, comm, call);
+    LOOM_TRY(comm.usable());
+    return loom::group::submit({direction, &comm, peer, buffer, bytes, loom::MessageKind::kUser}, stream);
+  });
 }
 }  // namespace
 
@@ -430,18 +429,14 @@ LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t data
 }
 
 LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) {
-  Communicator* comm = nullptr;
-  auto run = [&]() -> Status {
-    LOOM_TRY(lookupComm(handle, &comm));
+  return withComm(handle, "loomBarrier", [&](Communicator& comm) -> Status {
     if (loom::group::active()) {
       return loom::error(loomInvalidUsage, "loomBarrier cannot be called inside a loomGroupStart/End group");
     }
     HostStream* stream = nullptr;
     LOOM_TRY(lookupStream(streamHandle, &stream));
-    LOOM_TRY(comm->usable());
-    loom::log::RankScope scope(comm->rank());
-    return enqueueOrRun(comm, stream, [comm] { return loom::runBarrier(*comm); });
-  };
-  Status s = run();  // before reading `comm`, which run() sets
-  return report(s, comm, "loomBarrier");
+    LOOM_TRY(comm.usable());
+    Communicator* c = &comm;
+    return enqueueOrRun(c, stream, [c] { return loom::runBarrier(*c); });
+  });
 }

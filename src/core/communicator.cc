@@ -199,19 +199,19 @@ const char* Communicator::lastError() {
   return lastErrorCopy_.c_str();
 }
 
-void Communicator::workQueued() {
+void Communicator::acquire() {
   std::lock_guard<std::mutex> lock(mutex_);
-  ++queuedWork_;
+  ++uses_;
 }
 
-void Communicator::workDone() {
+void Communicator::release() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (--queuedWork_ == 0) workCv_.notify_all();
+  if (--uses_ == 0) unused_.notify_all();
 }
 
-void Communicator::waitForQueuedWork() {
+void Communicator::waitUntilUnused() {
   std::unique_lock<std::mutex> lock(mutex_);
-  workCv_.wait(lock, [this] { return queuedWork_ == 0; });
+  unused_.wait(lock, [this] { return uses_ == 0; });
 }
 
 }  // namespace loom

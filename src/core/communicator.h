@@ -61,10 +61,11 @@ class Communicator {
   void setLastError(const std::string& message);
   const char* lastError();
 
-  // Stream work that refers to this communicator; destroy waits until none is left.
-  void workQueued();
-  void workDone();
-  void waitForQueuedWork();
+  // Calls in progress and stream work that use this communicator (see CommUse);
+  // destroy and abort wait until none is left.
+  void acquire();
+  void release();
+  void waitUntilUnused();
 
  private:
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
@@ -86,8 +87,21 @@ class Communicator {
   Status failure_;
   std::string lastError_;
   std::string lastErrorCopy_;  // what lastError() handed out, stable until the next call
-  int queuedWork_ = 0;
-  std::condition_variable workCv_;
+  int uses_ = 0;
+  std::condition_variable unused_;
+};
+
+// Holds a communicator in use for its lifetime, so that loomCommAbort from another thread
+// unblocks the call and then waits for it to leave before freeing anything.
+class CommUse {
+ public:
+  explicit CommUse(Communicator* comm) : comm_(comm) { comm_->acquire(); }
+  ~CommUse() { comm_->release(); }
+  CommUse(const CommUse&) = delete;
+  CommUse& operator=(const CommUse&) = delete;
+
+ private:
+  Communicator* comm_;
 };
 
 }  // namespace loom

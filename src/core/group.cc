@@ -22,6 +22,21 @@ struct ThreadGroup {
 };
 thread_local ThreadGroup tGroup;
 
+std::vector<Communicator*> distinctComms(const std::vector<P2POp>& ops) {
+  std::vector<Communicator*> comms;
+  for (const P2POp& op : ops) {
+    if (std::find(comms.begin(), comms.end(), op.comm) == comms.end()) comms.push_back(op.comm);
+  }
+  return comms;
+}
+
+// Runs ops with their communicators held in use (see CommUse) from now until they finish.
+Status runHeld(std::vector<P2POp>& ops, const std::vector<Communicator*>& comms) {
+  Status s = runP2P(ops);
+  for (Communicator* c : comms) c->release();
+  return s;
+}
+
 Status launch(std::vector<Recorded> calls) {
   std::vector<P2POp> now;
   std::map<HostStream*, std::vector<P2POp>> queued;
@@ -33,19 +48,14 @@ Status launch(std::vector<Recorded> calls) {
     }
   }
   for (auto& [stream, ops] : queued) {
-    std::vector<Communicator*> comms;
-    for (const P2POp& op : ops) {
-      if (std::find(comms.begin(), comms.end(), op.comm) == comms.end()) comms.push_back(op.comm);
-    }
-    for (Communicator* c : comms) c->workQueued();
-    stream->enqueue([ops = std::move(ops), comms]() mutable {
-      Status s = runP2P(ops);
-      for (Communicator* c : comms) c->workDone();
-      return s;
-    });
+    std::vector<Communicator*> comms = distinctComms(ops);
+    for (Communicator* c : comms) c->acquire();
+    stream->enqueue([ops = std::move(ops), comms]() mutable { return runHeld(ops, comms); });
   }
   if (now.empty()) return Status::ok();
-  return runP2P(now);
+  std::vector<Communicator*> comms = distinctComms(now);
+  for (Communicator* c : comms) c->acquire();
+  return runHeld(now, comms);
 }
 
 }  // namespace

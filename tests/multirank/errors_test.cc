@@ -176,4 +176,29 @@ TEST(Runtime, AbortFromAnotherThreadUnblocksAWait) {
   ::unsetenv("LOOM_TIMEOUT_MS");
 }
 
+// The blocking form: a thread is inside loomRecv on the NULL stream when another thread
+// aborts; the call returns the abort error and the communicator is freed only after it left.
+TEST(Runtime, AbortUnblocksACallInsideAnotherThread) {
+  std::vector<loomComm_t> comms(2);
+  ::setenv("LOOM_TIMEOUT_MS", "60000", 1);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, nullptr), nullptr);
+  ::unsetenv("LOOM_TIMEOUT_MS");
+  loomResult_t result = loomSuccess;
+  std::string message;
+  std::thread blocked([&] {
+    int x = 0;
+    result = loomRecv(&x, 1, loomInt32, 1, comms[0], nullptr);
+    message = loomGetLastError(nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto start = std::chrono::steady_clock::now();
+  LOOM_EXPECT_OK(loomCommAbort(comms[0]), nullptr);
+  blocked.join();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(s, 2.0);
+  EXPECT_EQ(result, loomInvalidUsage);
+  EXPECT_NE(message.find("aborted"), std::string::npos) << message;
+  LOOM_EXPECT_OK(loomCommDestroy(comms[1]), nullptr);
+}
+
 }  // namespace
