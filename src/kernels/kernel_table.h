@@ -1,0 +1,27 @@
+// The one dispatch table: every (type, op) kernel of one instruction-set path. Each path's
+// translation unit fills one from the same templates; reduce.cc picks one at first use.
+#pragma once
+
+#include <cstddef>
+
+#include "loom/loom.h"
+
+namespace loom::kernels {
+
+struct KernelTable {
+  using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
+  using ReduceNFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count);
+  using ScaleFn = void (*)(void* dst, const void* src, size_t count, int divisor);
+
+  ReduceFn reduce[loomNumTypes][loomNumOps];  // loomAvg's entries are the sum kernels
+  ReduceNFn reduceN[loomNumTypes][loomNumOps];
+  ScaleFn scale[loomNumTypes];
+};
+
+// One per translation unit. The vector ones exist only where meson built them
+// (LOOM_KERNELS_HAVE_AVX2 / _AVX512), and may run only where the CPU has the instructions.
+const KernelTable& portableKernels();  // reduce_portable.cc
+const KernelTable& avx2Kernels();      // reduce_avx2.cc
+const KernelTable& avx512Kernels();    // reduce_avx512.cc
+
+}  // namespace loom::kernels

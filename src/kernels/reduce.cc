@@ -1,0 +1,157 @@
+// Picks one instruction-set path (the widest this CPU runs) at first use and forwards every
+// call to that path's KernelTable.
+#include "kernels/reduce.h"
+
+#include <atomic>
+#include <cstring>
+
+#if LOOM_KERNELS_HAVE_AVX2 || LOOM_KERNELS_HAVE_AVX512
+#include <cpuid.h>
+#endif
+
+#include "kernels/kernel_table.h"
+
+namespace loom::kernels {
+namespace {
+
+struct IsaPath {
+  Isa isa;
+  const KernelTable& (*table)();
+  bool (*cpuRuns)();
+};
+
+// __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 registers.
+// F16C is checked too, as the AVX2 and AVX-512 paths convert float16 with it; by CPUID,
+// since clang's __builtin_cpu_supports does not know it.
+#if LOOM_KERNELS_HAVE_AVX2 || LOOM_KERNELS_HAVE_AVX512
+bool cpuHasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & bit_F16C) != 0;
+}
+#endif
+#if LOOM_KERNELS_HAVE_AVX2
+bool cpuRunsAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && cpuHasF16c();
+}
+#endif
+#if LOOM_KERNELS_HAVE_AVX512
+bool cpuRunsAvx512() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && cpuHasF16c();
+}
+#endif
+bool always() { return true; }
+
+// Narrowest first; the default is the last one the CPU runs.
+const IsaPath kPaths[] = {
+    {Isa::kPortable, &portableKernels, &always},
+#if LOOM_KERNELS_HAVE_AVX2
+    {Isa::kAvx2, &avx2Kernels, &cpuRunsAvx2},
+#endif
+#if LOOM_KERNELS_HAVE_AVX512
+    {Isa::kAvx512, &avx512Kernels, &cpuRunsAvx512},
+#endif
+};
+
+const IsaPath* widestPath() {
+  const IsaPath* best = &kPaths[0];
+  for (const IsaPath& path : kPaths) {
+    if (path.cpuRuns()) best = &path;
+  }
+  return best;
+}
+
+// Set once; racing first calls all compute the same answer, so a relaxed store is enough.
+std::atomic<const IsaPath*> activePath{nullptr};
+
+const IsaPath& active() {
+  const IsaPath* path = activePath.load(std::memory_order_relaxed);
+  if (path == nullptr) {
+    path = widestPath();
+    activePath.store(path, std::memory_order_relaxed);
+  }
+  return *path;
+}
+
+bool valid(loomDataType_t type) { return type >= 0 && type < loomNumTypes; }
+bool valid(loomRedOp_t op) { return op >= 0 && op < loomNumOps; }
+
+size_t elementSize(loomDataType_t type) {
+  switch (type) {
+    case loomInt8:
+    case loomUint8:
+      return 1;
+    case loomFloat16:
+    case loomBfloat16:
+      return 2;
+    case loomInt32:
+    case loomUint32:
+    case loomFloat32:
+      return 4;
+    default:
+      return 8;
+  }
+}
+
+}  // namespace
+
+void reduce(void* dst, const void* a, const void* b, size_t count, loomDataType_t type,
+            loomRedOp_t op) {
+  if (!valid(type) || !valid(op) || count == 0) return;
+  active().table().reduce[type][op](dst, a, b, count);
+}
+
+void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
+             loomRedOp_t op) {
+  if (!valid(type) || !valid(op) || nsrcs < 1 || count == 0) return;
+  if (nsrcs == 1) return copy(dst, srcs[0], count * elementSize(type));
+  active().table().reduceN[type][op](dst, srcs, nsrcs, count);
+}
+
+void scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor) {
+  if (!valid(type) || divisor < 1 || count == 0) return;
+  active().table().scale[type](dst, src, count, divisor);
+}
+
+// glibc's memcpy already picks the best copy for this CPU (ERMS, AVX, non-temporal stores
+// for large sizes); a loop of ours would only match it.
+void copy(void* dst, const void* src, size_t bytes) {
+  if (dst == src || bytes == 0) return;
+  std::memcpy(dst, src, bytes);
+}
+
+const char* isaName() { return isaName(active().isa); }
+
+const char* isaName(Isa isa) {
+  switch (isa) {
+    case Isa::kPortable:
+      return "portable";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+std::vector<Isa> availableIsas() {
+  std::vector<Isa> isas;
+  for (const IsaPath& path : kPaths) {
+    if (path.cpuRuns()) isas.push_back(path.isa);
+  }
+  return isas;
+}
+
+bool forceIsaForTesting(Isa isa) {
+  for (const IsaPath& path : kPaths) {
+    if (path.isa == isa && path.cpuRuns()) {
+      activePath.store(&path, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace loom::kernels

@@ -1,0 +1,72 @@
+// Elementwise reductions and copies on host memory: the arithmetic under every host
+// collective. Each call runs on the calling thread, blocks until done, and keeps no state
+// apart from which instruction set is in use (chosen once; see Isa below).
+//
+// Determinism. The output bytes depend only on the input bytes: not on the instruction set,
+// not on alignment or offset, and not on which input is named first (every op is commutative
+// bit for bit). That is what lets allreduce give bitwise identical results on every rank.
+// To get there:
+// - floats use IEEE arithmetic in the default rounding mode, never contracted into FMAs;
+// - any NaN result is written as the canonical quiet NaN (+qNaN: 0x7E00 for float16, 0x7FC0
+//   for bfloat16, 0x7FC00000, 0x7FF8000000000000), whatever the NaN payloads of the inputs;
+// - max/min of floats is NaN if either input is NaN, and max(+0, -0) = +0, min(+0, -0) = -0;
+// - float16 and bfloat16 are widened to float32, computed there and rounded back once, to
+//   nearest-even (overflow gives ±inf, tiny results give float16 denormals);
+// - integer sum and prod wrap around (two's complement); scale() truncates toward zero.
+//
+// Memory. Pointers need no particular alignment (any byte address works for every type).
+// dst may be exactly equal to an input (in place); it must not otherwise overlap one.
+//
+// type and op must be valid enum values (the public API checks them and answers
+// loomInvalidArgument); out-of-range values do nothing here.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom::kernels {
+
+// dst[i] = a[i] op b[i] for i < count. loomAvg sums: the caller divides once at the end with
+// scale(), so that avg over n ranks is (x0 + ... + xn-1) / n with a single rounding.
+void reduce(void* dst, const void* a, const void* b, size_t count, loomDataType_t type,
+            loomRedOp_t op);
+
+// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrcs-1][i], folded left to right, reading
+// each input once (for reducing straight from several peers' buffers). nsrcs >= 1; with one
+// input it copies. Integers and float32/float64 give exactly what folding reduce() gives.
+// float16/bfloat16 accumulate all inputs in float32 and round once, so for nsrcs > 2 the
+// result is at least as accurate as folding reduce() and may differ from it in the last bit:
+// ranks that must agree have to use the same form.
+void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
+             loomRedOp_t op);
+
+// dst[i] = src[i] / divisor: the end of an average. divisor >= 1. Integers truncate toward
+// zero (C division); float32/float64 divide in their own precision; float16/bfloat16 divide
+// in float32 and round once. dst may equal src.
+void scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor);
+
+// memcpy that also accepts dst == src (does nothing then).
+void copy(void* dst, const void* src, size_t bytes);
+
+// The instruction-set paths. Every path is compiled from the same templates (reduce_loops.h)
+// with different target flags, and gives the same bits.
+enum class Isa {
+  kPortable,  // plain C++ for the baseline target (the compiler may still vectorise, e.g. SSE2)
+  kAvx2,      // AVX2 + F16C
+  kAvx512,    // AVX-512 F/BW/DQ/VL + F16C
+};
+
+// Name of the path in use ("portable", "avx2", "avx512"), for logs and benchmarks.
+const char* isaName();
+const char* isaName(Isa isa);
+
+// Paths compiled in and supported by this CPU, portable first. The default is the last.
+std::vector<Isa> availableIsas();
+
+// Makes every later call use isa (process-wide; not for concurrent use with kernels running).
+// Returns false, changing nothing, if isa is not available. Tests and benchmarks only.
+bool forceIsaForTesting(Isa isa);
+
+}  // namespace loom::kernels
