@@ -1,5 +1,6 @@
 // The C entry points: validate arguments, call into core, turn a Status into a result
 // code and a message loomGetLastError can return. Nothing here blocks without a deadline.
+#include <cstring>
 #include <functional>
 #include <thread>
 #include <vector>
@@ -61,18 +62,28 @@ Status lookupStream(loomStream_t handle, HostStream** out) {
   return Status::ok();
 }
 
+// A C caller may pass any int where an enum is expected, and loading an enum object that
+// holds a value outside its enumerators is undefined in C++: read the bits as an int first.
+template <typename Enum>
+int enumBits(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  return bits;
+}
+
 size_t typeSize(loomDataType_t type) {
   static const size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
   return kSizes[type];
 }
 
-Status checkBuffer(const char* what, const void* buffer, size_t count, loomDataType_t type,
+Status checkBuffer(const char* what, const void* buffer, size_t count, int type,
                    size_t* bytes) {
-  if (static_cast<int>(type) < 0 || static_cast<int>(type) >= loomNumTypes) {
-    return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)",
-                       static_cast<int>(type), loomNumTypes - 1);
+  if (type < 0 || type >= loomNumTypes) {
+    return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)", type,
+                       loomNumTypes - 1);
   }
-  size_t size = typeSize(type);
+  size_t size = typeSize(static_cast<loomDataType_t>(type));
   if (count > SIZE_MAX / size) {
     return loom::error(loomInvalidArgument, "count %zu of %zu-byte elements overflows size_t", count, size);
   }
@@ -399,7 +410,7 @@ LOOM_API loomResult_t loomGroupEnd(void) { return report(loom::group::end(), nul
 
 namespace {
 loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t count,
-                          loomDataType_t type, int peer, loomComm_t handle, loomStream_t streamHandle,
+                          int type, int peer, loomComm_t handle, loomStream_t streamHandle,
                           const char* call) {
   return withComm(handle, call, [&](Communicator& comm) -> Status {
     size_t bytes = 0;
@@ -418,14 +429,14 @@ loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t
 
 LOOM_API loomResult_t loomSend(const void* sendbuff, size_t count, loomDataType_t datatype, int peer,
                                loomComm_t comm, loomStream_t stream) {
-  return pointToPoint(loom::P2POp::Direction::kSend, const_cast<void*>(sendbuff), count, datatype,
-                      peer, comm, stream, "loomSend");
+  return pointToPoint(loom::P2POp::Direction::kSend, const_cast<void*>(sendbuff), count,
+                      enumBits(datatype), peer, comm, stream, "loomSend");
 }
 
 LOOM_API loomResult_t loomRecv(void* recvbuff, size_t count, loomDataType_t datatype, int peer,
                                loomComm_t comm, loomStream_t stream) {
-  return pointToPoint(loom::P2POp::Direction::kRecv, recvbuff, count, datatype, peer, comm, stream,
-                      "loomRecv");
+  return pointToPoint(loom::P2POp::Direction::kRecv, recvbuff, count, enumBits(datatype), peer, comm,
+                      stream, "loomRecv");
 }
 
 LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) {
