@@ -20,8 +20,9 @@ struct KernelTable {
 
 // One per translation unit. The vector ones exist only where meson built them
 // (LOOM_KERNELS_HAVE_AVX2 / _AVX512), and may run only where the CPU has the instructions.
-const KernelTable& portableKernels();  // reduce_portable.cc
-const KernelTable& avx2Kernels();      // reduce_avx2.cc
-const KernelTable& avx512Kernels();    // reduce_avx512.cc
+// Each defined by one build of reduce_isa.cc.
+const KernelTable& portableKernels();
+const KernelTable& avx2Kernels();
+const KernelTable& avx512Kernels();
 
 }  // namespace loom::kernels

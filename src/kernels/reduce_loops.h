@@ -1,6 +1,6 @@
 // The reduction kernels, written once as plain loops over elements and compiled once per
-// instruction set: reduce_portable.cc, reduce_avx2.cc and reduce_avx512.cc each define
-// LOOM_KERNELS_ISA, include this file and fill a KernelTable from makeTable().
+// instruction set: reduce_isa.cc, built once per set with -DLOOM_KERNELS_ISA=<set>, includes
+// this file and fills a KernelTable from makeTable().
 //
 // Why plain loops: with -O3 the compiler vectorises every (type, op) loop below for the
 // target it is given (AVX2 or AVX-512, including the 8-bit and 64-bit multiplies that have no
