@@ -180,6 +180,46 @@ loomResult_t loomStreamDestroy(loomStream_t stream);
 loomResult_t loomGroupStart(void);
 loomResult_t loomGroupEnd(void);
 
+/* ---- Collectives ---------------------------------------------------------------------- */
+
+/* NCCL's argument order and semantics. Every rank of comm makes the same calls in the same
+ * order with the same count, datatype, op and root; a mismatch that Loom sees (different
+ * call, count, type, op or root on a peer) is loomInvalidUsage on the ranks that see it, and
+ * the communicator is then unusable. count 0 is valid and moves nothing. Buffers are host
+ * memory. Out-of-place buffers must not overlap; in-place is sendbuff == recvbuff, or for
+ * AllGather / ReduceScatter NCCL's offsets (the rank's own block inside the big buffer).
+ *
+ * Determinism: an AllReduce result is bitwise identical on every rank, and the same inputs,
+ * rank count and algorithm give the same bits from run to run. Different algorithms may round
+ * floating-point sums differently (they add in different orders). loomAvg sums, then divides
+ * once; integer averages truncate toward zero. */
+
+/* recvbuff = op over ranks of sendbuff (count elements). */
+loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                           loomStream_t stream);
+/* Every rank's recvbuff = root's sendbuff (sendbuff is read only on root). */
+loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count,
+                           loomDataType_t datatype, int root, loomComm_t comm,
+                           loomStream_t stream);
+/* root's recvbuff = op over ranks of sendbuff (recvbuff is written only on root). */
+loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count,
+                        loomDataType_t datatype, loomRedOp_t op, int root, loomComm_t comm,
+                        loomStream_t stream);
+/* recvbuff (nranks * sendcount elements) = every rank's sendbuff, in rank order. In place
+ * when sendbuff == recvbuff + rank * sendcount elements. */
+loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+/* recvbuff = block `rank` (recvcount elements) of op over ranks of sendbuff (nranks *
+ * recvcount elements). In place when recvbuff == sendbuff + rank * recvcount elements. */
+loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                               loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                               loomStream_t stream);
+/* Block j (count elements) of sendbuff goes to rank j, which stores it as block `rank` of its
+ * recvbuff; both buffers hold nranks * count elements and must not overlap. */
+loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
+                          loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+
 /* ---- Point-to-point and barrier ------------------------------------------------------- */
 
 /* Messages between a pair of ranks are matched in the order they were issued; sender and

@@ -11,6 +11,7 @@ namespace {
 constexpr const char* kCore = "Communicators and bootstrap";
 constexpr const char* kLog = "Logging";
 constexpr const char* kLaunch = "Launcher variables read by loomCommInitFromEnv";
+constexpr const char* kData = "Transports and algorithms";
 }  // namespace
 
 const std::vector<Variable>& variables() {
@@ -45,6 +46,32 @@ const std::vector<Variable>& variables() {
       {"LOOM_HOSTID", "", kCore,
        "Host identity used to group ranks by host; default host name + boot id. Tests use "
        "it to place ranks of one machine on different hosts."},
+      {"LOOM_TRANSPORTS", "shm,socket", kData,
+       "Transports a communicator may use, comma-separated: shm (ranks on one host) and "
+       "socket (TCP). A pair of ranks on one host uses shm when it is listed, otherwise "
+       "socket; ranks on different hosts always use socket. Read at communicator creation."},
+      {"LOOM_ALGO", "", kData,
+       "Forces an algorithm: ring, tree, rd (recursive doubling), oneshot (shared memory, "
+       "one host) or pairwise, for every collective that has it; or per collective as "
+       "'allreduce=tree,broadcast=ring'. Default: chosen by message size and rank count. Read at "
+       "communicator creation."},
+      {"LOOM_SLICE_BYTES", "524288", kData,
+       "Pipeline slice: collectives move and reduce data in pieces of at most this many bytes, "
+       "so that sending one piece overlaps with reducing the next."},
+      {"LOOM_SOCKET_NSOCKS", "2", kData,
+       "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
+      {"LOOM_SHM_DIR", "/dev/shm", kData,
+       "Directory of the shared-memory segments (a tmpfs). Segments are mode 0600 with random "
+       "names and are unlinked as soon as both ranks have mapped them."},
+      {"LOOM_SHM_FIFO_BYTES", "262144", kData,
+       "Bytes of each one-way shared-memory FIFO (a power of two, 4096 or more); a pair of ranks "
+       "maps two."},
+      {"LOOM_SHM_CMA", "1", kData,
+       "1: a shared-memory receiver copies messages of LOOM_SHM_CMA_MIN_BYTES or more straight "
+       "out of the sender's buffer (cross-memory attach, process_vm_readv; a plain copy between "
+       "threads of one process) instead of through the FIFO. 0: always through the FIFO."},
+      {"LOOM_SHM_CMA_MIN_BYTES", "65536", kData,
+       "Smallest message that LOOM_SHM_CMA copies straight from the sender's buffer."},
       {"LOOM_RANK", "", kLaunch, "Rank of this process (loomrun sets it)."},
       {"LOOM_WORLD_SIZE", "", kLaunch, "Number of ranks (loomrun sets it)."},
       {"LOOM_LOCAL_RANK", "", kLaunch, "Rank among the ranks of this host (informational)."},

@@ -161,7 +161,7 @@ Status runP2P(std::vector<P2POp>& ops) {
     Status s = comm->transport().acceptIn(peers, d);
     if (!s.isOk()) return failAll(s, comm);
   }
-  for (Progress& p : work) p.link = p.op->comm->transport().link(p.op->peer);
+  for (Progress& p : work) p.link = p.op->comm->transport().link(p.op->peer, 0);
 
   for (;;) {
     // Only the oldest unfinished op of each (communicator, peer, direction) may move:

@@ -87,6 +87,6 @@ Status SocketTransport::acceptIn(const std::vector<int>& peers, const Deadline& 
   return Status::ok();
 }
 
-Link* SocketTransport::link(int peer) { return links_[static_cast<size_t>(peer)].get(); }
+Link* SocketTransport::link(int peer, int /*index*/) { return links_[static_cast<size_t>(peer)].get(); }
 
 }  // namespace loom::transport

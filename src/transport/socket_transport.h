@@ -22,7 +22,7 @@ class SocketTransport : public Transport {
   const char* name() const override { return "socket"; }
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
-  Link* link(int peer) override;
+  Link* link(int peer, int index) override;
 
  private:
   class SocketLink;

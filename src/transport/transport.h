@@ -20,7 +20,14 @@ class Link {
   // went away is loomRemoteError.
   virtual Status sendSome(const void* data, size_t bytes, size_t* done) = 0;
   virtual Status recvSome(void* data, size_t bytes, size_t* done) = 0;
-  // A descriptor that polls ready (POLLOUT / POLLIN) when the link can move bytes again.
+  // A descriptor that polls ready (POLLOUT / POLLIN) when the link can move bytes again,
+  // or -1 for a link that has none (shared memory): the caller then retries, yielding the
+  // CPU between passes.
+  //
+  // Contract that lets a link move a large buffer without copying it (shared memory reads
+  // it straight from this process): after sendSome returns with *done < bytes, the
+  // caller's next sendSome on this link passes the same remaining range, and the range
+  // stays untouched until the link reports it done.
   virtual int waitFd() const = 0;
 };
 
@@ -36,8 +43,11 @@ class Transport {
   virtual Status connectOut(const std::vector<int>& peers, const Deadline& deadline) = 0;
   // Completes them; waits for peers that have not connected yet.
   virtual Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) = 0;
-  // The link to `peer`, after acceptIn covered it; nullptr before.
-  virtual Link* link(int peer) = 0;
+  // Independent links per peer (several TCP connections); a plan's channel c uses link
+  // c % linksPerPeer(). Bytes on different links are not ordered with each other.
+  virtual int linksPerPeer() const { return 1; }
+  // Link `index` (< linksPerPeer()) to `peer`, after acceptIn covered it; nullptr before.
+  virtual Link* link(int peer, int index) = 0;
 };
 
 }  // namespace loom::transport
