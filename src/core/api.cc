@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/plan.h"
 #include "core/bootstrap_root.h"
 #include "core/communicator.h"
 #include "core/env.h"
@@ -72,18 +73,13 @@ int enumBits(const Enum& value) {
   return bits;
 }
 
-size_t typeSize(loomDataType_t type) {
-  static const size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return kSizes[type];
-}
-
 Status checkBuffer(const char* what, const void* buffer, size_t count, int type,
                    size_t* bytes) {
   if (type < 0 || type >= loomNumTypes) {
     return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)", type,
                        loomNumTypes - 1);
   }
-  size_t size = typeSize(static_cast<loomDataType_t>(type));
+  size_t size = loom::typeSize(static_cast<loomDataType_t>(type));
   if (count > SIZE_MAX / size) {
     return loom::error(loomInvalidArgument, "count %zu of %zu-byte elements overflows size_t", count, size);
   }
@@ -422,7 +418,7 @@ loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t
     HostStream* stream = nullptr;
     LOOM_TRY(lookupStream(streamHandle, &stream));
     LOOM_TRY(comm.usable());
-    return loom::group::submit({direction, &comm, peer, buffer, bytes, loom::MessageKind::kUser}, stream);
+    return loom::group::submit(loom::P2POp{direction, &comm, peer, buffer, bytes}, stream);
   });
 }
 }  // namespace
@@ -450,4 +446,133 @@ LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) 
     Communicator* c = &comm;
     return enqueueOrRun(c, stream, [c] { return loom::runBarrier(*c); });
   });
+}
+
+namespace {
+
+using loom::CallInfo;
+
+// Whether [a, a + aBytes) and [b, b + bBytes) share a byte.
+bool overlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && x < y + bBytes && y < x + aBytes;
+}
+
+// The checks every collective shares, then the call itself: recorded in a group, run now, or
+// queued on a host stream. sendElems / recvElems: what each buffer holds on this rank
+// (0 where the buffer is not used here); inPlaceSend: where sendbuff must sit inside
+// recvbuff for the call to count as in place (nullptr: only send == recv).
+loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendbuff, void* recvbuff,
+                        size_t count, int type, int op, int root, loomComm_t handle, loomStream_t streamHandle) {
+  return withComm(handle, call, [&](Communicator& comm) -> Status {
+    const int n = comm.nranks(), rank = comm.rank();
+    if (type < 0 || type >= loomNumTypes) {
+      return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)", type, loomNumTypes - 1);
+    }
+    bool reduces = kind == CallInfo::Kind::kAllReduce || kind == CallInfo::Kind::kReduce ||
+                   kind == CallInfo::Kind::kReduceScatter;
+    if (reduces && (op < 0 || op >= loomNumOps)) {
+      return loom::error(loomInvalidArgument, "op %d is not a loomRedOp_t (0..%d)", op, loomNumOps - 1);
+    }
+    bool rooted = kind == CallInfo::Kind::kBroadcast || kind == CallInfo::Kind::kReduce;
+    if (rooted && (root < 0 || root >= n)) {
+      return loom::error(loomInvalidArgument, "root %d is out of range [0, %d)", root, n);
+    }
+    // Elements in each buffer on this rank, and where in place puts sendbuff.
+    size_t sendElems = count, recvElems = count;
+    const char* inPlaceAt = static_cast<const char*>(recvbuff);
+    size_t elem = loom::typeSize(static_cast<loomDataType_t>(type));
+    bool wide = kind == CallInfo::Kind::kAllGather || kind == CallInfo::Kind::kReduceScatter ||
+                kind == CallInfo::Kind::kAllToAll;
+    if (wide && count > SIZE_MAX / elem / static_cast<size_t>(n)) {
+      return loom::error(loomInvalidArgument, "count %zu x %d ranks of %zu-byte elements overflows size_t", count, n,
+                         elem);
+    }
+    switch (kind) {
+      case CallInfo::Kind::kBroadcast:
+        if (rank != root) sendElems = 0;
+        break;
+      case CallInfo::Kind::kReduce:
+        if (rank != root) recvElems = 0;
+        break;
+      case CallInfo::Kind::kAllGather:
+        recvElems = count * static_cast<size_t>(n);
+        if (recvbuff != nullptr) inPlaceAt = static_cast<const char*>(recvbuff) + static_cast<size_t>(rank) * count * elem;
+        break;
+      case CallInfo::Kind::kReduceScatter:
+        sendElems = count * static_cast<size_t>(n);
+        break;
+      case CallInfo::Kind::kAllToAll:
+        sendElems = recvElems = count * static_cast<size_t>(n);
+        inPlaceAt = nullptr;
+        break;
+      default:
+        break;
+    }
+    size_t sendBytes = 0, recvBytes = 0;
+    LOOM_TRY(checkBuffer("sendbuff", sendbuff, sendElems, type, &sendBytes));
+    LOOM_TRY(checkBuffer("recvbuff", recvbuff, recvElems, type, &recvBytes));
+    bool inPlace;
+    if (kind == CallInfo::Kind::kReduceScatter) {
+      inPlace = sendbuff != nullptr &&
+                recvbuff == static_cast<const char*>(sendbuff) + static_cast<size_t>(rank) * count * elem;
+    } else {
+      inPlace = inPlaceAt != nullptr && sendbuff == inPlaceAt;
+    }
+    if (!inPlace && overlap(sendbuff, sendBytes, recvbuff, recvBytes)) {
+      return loom::error(loomInvalidArgument,
+                         "sendbuff %p (%zu bytes) and recvbuff %p (%zu bytes) overlap without being in place%s",
+                         sendbuff, sendBytes, recvbuff, recvBytes,
+                         kind == CallInfo::Kind::kAllToAll ? " (all-to-all has no in-place form)" : "");
+    }
+    HostStream* stream = nullptr;
+    LOOM_TRY(lookupStream(streamHandle, &stream));
+    LOOM_TRY(comm.usable());
+    CallInfo info;
+    info.kind = kind;
+    info.type = static_cast<loomDataType_t>(type);
+    info.op = reduces ? static_cast<loomRedOp_t>(op) : loomSum;
+    info.root = rooted ? root : -1;
+    info.count = count;
+    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream);
+  });
+}
+
+}  // namespace
+
+LOOM_API loomResult_t loomAllReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                                    loomRedOp_t op, loomComm_t comm, loomStream_t stream) {
+  return collective(CallInfo::Kind::kAllReduce, "loomAllReduce", sendbuff, recvbuff, count, enumBits(datatype),
+                    enumBits(op), 0, comm, stream);
+}
+
+LOOM_API loomResult_t loomBroadcast(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                                    int root, loomComm_t comm, loomStream_t stream) {
+  return collective(CallInfo::Kind::kBroadcast, "loomBroadcast", sendbuff, recvbuff, count, enumBits(datatype), 0,
+                    root, comm, stream);
+}
+
+LOOM_API loomResult_t loomReduce(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                                 loomRedOp_t op, int root, loomComm_t comm, loomStream_t stream) {
+  return collective(CallInfo::Kind::kReduce, "loomReduce", sendbuff, recvbuff, count, enumBits(datatype),
+                    enumBits(op), root, comm, stream);
+}
+
+LOOM_API loomResult_t loomAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, loomDataType_t datatype,
+                                    loomComm_t comm, loomStream_t stream) {
+  return collective(CallInfo::Kind::kAllGather, "loomAllGather", sendbuff, recvbuff, sendcount, enumBits(datatype),
+                    0, 0, comm, stream);
+}
+
+LOOM_API loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        loomDataType_t datatype, loomRedOp_t op, loomComm_t comm,
+                                        loomStream_t stream) {
+  return collective(CallInfo::Kind::kReduceScatter, "loomReduceScatter", sendbuff, recvbuff, recvcount,
+                    enumBits(datatype), enumBits(op), 0, comm, stream);
+}
+
+LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count, loomDataType_t datatype,
+                                   loomComm_t comm, loomStream_t stream) {
+  return collective(CallInfo::Kind::kAllToAll, "loomAllToAll", sendbuff, recvbuff, count, enumBits(datatype), 0, 0,
+                    comm, stream);
 }

@@ -11,6 +11,39 @@
 
 namespace loom {
 
+namespace {
+
+// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_SLICE_BYTES.
+Status readDataPathSettings(CommConfig* c) {
+  std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
+  c->shm = c->socket = false;
+  size_t start = 0;
+  while (start <= transports.size()) {
+    size_t comma = transports.find(',', start);
+    std::string name = transports.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (name == "shm") {
+      c->shm = true;
+    } else if (name == "socket") {
+      c->socket = true;
+    } else if (!name.empty()) {
+      return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\": unknown transport \"%s\" (shm, socket)",
+                   transports.c_str(), name.c_str());
+    }
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (!c->shm && !c->socket) {
+    return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket)", transports.c_str());
+  }
+  LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &c->algorithms));
+  long long slice = 0;
+  LOOM_TRY(env::getInt("LOOM_SLICE_BYTES", 4096, 1LL << 30, &slice));
+  c->sliceBytes = static_cast<size_t>(slice);
+  return Status::ok();
+}
+
+}  // namespace
+
 Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out) {
   CommConfig c;
   if (inherit != nullptr) {
@@ -18,6 +51,7 @@ Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommCo
   } else {
     LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &c.timeoutMs));
     LOOM_TRY(env::getInt("LOOM_INIT_TIMEOUT_MS", 1, 1LL << 40, &c.initTimeoutMs));
+    LOOM_TRY(readDataPathSettings(&c));
   }
   if (user != nullptr) {
     if (user->magic != LOOM_CONFIG_MAGIC || user->size < sizeof(loomConfig_t)) {
@@ -63,6 +97,11 @@ Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal ca
       nranks_(bootstrap_->nranks()) {}
 
 Communicator::~Communicator() = default;
+
+bool Communicator::firstUseOf(CallInfo::Kind kind, Algorithm algorithm) {
+  uint64_t bit = uint64_t{1} << ((static_cast<unsigned>(kind) * kNumAlgorithms + static_cast<unsigned>(algorithm)) % 64);
+  return (usedChoices_.fetch_or(bit) & bit) == 0;
+}
 
 Status Communicator::create(const UniqueId& id, int rank, int nranks, const CommConfig& config,
                             std::unique_ptr<Communicator>* out) {

@@ -4,10 +4,13 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
+#include "algorithms/select.h"
 #include "core/bootstrap.h"
 #include "core/socket.h"
 #include "core/status.h"
@@ -22,6 +25,10 @@ struct CommConfig {
   long long timeoutMs = 0;
   long long initTimeoutMs = 0;
   std::string name;
+  bool shm = true;     // LOOM_TRANSPORTS lists shm
+  bool socket = true;  // LOOM_TRANSPORTS lists socket
+  AlgorithmSetting algorithms;  // LOOM_ALGO
+  size_t sliceBytes = 0;        // LOOM_SLICE_BYTES
 };
 
 // Validates a user config (NULL allowed: all defaults) and fills unset fields from the
@@ -67,6 +74,15 @@ class Communicator {
   void release();
   void waitUntilUnused();
 
+  // Held while the executor runs a plan of this communicator: its links carry one plan's
+  // bytes at a time.
+  std::mutex& executionMutex() { return execution_; }
+  // Where received bytes wait to be reduced, per link; kept between calls (under
+  // executionMutex) so that steady-state calls allocate nothing.
+  std::vector<char>& stagingFor(const transport::Link* link) { return staging_[link]; }
+  // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
+  bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
+
  private:
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
   // The common end of create and split: transport, host grouping, logs.
@@ -89,6 +105,10 @@ class Communicator {
   std::string lastErrorCopy_;  // what lastError() handed out, stable until the next call
   int uses_ = 0;
   std::condition_variable unused_;
+
+  std::mutex execution_;
+  std::map<const transport::Link*, std::vector<char>> staging_;
+  std::atomic<uint64_t> usedChoices_{0};
 };
 
 // Holds a communicator in use for its lifetime, so that loomCommAbort from another thread

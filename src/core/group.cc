@@ -5,13 +5,14 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/executor.h"
 #include "core/host_stream.h"
 
 namespace loom::group {
 namespace {
 
 struct Recorded {
-  P2POp op;
+  Call call;
   HostStream* stream;
 };
 
@@ -22,40 +23,68 @@ struct ThreadGroup {
 };
 thread_local ThreadGroup tGroup;
 
-std::vector<Communicator*> distinctComms(const std::vector<P2POp>& ops) {
-  std::vector<Communicator*> comms;
-  for (const P2POp& op : ops) {
-    if (std::find(comms.begin(), comms.end(), op.comm) == comms.end()) comms.push_back(op.comm);
-  }
-  return comms;
+Communicator* commOf(const Call& call) {
+  return std::visit([](const auto& c) { return c.comm; }, call);
 }
 
-// Runs ops with their communicators held in use (see CommUse) from now until they finish.
-Status runHeld(std::vector<P2POp>& ops, const std::vector<Communicator*>& comms) {
-  Status s = runP2P(ops);
-  for (Communicator* c : comms) c->release();
+// One plan per communicator, steps in call order; sends and receives to self become copies.
+Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out) {
+  std::vector<Plan> plans;
+  std::map<Communicator*, size_t> planOf;
+  std::map<Communicator*, std::vector<P2POp>> selfOps;
+  for (const Call& call : calls) {
+    Communicator* comm = commOf(call);
+    auto [it, added] = planOf.emplace(comm, plans.size());
+    if (added) {
+      plans.emplace_back();
+      plans.back().comm = comm;
+    }
+    Plan& plan = plans[it->second];
+    if (const P2POp* op = std::get_if<P2POp>(&call)) {
+      if (op->peer == comm->rank()) {
+        selfOps[comm].push_back(*op);
+      } else {
+        appendP2P(plan, *op);
+      }
+    } else {
+      appendCollective(plan, std::get<CollectiveCall>(call));
+    }
+  }
+  for (auto& [comm, ops] : selfOps) LOOM_TRY(appendSelfCopies(plans[planOf[comm]], ops));
+  *out = std::move(plans);
+  return Status::ok();
+}
+
+// Runs plans with their communicators held in use (see CommUse) from now until they finish.
+Status runHeld(std::vector<Plan>& plans) {
+  Status s = execute(plans);
+  for (Plan& p : plans) p.comm->release();
   return s;
 }
 
-Status launch(std::vector<Recorded> calls) {
-  std::vector<P2POp> now;
-  std::map<HostStream*, std::vector<P2POp>> queued;
-  for (Recorded& c : calls) {
-    if (c.stream == nullptr) {
-      now.push_back(c.op);
+Status launch(std::vector<Recorded> recorded) {
+  std::vector<Call> now;
+  std::map<HostStream*, std::vector<Call>> queued;
+  for (Recorded& r : recorded) {
+    if (r.stream == nullptr) {
+      now.push_back(r.call);
     } else {
-      queued[c.stream].push_back(c.op);
+      queued[r.stream].push_back(r.call);
     }
   }
-  for (auto& [stream, ops] : queued) {
-    std::vector<Communicator*> comms = distinctComms(ops);
-    for (Communicator* c : comms) c->acquire();
-    stream->enqueue([ops = std::move(ops), comms]() mutable { return runHeld(ops, comms); });
+  // Everything is built (and self-matching checked) before anything runs or is queued.
+  std::map<HostStream*, std::vector<Plan>> queuedPlans;
+  for (auto& [stream, calls] : queued) LOOM_TRY(buildPlans(calls, &queuedPlans[stream]));
+  std::vector<Plan> nowPlans;
+  LOOM_TRY(buildPlans(now, &nowPlans));
+  for (auto& [stream, plans] : queuedPlans) {
+    for (Plan& p : plans) p.comm->acquire();
+    auto shared = std::make_shared<std::vector<Plan>>(std::move(plans));
+    stream->enqueue([shared] { return runHeld(*shared); });
   }
-  if (now.empty()) return Status::ok();
-  std::vector<Communicator*> comms = distinctComms(now);
-  for (Communicator* c : comms) c->acquire();
-  return runHeld(now, comms);
+  if (nowPlans.empty()) return Status::ok();
+  for (Plan& p : nowPlans) p.comm->acquire();
+  return runHeld(nowPlans);
 }
 
 }  // namespace
@@ -74,12 +103,12 @@ Status end() {
   return launch(std::move(calls));
 }
 
-Status submit(const P2POp& op, HostStream* stream) {
+Status submit(const Call& call, HostStream* stream) {
   if (tGroup.depth > 0) {
-    tGroup.calls.push_back({op, stream});
+    tGroup.calls.push_back({call, stream});
     return Status::ok();
   }
-  return launch({{op, stream}});
+  return launch({{call, stream}});
 }
 
 }  // namespace loom::group

@@ -1,8 +1,12 @@
-// Group calls: between loomGroupStart and loomGroupEnd a thread's point-to-point calls are
-// only recorded; the outermost End launches them together (see p2p.h). Outside a group a
-// call is a group of one.
+// Group calls: between loomGroupStart and loomGroupEnd a thread's point-to-point calls and
+// collectives are only recorded; the outermost End launches them together (one plan per
+// communicator, all plans progressed at once; see executor.h). Outside a group a call is a
+// group of one.
 #pragma once
 
+#include <variant>
+
+#include "core/collective.h"
 #include "core/p2p.h"
 #include "core/status.h"
 
@@ -12,14 +16,16 @@ class HostStream;
 
 namespace group {
 
+using Call = std::variant<P2POp, CollectiveCall>;
+
 void start();
-// Launches what the group recorded: ops on the NULL stream run before End returns, ops on
-// a host stream are enqueued on it. loomInvalidUsage without a matching start.
+// Launches what the group recorded: calls on the NULL stream run before End returns, calls
+// on a host stream are enqueued on it. loomInvalidUsage without a matching start.
 Status end();
 bool active();
 
-// Records the op in the open group, or runs it now as a group of one.
-Status submit(const P2POp& op, HostStream* stream);
+// Records the call in the open group, or runs it now as a group of one.
+Status submit(const Call& call, HostStream* stream);
 
 }  // namespace group
 }  // namespace loom

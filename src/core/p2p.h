@@ -1,23 +1,18 @@
-// Point-to-point execution: runs a batch of sends and receives (one group, possibly over
-// several communicators) to completion, all interleaved, so that no order of calls across
-// ranks can deadlock. Messages between a pair of ranks match in issue order.
-//
-// Wire form of one message on a link: header {magic "LMP2", kind u16, 0 u16, bytes u64}
-// then the payload. The receiver checks kind and size against what it posted, which turns
-// mismatched calls into an error instead of corrupted data.
+// Point-to-point calls as plan steps: each loomSend / loomRecv is one message with its own
+// header (so the receiver checks size and kind against what it posted), and messages
+// between a pair of ranks match in issue order. The executor interleaves all of a group's
+// messages, so no order of calls across ranks can deadlock.
 #pragma once
 
 #include <cstddef>
-#include <cstdint>
 #include <vector>
 
+#include "algorithms/plan.h"
 #include "core/status.h"
 
 namespace loom {
 
 class Communicator;
-
-enum class MessageKind : uint16_t { kUser = 1, kBarrier = 2 };
 
 struct P2POp {
   enum class Direction { kSend, kRecv };
@@ -26,15 +21,16 @@ struct P2POp {
   int peer;
   void* buffer;  // read for sends, written for receives
   size_t bytes;
-  MessageKind kind = MessageKind::kUser;
 };
 
-// Runs every op; returns the first error. A failure (timeout, dead peer, mismatch, abort)
-// also puts each communicator with unfinished ops in its error state, since its links are
-// no longer in step with its peers.
-Status runP2P(std::vector<P2POp>& ops);
+// Appends one message to another rank (op.peer != this rank).
+void appendP2P(Plan& plan, const P2POp& op);
 
-// Dissemination barrier over the communicator's links.
+// Sends and receives a rank posts to itself in one group match each other in order and
+// become local copies. Mismatched counts or sizes are loomInvalidUsage (nothing has moved).
+Status appendSelfCopies(Plan& plan, const std::vector<P2POp>& selfOps);
+
+// Dissemination barrier: round k signals rank + 2^k and waits for rank - 2^k.
 Status runBarrier(Communicator& comm);
 
 }  // namespace loom

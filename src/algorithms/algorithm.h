@@ -1,0 +1,51 @@
+// The algorithms a collective can run, and the arguments every plan builder takes. Each
+// builder appends one call's steps to a plan (see plan.h); it reads only numbers and
+// pointers, so it can be run and checked without a communicator.
+#pragma once
+
+#include <cstddef>
+
+#include "algorithms/plan.h"
+
+namespace loom {
+
+enum class Algorithm : uint8_t {
+  kRing,
+  kTree,               // double binary tree (allreduce), binary tree (broadcast, reduce)
+  kRecursiveDoubling,  // latency-optimal small allreduce over links
+  kOneShot,            // small allreduce through one shared-memory board (one host)
+  kPairwise,           // all-to-all: every pair exchanges directly
+};
+constexpr int kNumAlgorithms = 5;
+
+// "ring", "tree", "rd", "oneshot", "pairwise" (the LOOM_ALGO names).
+const char* algorithmName(Algorithm algorithm);
+
+struct CollectiveArgs {
+  CallInfo info;
+  const void* send = nullptr;
+  void* recv = nullptr;
+  int rank = 0;
+  int nranks = 1;
+  int channels = 1;           // independent rings / trees, each on its own link when it can
+  size_t sliceBytes = 1 << 19;  // pipeline slice
+
+  size_t elemSize() const { return typeSize(info.type); }
+  size_t sliceElems() const { return std::max<size_t>(1, sliceBytes / elemSize()); }
+  const char* sendAt(size_t elem) const { return static_cast<const char*>(send) + elem * elemSize(); }
+  char* recvAt(size_t elem) const { return static_cast<char*>(recv) + elem * elemSize(); }
+};
+
+// Builders, one call each. They use only the ranks' links (peer != rank) and local copies.
+void ringAllReduce(const CollectiveArgs& a, Plan& plan);
+void ringBroadcast(const CollectiveArgs& a, Plan& plan);
+void ringReduce(const CollectiveArgs& a, Plan& plan);
+void ringAllGather(const CollectiveArgs& a, Plan& plan);
+void ringReduceScatter(const CollectiveArgs& a, Plan& plan);
+void treeAllReduce(const CollectiveArgs& a, Plan& plan);
+void treeBroadcast(const CollectiveArgs& a, Plan& plan);
+void treeReduce(const CollectiveArgs& a, Plan& plan);
+void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan);
+void pairwiseAllToAll(const CollectiveArgs& a, Plan& plan);
+
+}  // namespace loom

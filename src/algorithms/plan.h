@@ -1,0 +1,110 @@
+// A plan: what one rank does for one call, as a list of primitive steps over pieces of the
+// user's buffers. Algorithms (ring, tree, ...) write plans; an executor runs them over
+// transport links. A plan knows ranks, channels and byte ranges, never sockets or shared
+// memory, which is what lets the CPU tests check every schedule on any transport.
+//
+// Ordering rules the executor keeps:
+// - steps that use the same link in the same direction run one after another, in plan order
+//   (peers emit matching steps in the same order, so the byte streams line up);
+// - a step starts only when the step named by `after` has finished;
+// - a kRecvReduce may receive before `writeAfter` has finished, but writes its destination
+//   only after (the destination is a range that an earlier send of this rank may still be
+//   reading, e.g. when a peer copies it straight out of this process);
+// - local steps (kCopy) run in plan order among themselves.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/loom.h"
+
+namespace loom {
+
+class Communicator;
+
+// What a call is, as peers compare it: the first message of a call on each link carries it,
+// so ranks that disagree get an error instead of a corrupted result.
+struct CallInfo {
+  enum class Kind : uint8_t {
+    kSend = 1,  // loomSend / loomRecv (the receiver expects kSend)
+    kBarrier,
+    kAllReduce,
+    kBroadcast,
+    kReduce,
+    kAllGather,
+    kReduceScatter,
+    kAllToAll,
+  };
+  Kind kind = Kind::kSend;
+  loomDataType_t type = loomUint8;
+  loomRedOp_t op = loomSum;
+  int root = -1;
+  uint64_t count = 0;  // elements (bytes for point-to-point)
+
+  bool operator==(const CallInfo& o) const {
+    return kind == o.kind && type == o.type && op == o.op && root == o.root && count == o.count;
+  }
+  // "loomAllReduce(count 10, float32, sum)"
+  std::string describe() const;
+};
+
+const char* typeName(loomDataType_t type);
+const char* opName(loomRedOp_t op);
+size_t typeSize(loomDataType_t type);
+
+struct Step {
+  enum class Kind : uint8_t {
+    kSend,        // src -> peer
+    kRecv,        // peer -> dst
+    kRecvReduce,  // dst = src op (bytes from peer); src may equal dst
+    kCopy,        // dst = src, local
+  };
+  static constexpr int kNone = -1;
+
+  Kind kind;
+  int peer = kNone;  // kNone for local steps
+  int channel = 0;   // which of the peer's links (channel % links per peer)
+  const void* src = nullptr;
+  void* dst = nullptr;
+  size_t bytes = 0;
+  int after = kNone;       // index of a step of the same plan
+  int writeAfter = kNone;  // kRecvReduce only, see above
+  bool finalize = false;   // after this step, dst holds a final loomAvg sum: divide by nranks
+  bool header = false;     // a CallInfo header goes before the payload (set by markHeaders)
+};
+
+// One call, or several calls on one communicator launched together (a group): their steps
+// are concatenated in call order, each call's steps with that call's header info.
+struct Plan {
+  Communicator* comm = nullptr;
+  std::vector<Step> steps;
+  // For each step, the call it belongs to (index into calls).
+  std::vector<uint32_t> callOf;
+  std::vector<CallInfo> calls;
+
+  // Appends a step of the current (last) call; returns its index.
+  int add(const Step& step);
+  // Starts a new call: later add()s belong to it.
+  void beginCall(const CallInfo& info);
+  const CallInfo& callOfStep(size_t step) const { return calls[callOf[step]]; }
+
+  // Scratch memory the steps point into (partial results a rank must not keep in the
+  // user's buffers); lives as long as the plan.
+  char* scratch(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(char* p) const;
+  };
+  std::vector<std::unique_ptr<char, Free>> scratch_;
+};
+
+// Marks, for the steps of the current call from index `first` on, the first step on each
+// (peer, link, direction) as carrying the call's header; every step when `everyStep` (point-
+// to-point, where each message stands alone).
+void markHeaders(Plan& plan, size_t first, int linksPerPeer, bool everyStep);
+
+}  // namespace loom

@@ -1,0 +1,184 @@
+// Tree algorithms: reduce up a tree, broadcast down it, pipelined slice by slice. See tree.h
+// for the shape of the trees.
+#include "algorithms/tree.h"
+
+#include "algorithms/algorithm.h"
+#include "algorithms/partition.h"
+
+namespace loom {
+
+TreeNode binaryTree(int n, int v) {
+  TreeNode node;
+  int bit = 1;
+  while (bit < n && (v & bit) == 0) bit <<= 1;
+  if (v == 0) {
+    // bit is now the smallest power of two >= n: the root's one child is half of it.
+    if (n > 1) node.children[1] = bit >> 1;
+    return node;
+  }
+  node.parent = (v ^ bit) | (bit << 1);
+  if (node.parent >= n) node.parent = v ^ bit;
+  int low = bit >> 1;
+  if (low == 0) return node;
+  node.children[0] = v - low;
+  while (low > 0 && v + low >= n) low >>= 1;
+  node.children[1] = low > 0 ? v + low : -1;
+  return node;
+}
+
+namespace {
+
+// Renumbers a node of a tree over virtual ranks through `toReal`.
+template <typename Map>
+TreeNode mapped(TreeNode node, Map toReal) {
+  if (node.parent >= 0) node.parent = toReal(node.parent);
+  for (int& c : node.children) {
+    if (c >= 0) c = toReal(c);
+  }
+  return node;
+}
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+TreeNode doubleTree(int n, int r, int t) {
+  if (t == 0) return binaryTree(n, r);
+  if (n % 2 == 1) {
+    return mapped(binaryTree(n, mod(r - 1, n)), [n](int v) { return mod(v + 1, n); });
+  }
+  return mapped(binaryTree(n, n - 1 - r), [n](int v) { return n - 1 - v; });
+}
+
+TreeNode rootedTree(int n, int r, int root) {
+  return mapped(binaryTree(n, mod(r - root, n)), [n, root](int v) { return mod(v + root, n); });
+}
+
+namespace {
+
+Step linkStep(Step::Kind kind, int peer, int channel, const void* src, void* dst, size_t bytes) {
+  Step s{kind};
+  s.peer = peer;
+  s.channel = channel;
+  s.src = src;
+  s.dst = dst;
+  s.bytes = bytes;
+  return s;
+}
+
+// Up the tree for one slice: reduce what the children send into `acc` (starting from this
+// rank's own `own`), then pass it to the parent. Returns the step after which `acc` holds
+// the slice's result for this subtree (kNone when there are no children: then it is `own`).
+int reduceUp(Plan& plan, const TreeNode& node, int channel, const void* own, void* acc, size_t bytes,
+             bool finalizeAtRoot) {
+  int last = Step::kNone;
+  int childCount = (node.children[0] >= 0) + (node.children[1] >= 0);
+  int seen = 0;
+  for (int child : node.children) {
+    if (child < 0) continue;
+    ++seen;
+    Step st = linkStep(Step::Kind::kRecvReduce, child, channel, last == Step::kNone ? own : acc, acc, bytes);
+    // The second child's bytes may arrive early; only its write waits for the first.
+    st.writeAfter = last;
+    st.finalize = finalizeAtRoot && node.parent < 0 && seen == childCount;
+    last = plan.add(st);
+  }
+  if (node.parent >= 0) {
+    Step st = linkStep(Step::Kind::kSend, node.parent, channel, last == Step::kNone ? own : acc, nullptr, bytes);
+    st.after = last;
+    plan.add(st);
+  }
+  return last;
+}
+
+// Down the tree for one slice: take the result from the parent (unless root), then pass it
+// to the children. `ready` is the step after which the root's `data` holds the result.
+void sendDown(Plan& plan, const TreeNode& node, int channel, void* data, size_t bytes, int ready) {
+  if (node.parent >= 0) ready = plan.add(linkStep(Step::Kind::kRecv, node.parent, channel, nullptr, data, bytes));
+  for (int child : node.children) {
+    if (child < 0) continue;
+    Step st = linkStep(Step::Kind::kSend, child, channel, data, nullptr, bytes);
+    st.after = ready;
+    plan.add(st);
+  }
+}
+
+Step copyStep(const void* src, void* dst, size_t bytes, bool finalize) {
+  Step s{Step::Kind::kCopy};
+  s.src = src;
+  s.dst = dst;
+  s.bytes = bytes;
+  s.finalize = finalize;
+  return s;
+}
+
+}  // namespace
+
+// Half the buffer goes up and down tree 0, the other half tree 1; each result is computed
+// once, at its tree's root, so every rank ends with the same bits.
+void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
+  const int n = a.nranks;
+  const bool avg = a.info.op == loomAvg;
+  const size_t se = a.sliceElems(), es = a.elemSize();
+  if (n == 1) {
+    plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
+    return;
+  }
+  const TreeNode nodes[2] = {doubleTree(n, a.rank, 0), doubleTree(n, a.rank, 1)};
+  const Range halves[2] = {part(a.info.count, 2, 0), part(a.info.count, 2, 1)};
+  const size_t slices = sliceCount(halves[0], se);
+  for (size_t j = 0; j < slices; ++j) {
+    for (int t = 0; t < 2; ++t) {
+      Range s = slice(halves[t], se, j);
+      if (s.size() == 0) continue;
+      size_t bytes = s.size() * es;
+      int channel = t % a.channels;
+      int done = reduceUp(plan, nodes[t], channel, a.sendAt(s.begin), a.recvAt(s.begin), bytes, avg);
+      sendDown(plan, nodes[t], channel, a.recvAt(s.begin), bytes, done);
+    }
+  }
+}
+
+void treeBroadcast(const CollectiveArgs& a, Plan& plan) {
+  const TreeNode node = rootedTree(a.nranks, a.rank, a.info.root);
+  const bool isRoot = a.rank == a.info.root;
+  const size_t se = a.sliceElems(), es = a.elemSize();
+  auto range = [&](int c) { return part(a.info.count, a.channels, c); };
+  const size_t slices = sliceCount(range(0), se);
+  for (size_t j = 0; j < slices; ++j) {
+    for (int c = 0; c < a.channels; ++c) {
+      Range s = slice(range(c), se, j);
+      if (s.size() == 0) continue;
+      size_t bytes = s.size() * es;
+      if (isRoot && a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
+      // The root sends straight from sendbuff; the others forward what they received.
+      void* data = isRoot ? const_cast<char*>(a.sendAt(s.begin)) : a.recvAt(s.begin);
+      sendDown(plan, node, c, data, bytes, Step::kNone);
+    }
+  }
+}
+
+// Inner ranks other than the root reduce into scratch: a non-root's recvbuff is not touched.
+void treeReduce(const CollectiveArgs& a, Plan& plan) {
+  const TreeNode node = rootedTree(a.nranks, a.rank, a.info.root);
+  const bool isRoot = a.rank == a.info.root, avg = a.info.op == loomAvg;
+  const size_t se = a.sliceElems(), es = a.elemSize();
+  if (a.nranks == 1) {
+    plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
+    return;
+  }
+  const bool inner = node.children[0] >= 0 || node.children[1] >= 0;
+  char* partial = (!isRoot && inner) ? plan.scratch(a.info.count * es) : nullptr;
+  auto range = [&](int c) { return part(a.info.count, a.channels, c); };
+  const size_t slices = sliceCount(range(0), se);
+  for (size_t j = 0; j < slices; ++j) {
+    for (int c = 0; c < a.channels; ++c) {
+      Range s = slice(range(c), se, j);
+      if (s.size() == 0) continue;
+      void* acc = isRoot ? a.recvAt(s.begin) : (partial ? partial + s.begin * es : nullptr);
+      reduceUp(plan, node, c, a.sendAt(s.begin), acc, s.size() * es, avg);
+    }
+  }
+}
+
+}  // namespace loom

@@ -1,0 +1,70 @@
+#include "core/collective.h"
+
+#include "algorithms/algorithm.h"
+#include "algorithms/select.h"
+#include "core/communicator.h"
+#include "core/log.h"
+
+namespace loom {
+namespace {
+
+// Bytes one rank contributes or receives, the measure the size rules use.
+size_t callBytes(const CallInfo& info, int nranks) {
+  size_t bytes = info.count * typeSize(info.type);
+  bool perRank = info.kind == CallInfo::Kind::kAllGather || info.kind == CallInfo::Kind::kReduceScatter ||
+                 info.kind == CallInfo::Kind::kAllToAll;
+  return perRank ? bytes * static_cast<size_t>(nranks) : bytes;
+}
+
+void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
+  switch (args.info.kind) {
+    case CallInfo::Kind::kAllReduce:
+      if (algorithm == Algorithm::kTree) return treeAllReduce(args, plan);
+      if (algorithm == Algorithm::kRecursiveDoubling || algorithm == Algorithm::kOneShot) {
+        return recursiveDoublingAllReduce(args, plan);
+      }
+      return ringAllReduce(args, plan);
+    case CallInfo::Kind::kBroadcast:
+      return algorithm == Algorithm::kTree ? treeBroadcast(args, plan) : ringBroadcast(args, plan);
+    case CallInfo::Kind::kReduce:
+      return algorithm == Algorithm::kTree ? treeReduce(args, plan) : ringReduce(args, plan);
+    case CallInfo::Kind::kAllGather: return ringAllGather(args, plan);
+    case CallInfo::Kind::kReduceScatter: return ringReduceScatter(args, plan);
+    case CallInfo::Kind::kAllToAll: return pairwiseAllToAll(args, plan);
+    default: return;
+  }
+}
+
+}  // namespace
+
+void appendCollective(Plan& plan, const CollectiveCall& call) {
+  Communicator& comm = *call.comm;
+  const CommConfig& config = comm.config();
+  CallShape shape{call.info, callBytes(call.info, comm.nranks()), comm.nranks(), comm.hosts() == 1 && config.shm};
+  Choice choice = chooseAlgorithm(shape, config.algorithms);
+
+  CollectiveArgs args;
+  args.info = call.info;
+  args.send = call.send;
+  args.recv = call.recv;
+  args.rank = comm.rank();
+  args.nranks = comm.nranks();
+  args.sliceBytes = config.sliceBytes;
+  // Several channels only pay when each gets a few slices' worth.
+  int links = comm.transport().linksPerPeer();
+  args.channels = shape.bytes >= static_cast<size_t>(links) * 2 * config.sliceBytes ? links : 1;
+
+  if (comm.firstUseOf(call.info.kind, choice.algorithm)) {
+    LOOM_INFO("comm %016llx: %s uses %s (%s), %d channel(s), slices of %zu bytes; later calls log at TRACE",
+              static_cast<unsigned long long>(comm.commId()), call.info.describe().c_str(),
+              algorithmName(choice.algorithm), choice.why.c_str(), args.channels, args.sliceBytes);
+  } else {
+    LOOM_TRACE("%s: %s (%s)", call.info.describe().c_str(), algorithmName(choice.algorithm), choice.why.c_str());
+  }
+  plan.beginCall(call.info);
+  size_t first = plan.steps.size();
+  build(choice.algorithm, args, plan);
+  markHeaders(plan, first, links, false);
+}
+
+}  // namespace loom

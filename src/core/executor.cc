@@ -1,0 +1,378 @@
+#include "core/executor.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include "core/communicator.h"
+#include "core/log.h"
+#include "kernels/reduce.h"
+
+namespace loom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Wire form of a call header: "LMC1", kind, type, op, 0, root (i32), 0 (u32), count (u64).
+constexpr size_t kHeaderBytes = 24;
+constexpr uint8_t kMagic[4] = {'L', 'M', 'C', '1'};
+
+void encodeHeader(const CallInfo& info, uint8_t* out) {
+  std::memset(out, 0, kHeaderBytes);
+  std::memcpy(out, kMagic, 4);
+  out[4] = static_cast<uint8_t>(info.kind);
+  out[5] = static_cast<uint8_t>(info.type);
+  out[6] = static_cast<uint8_t>(info.op);
+  int32_t root = info.root;
+  std::memcpy(out + 8, &root, 4);
+  uint64_t count = info.count;
+  std::memcpy(out + 16, &count, 8);
+}
+
+Status checkHeader(const uint8_t* in, const CallInfo& expected, int peer) {
+  if (std::memcmp(in, kMagic, 4) != 0) {
+    return error(loomRemoteError, "rank %d sent bytes that are not a Loom message", peer);
+  }
+  CallInfo got;
+  got.kind = static_cast<CallInfo::Kind>(in[4]);
+  got.type = static_cast<loomDataType_t>(in[5]);
+  got.op = static_cast<loomRedOp_t>(in[6]);
+  int32_t root;
+  std::memcpy(&root, in + 8, 4);
+  got.root = root;
+  uint64_t count;
+  std::memcpy(&count, in + 16, 8);
+  got.count = count;
+  if (got == expected) return Status::ok();
+  if (got.kind == CallInfo::Kind::kSend && expected.kind == CallInfo::Kind::kSend) {
+    return error(loomInvalidUsage, "mismatched calls: rank %d sent %llu bytes but this rank's loomRecv expects %llu",
+                 peer, static_cast<unsigned long long>(got.count), static_cast<unsigned long long>(expected.count));
+  }
+  return error(loomInvalidUsage, "mismatched calls: rank %d called %s while this rank called %s", peer,
+               got.describe().c_str(), expected.describe().c_str());
+}
+
+// Progress of one step.
+struct StepState {
+  size_t headerMoved = 0;
+  size_t moved = 0;    // payload bytes sent or received
+  size_t reduced = 0;  // kRecvReduce: payload bytes reduced into dst
+  bool done = false;
+  uint8_t header[kHeaderBytes];
+};
+
+// Steps that share a link and direction (or a plan's local steps), in plan order.
+struct Queue {
+  size_t plan;
+  transport::Link* link = nullptr;  // nullptr: local steps
+  bool send = false;
+  std::vector<int> steps;
+  size_t head = 0;
+  std::vector<char>* staging = nullptr;  // kRecvReduce landing area
+};
+
+struct PlanState {
+  Plan* plan;
+  std::vector<StepState> steps;
+  Clock::time_point lastProgress;
+  bool finished = false;
+};
+
+class Run {
+ public:
+  explicit Run(std::vector<Plan>& plans) : plans_(plans) {}
+  Status go();
+
+ private:
+  Status connect();
+  void buildQueues();
+  Status advance(Queue& q, bool* progressed);
+  Status advanceStep(Queue& q, int index, bool* progressed);
+  Status idle(bool spin);
+  // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
+  // plans with unfinished steps.
+  Status fail(const Status& s, size_t origin);
+  bool pending(size_t plan) const;
+  std::string describe(const Queue& q, int index) const;
+
+  std::vector<Plan>& plans_;
+  std::vector<PlanState> state_;
+  std::vector<Queue> queues_;
+  unsigned idlePasses_ = 0;
+};
+
+std::string Run::describe(const Queue& q, int index) const {
+  const Plan& plan = *state_[q.plan].plan;
+  const Step& s = plan.steps[static_cast<size_t>(index)];
+  const StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
+  const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
+  bool send = s.kind == Step::Kind::kSend;
+  if (call.kind == CallInfo::Kind::kSend) {
+    return format("%s %s rank %d (%zu of %zu bytes %s)", send ? "loomSend" : "loomRecv", send ? "to" : "from", s.peer,
+                  st.moved, s.bytes, send ? "sent" : "received");
+  }
+  return format("%s: %s rank %d (%zu of %zu bytes of this step %s)", call.describe().c_str(),
+                send ? "sending to" : "receiving from", s.peer, st.moved, s.bytes, send ? "sent" : "received");
+}
+
+Status Run::go() {
+  for (Plan& p : plans_) state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now(), false});
+  LOOM_TRY(connect());
+  buildQueues();
+  for (;;) {
+    bool progressed = false, pending = false, spin = false;
+    for (Queue& q : queues_) {
+      if (q.head == q.steps.size()) continue;
+      Status s = advance(q, &progressed);
+      if (!s.isOk()) return fail(s, q.plan);
+      if (q.head < q.steps.size()) {
+        pending = true;
+        spin = spin || q.link == nullptr || q.link->waitFd() < 0;
+      }
+    }
+    if (!pending) return Status::ok();
+    if (!progressed) LOOM_TRY(idle(spin));
+  }
+}
+
+Status Run::connect() {
+  // All connects first, then all accepts (see Transport): one thread may drive several
+  // communicators whose ranks wait on each other.
+  std::vector<std::vector<int>> peers(plans_.size());
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    std::set<int> set;
+    for (const Step& s : plans_[i].steps) {
+      if (s.peer != Step::kNone) set.insert(s.peer);
+    }
+    peers[i].assign(set.begin(), set.end());
+  }
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (peers[i].empty()) continue;
+    Communicator* comm = plans_[i].comm;
+    Status s = comm->transport().connectOut(peers[i], Deadline::afterMs(comm->config().timeoutMs));
+    if (!s.isOk()) return fail(s, i);
+  }
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (peers[i].empty()) continue;
+    Communicator* comm = plans_[i].comm;
+    Status s = comm->transport().acceptIn(peers[i], Deadline::afterMs(comm->config().timeoutMs));
+    if (!s.isOk()) return fail(s, i);
+  }
+  return Status::ok();
+}
+
+void Run::buildQueues() {
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    Plan& plan = plans_[i];
+    transport::Transport& transport = plan.comm->transport();
+    int links = transport.linksPerPeer();
+    std::map<std::pair<transport::Link*, bool>, size_t> index;
+    size_t local = SIZE_MAX;
+    for (size_t k = 0; k < plan.steps.size(); ++k) {
+      const Step& s = plan.steps[k];
+      size_t* slot = &local;
+      transport::Link* link = nullptr;
+      bool send = s.kind == Step::Kind::kSend;
+      if (s.peer != Step::kNone) {
+        link = transport.link(s.peer, s.channel % links);
+        auto it = index.emplace(std::make_pair(link, send), SIZE_MAX).first;
+        slot = &it->second;
+      }
+      if (*slot == SIZE_MAX) {
+        *slot = queues_.size();
+        Queue q;
+        q.plan = i;
+        q.link = link;
+        q.send = send;
+        queues_.push_back(q);
+      }
+      Queue& q = queues_[*slot];
+      q.steps.push_back(static_cast<int>(k));
+      if (s.kind == Step::Kind::kRecvReduce) {
+        q.staging = &plan.comm->stagingFor(link);
+        if (q.staging->size() < s.bytes) q.staging->resize(s.bytes);
+      }
+    }
+  }
+}
+
+Status Run::advance(Queue& q, bool* progressed) {
+  PlanState& ps = state_[q.plan];
+  while (q.head < q.steps.size()) {
+    int index = q.steps[q.head];
+    const Step& s = ps.plan->steps[static_cast<size_t>(index)];
+    if (s.after != Step::kNone && !ps.steps[static_cast<size_t>(s.after)].done) return Status::ok();
+    bool moved = false;
+    Status st = advanceStep(q, index, &moved);
+    if (!st.isOk()) return st.withContext(describe(q, index));
+    if (moved) {
+      *progressed = true;
+      ps.lastProgress = Clock::now();
+    }
+    if (!ps.steps[static_cast<size_t>(index)].done) return Status::ok();
+    ++q.head;
+  }
+  return Status::ok();
+}
+
+Status Run::advanceStep(Queue& q, int index, bool* moved) {
+  Plan& plan = *state_[q.plan].plan;
+  const Step& s = plan.steps[static_cast<size_t>(index)];
+  StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
+  const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
+  auto finish = [&] {
+    if (s.finalize && call.op == loomAvg && s.bytes > 0) {
+      kernels::scale(s.dst, s.dst, s.bytes / typeSize(call.type), call.type, plan.comm->nranks());
+    }
+    st.done = true;
+    *moved = true;
+  };
+
+  if (s.kind == Step::Kind::kCopy) {
+    kernels::copy(s.dst, s.src, s.bytes);
+    finish();
+    return Status::ok();
+  }
+  transport::Link& link = *q.link;
+  size_t done = 0;
+  if (s.header && st.headerMoved < kHeaderBytes) {
+    if (st.headerMoved == 0 && q.send) encodeHeader(call, st.header);
+    LOOM_TRY(q.send ? link.sendSome(st.header + st.headerMoved, kHeaderBytes - st.headerMoved, &done)
+                    : link.recvSome(st.header + st.headerMoved, kHeaderBytes - st.headerMoved, &done));
+    st.headerMoved += done;
+    *moved = *moved || done > 0;
+    if (st.headerMoved < kHeaderBytes) return Status::ok();
+    if (!q.send) LOOM_TRY(checkHeader(st.header, call, s.peer));
+  }
+  switch (s.kind) {
+    case Step::Kind::kSend:
+      while (st.moved < s.bytes) {
+        LOOM_TRY(link.sendSome(static_cast<const char*>(s.src) + st.moved, s.bytes - st.moved, &done));
+        if (done == 0) return Status::ok();
+        st.moved += done;
+        *moved = true;
+      }
+      break;
+    case Step::Kind::kRecv:
+      while (st.moved < s.bytes) {
+        LOOM_TRY(link.recvSome(static_cast<char*>(s.dst) + st.moved, s.bytes - st.moved, &done));
+        if (done == 0) return Status::ok();
+        st.moved += done;
+        *moved = true;
+      }
+      break;
+    case Step::Kind::kRecvReduce: {
+      char* staging = q.staging->data();
+      while (st.moved < s.bytes) {
+        LOOM_TRY(link.recvSome(staging + st.moved, s.bytes - st.moved, &done));
+        if (done == 0) break;
+        st.moved += done;
+        *moved = true;
+      }
+      // Reduce whole elements as they arrive, once dst may be written.
+      if (s.writeAfter != Step::kNone && !state_[q.plan].steps[static_cast<size_t>(s.writeAfter)].done) {
+        return Status::ok();
+      }
+      size_t es = typeSize(call.type);
+      size_t ready = st.moved - st.moved % es;
+      if (ready > st.reduced) {
+        size_t off = st.reduced;
+        kernels::reduce(static_cast<char*>(s.dst) + off, static_cast<const char*>(s.src) + off, staging + off,
+                        (ready - off) / es, call.type, call.op);
+        st.reduced = ready;
+        *moved = true;
+      }
+      if (st.reduced < s.bytes) return Status::ok();
+      break;
+    }
+    case Step::Kind::kCopy:
+      break;
+  }
+  if (st.moved == s.bytes) finish();
+  return Status::ok();
+}
+
+// Nothing moved in a whole pass. Links with a descriptor are waited on with poll; shared-
+// memory links have none, so the thread yields and looks again (a peer on this host is
+// about to write). Either way abort and the no-progress deadline are checked.
+Status Run::idle(bool spin) {
+  Clock::time_point now = Clock::now();
+  Clock::time_point wake = Clock::time_point::max();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (!pending(i)) continue;
+    const PlanState& ps = state_[i];
+    long long limitMs = ps.plan->comm->config().timeoutMs;
+    Clock::time_point expiry = ps.lastProgress + std::chrono::milliseconds(limitMs);
+    wake = std::min(wake, expiry);
+    if (now < expiry) continue;
+    for (const Queue& q : queues_) {
+      if (q.plan != i || q.head == q.steps.size()) continue;
+      return fail(error(loomTimeout, "%s timed out after %lld ms", describe(q, q.steps[q.head]).c_str(), limitMs), i);
+    }
+  }
+  std::vector<pollfd> fds;
+  if (!spin) {
+    for (const Queue& q : queues_) {
+      if (q.head == q.steps.size()) continue;
+      fds.push_back({q.link->waitFd(), static_cast<short>(q.send ? POLLOUT : POLLIN), 0});
+    }
+  }
+  size_t firstCancel = fds.size();
+  for (const PlanState& ps : state_) fds.push_back({ps.plan->comm->cancelFd(), POLLIN, 0});
+  int waitMs = 0;
+  if (spin) {
+    sched_yield();
+    // A spinning pass checks for abort only every so often: poll is a system call.
+    if ((++idlePasses_ & 255) != 0) return Status::ok();
+  } else {
+    waitMs = static_cast<int>(std::max<long long>(
+        1, std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1));
+  }
+  int rc = ::poll(fds.data(), fds.size(), waitMs);
+  if (rc < 0 && errno != EINTR) return fail(systemError("poll", errno), SIZE_MAX);
+  for (size_t i = firstCancel; i < fds.size(); ++i) {
+    if (fds[i].revents & POLLIN) {
+      return fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"), i - firstCancel);
+    }
+  }
+  return Status::ok();
+}
+
+Status Run::fail(const Status& s, size_t origin) {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (i != origin && !pending(i)) continue;
+    bool own = origin >= plans_.size() || plans_[i].comm == plans_[origin].comm;
+    plans_[i].comm->fail(own ? s : s.withContext("another communicator of this group failed"));
+  }
+  return s;
+}
+
+bool Run::pending(size_t plan) const {
+  for (const Queue& q : queues_) {
+    if (q.plan == plan && q.head < q.steps.size()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status execute(std::vector<Plan>& plans) {
+  // One run at a time per communicator (a host stream and the calling thread could both
+  // reach one); lock in address order so that groups over several never deadlock.
+  std::vector<Communicator*> comms;
+  for (const Plan& p : plans) comms.push_back(p.comm);
+  std::sort(comms.begin(), comms.end());
+  comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (Communicator* c : comms) locks.emplace_back(c->executionMutex());
+  return Run(plans).go();
+}
+
+}  // namespace loom
