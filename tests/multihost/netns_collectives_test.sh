@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Every collective across two "hosts": network namespaces joined by a veth pair, two ranks
+# in each with distinct LOOM_HOSTID, so the pair inside a namespace talks over shared memory
+# and pairs across namespaces over TCP. collectives_rank (tests/multihost/collectives_rank.cc)
+# runs every collective x every type, with rotating ops, counts, roots and in-place, against
+# the reference of tests/multirank/collective_reference.h: once per LOOM_ALGO value, started
+# by hand with LOOM_* variables, then once with LOOM_TRANSPORTS=socket through one
+# `loomrun --nnodes 2 --node-rank K` per namespace. The namespaces are made here and removed
+# on exit; without root or netns support the test is skipped with the reason.
+#
+#   netns_collectives_test.sh COLLECTIVES_RANK LOOMRUN
+set -u
+rankprog=$1
+loomrun=$2
+if [ "$(id -u)" != 0 ]; then echo "skipped: creating network namespaces needs root"; exit 77; fi
+if ! command -v ip >/dev/null; then echo "skipped: iproute2 (ip) is not installed"; exit 77; fi
+
+tag=$$
+nsA=lcolA$tag nsB=lcolB$tag vethA=lcA$tag vethB=lcB$tag
+out=$(mktemp -d)
+cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; rm -rf "$out"; }
+trap cleanup EXIT
+if ! ip netns add "$nsA" 2>"$out/netns_err"; then
+  echo "skipped: cannot create network namespaces: $(cat "$out/netns_err")"; exit 77
+fi
+set -e
+ip netns add "$nsB"
+ip link add "$vethA" type veth peer name "$vethB"
+ip link set "$vethA" netns "$nsA"
+ip link set "$vethB" netns "$nsB"
+# Addresses of our own test hosts, which exist only inside these namespaces (so the ports
+# below cannot collide with anything outside them).
+ip -n "$nsA" addr add 10.231.8.1/24 dev "$vethA"
+ip -n "$nsB" addr add 10.231.8.2/24 dev "$vethB"
+for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
+ip -n "$nsA" link set "$vethA" up
+ip -n "$nsB" link set "$vethB" up
+set +e
+
+secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+failed=0
+# "" is the default choice; the last one forces a different algorithm per collective.
+algos=("" ring tree rd oneshot pairwise "allreduce=rd,broadcast=tree,reduce=tree")
+
+# Four ranks by hand: 0 and 1 on host A, 2 and 3 on host B.
+for i in "${!algos[@]}"; do
+  algo=${algos[$i]}
+  label=${algo:-default}
+  start=$SECONDS
+  pids=()
+  for rank in 0 1 2 3; do
+    if [ "$rank" -lt 2 ]; then ns=$nsA host=hostA; else ns=$nsB host=hostB; fi
+    ip netns exec "$ns" env LOOM_RANK=$rank LOOM_WORLD_SIZE=4 LOOM_MASTER_ADDR=10.231.8.1 \
+      LOOM_MASTER_PORT=$((29610 + i)) LOOM_SECRET="$secret" LOOM_HOSTID=$host LOOM_DEBUG=INFO \
+      LOOM_ALGO="$algo" LOOM_INIT_TIMEOUT_MS=30000 LOOM_TIMEOUT_MS=30000 \
+      timeout 150 "$rankprog" "$i" >"$out/$i.$rank.out" 2>"$out/$i.$rank.err" &
+    pids+=($!)
+  done
+  run_failed=0
+  for rank in 0 1 2 3; do
+    wait "${pids[$rank]}"; status=$?
+    if [ $status -ne 0 ] || ! grep -q "checks passed" "$out/$i.$rank.out"; then
+      echo "LOOM_ALGO=$label: rank $rank failed (status $status):"
+      cat "$out/$i.$rank.out"; grep -v " INFO " "$out/$i.$rank.err" | head -40
+      run_failed=1
+    fi
+    grep -q "(local rank $(( rank % 2 )) of 2, 2 hosts)" "$out/$i.$rank.err" ||
+      { echo "LOOM_ALGO=$label: rank $rank did not see 2 hosts"; run_failed=1; }
+  done
+  if [ $run_failed -eq 0 ]; then
+    echo "LOOM_ALGO=$label: 4 ranks on 2 hosts: $(sed -n 's/.*: all \([0-9]*\) checks passed.*/\1/p' "$out/$i.0.out") checks passed on every rank ($((SECONDS - start)) s)"
+  fi
+  failed=$((failed | run_failed))
+done
+
+# Everything over TCP, through loomrun's static rendezvous, one launcher per host.
+start=$SECONDS
+for node in 0 1; do
+  if [ $node -eq 0 ]; then ns=$nsA; else ns=$nsB; fi
+  ip netns exec "$ns" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TRANSPORTS=socket \
+    LOOM_TIMEOUT_MS=30000 "$loomrun" -n 4 --nnodes 2 --node-rank $node --master-addr 10.231.8.1 \
+    --master-port 29630 --timeout 150 --tag-output "$rankprog" 99 >"$out/node$node.out" 2>&1 &
+  pids[$node]=$!
+done
+for node in 0 1; do
+  wait "${pids[$node]}" || { echo "loomrun on node $node failed:"; head -60 "$out/node$node.out"; failed=1; }
+done
+for rank in 0 1 2 3; do
+  node=$(( rank / 2 ))
+  grep -q "^\[$rank\] rank $rank of 4: all [0-9]* checks passed" "$out/node$node.out" ||
+    { echo "loomrun job, LOOM_TRANSPORTS=socket: rank $rank missing or failed on node $node"; failed=1; }
+done
+[ $failed -eq 0 ] && echo "LOOM_TRANSPORTS=socket through loomrun --nnodes 2: every rank passed ($((SECONDS - start)) s)"
+
+[ $failed -eq 0 ] && echo "every collective passed across 2 namespace hosts for every LOOM_ALGO value"
+exit $failed

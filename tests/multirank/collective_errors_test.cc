@@ -1,0 +1,389 @@
+// Collectives given bad arguments, called differently on different ranks, or left by a
+// rank that dies: an error with a message on the rank that sees it, never a hang.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multirank/collective_reference.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::Collective;
+using loomtest::Mode;
+
+std::string lastError(loomComm_t comm) { return loomGetLastError(comm); }
+
+// The call returns `code` and loomGetLastError(comm) contains every fragment.
+#define EXPECT_ERROR(call, code, comm, ...)                                                  \
+  do {                                                                                       \
+    loomResult_t r_ = (call);                                                                \
+    EXPECT_EQ(r_, (code)) << #call << ": " << loomGetErrorString(r_);                        \
+    std::string m_ = lastError(comm);                                                        \
+    for (const char* f_ : {__VA_ARGS__}) {                                                   \
+      EXPECT_NE(m_.find(f_), std::string::npos) << #call << ": message \"" << m_             \
+                                                << "\" does not contain \"" << f_ << "\"";   \
+    }                                                                                        \
+  } while (0)
+
+#define EXPECT_INVALID(call, comm, ...) EXPECT_ERROR(call, loomInvalidArgument, comm, __VA_ARGS__)
+
+// ---- Validation: rejected before anything reaches a peer -------------------------------
+
+class CollectiveValidation : public testing::Test {
+ protected:
+  void SetUp() override {
+    comms_.resize(2);
+    LOOM_ASSERT_OK(loomCommInitAll(comms_.data(), 2, nullptr), nullptr);
+    c_ = comms_[0];
+    a_.assign(64, 1.0f);
+    b_.assign(64, 2.0f);
+  }
+
+  // Both ranks still agree on a real AllReduce after the rejected calls.
+  void TearDown() override {
+    std::vector<float> in0(8, 1.0f), in1(8, 2.0f), out0(8), out1(8);
+    std::thread other([&] {
+      LOOM_EXPECT_OK(loomAllReduce(in1.data(), out1.data(), 8, loomFloat32, loomSum, comms_[1], nullptr),
+                     comms_[1]);
+    });
+    LOOM_EXPECT_OK(loomAllReduce(in0.data(), out0.data(), 8, loomFloat32, loomSum, c_, nullptr), c_);
+    other.join();
+    EXPECT_EQ(out0[7], 3.0f);
+    EXPECT_EQ(out1[0], 3.0f);
+    loomResult_t async = loomInternalError;
+    LOOM_EXPECT_OK(loomCommGetAsyncError(c_, &async), c_);
+    EXPECT_EQ(async, loomSuccess);
+    for (loomComm_t comm : comms_) LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+  }
+
+  std::vector<loomComm_t> comms_;
+  loomComm_t c_ = nullptr;  // rank 0: every bad call is made here
+  std::vector<float> a_, b_;
+};
+
+TEST_F(CollectiveValidation, NullBuffersWithACount) {
+  float* a = a_.data();
+  float* b = b_.data();
+  EXPECT_INVALID(loomAllReduce(nullptr, b, 4, loomFloat32, loomSum, c_, nullptr), c_, "sendbuff", "NULL");
+  EXPECT_INVALID(loomAllReduce(a, nullptr, 4, loomFloat32, loomSum, c_, nullptr), c_, "recvbuff", "NULL");
+  // Rank 0 is the root here: its buffers are needed.
+  EXPECT_INVALID(loomBroadcast(nullptr, b, 4, loomFloat32, 0, c_, nullptr), c_, "sendbuff", "NULL");
+  EXPECT_INVALID(loomBroadcast(a, nullptr, 4, loomFloat32, 0, c_, nullptr), c_, "recvbuff", "NULL");
+  EXPECT_INVALID(loomReduce(nullptr, b, 4, loomFloat32, loomSum, 0, c_, nullptr), c_, "sendbuff", "NULL");
+  EXPECT_INVALID(loomReduce(a, nullptr, 4, loomFloat32, loomSum, 0, c_, nullptr), c_, "recvbuff", "NULL");
+  EXPECT_INVALID(loomAllGather(nullptr, b, 4, loomFloat32, c_, nullptr), c_, "sendbuff", "NULL");
+  EXPECT_INVALID(loomAllGather(a, nullptr, 4, loomFloat32, c_, nullptr), c_, "recvbuff", "NULL");
+  EXPECT_INVALID(loomReduceScatter(nullptr, b, 4, loomFloat32, loomSum, c_, nullptr), c_, "sendbuff", "NULL");
+  EXPECT_INVALID(loomReduceScatter(a, nullptr, 4, loomFloat32, loomSum, c_, nullptr), c_, "recvbuff", "NULL");
+  EXPECT_INVALID(loomAllToAll(nullptr, b, 4, loomFloat32, c_, nullptr), c_, "sendbuff", "NULL");
+  EXPECT_INVALID(loomAllToAll(a, nullptr, 4, loomFloat32, c_, nullptr), c_, "recvbuff", "NULL");
+  EXPECT_INVALID(loomAllReduce(a, b, 4, loomFloat32, loomSum, nullptr, nullptr), nullptr, "comm is NULL");
+}
+
+TEST_F(CollectiveValidation, BadDatatype) {
+  float* a = a_.data();
+  float* b = b_.data();
+  for (int bad : {42, -1, 10}) {
+    auto type = static_cast<loomDataType_t>(bad);
+    std::string value = "datatype " + std::to_string(bad);
+    const char* v = value.c_str();
+    EXPECT_INVALID(loomAllReduce(a, b, 4, type, loomSum, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomBroadcast(a, b, 4, type, 0, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomReduce(a, b, 4, type, loomSum, 0, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomAllGather(a, b, 4, type, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomReduceScatter(a, b, 4, type, loomSum, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomAllToAll(a, b, 4, type, c_, nullptr), c_, v);
+  }
+}
+
+TEST_F(CollectiveValidation, BadOp) {
+  float* a = a_.data();
+  float* b = b_.data();
+  for (int bad : {77, -1, 5}) {
+    auto op = static_cast<loomRedOp_t>(bad);
+    std::string value = "op " + std::to_string(bad);
+    const char* v = value.c_str();
+    EXPECT_INVALID(loomAllReduce(a, b, 4, loomFloat32, op, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomReduce(a, b, 4, loomFloat32, op, 0, c_, nullptr), c_, v);
+    EXPECT_INVALID(loomReduceScatter(a, b, 4, loomFloat32, op, c_, nullptr), c_, v);
+  }
+}
+
+TEST_F(CollectiveValidation, RootOutOfRange) {
+  float* a = a_.data();
+  float* b = b_.data();
+  EXPECT_INVALID(loomBroadcast(a, b, 4, loomFloat32, -1, c_, nullptr), c_, "root -1");
+  EXPECT_INVALID(loomBroadcast(a, b, 4, loomFloat32, 2, c_, nullptr), c_, "root 2");
+  EXPECT_INVALID(loomReduce(a, b, 4, loomFloat32, loomSum, -1, c_, nullptr), c_, "root -1");
+  EXPECT_INVALID(loomReduce(a, b, 4, loomFloat32, loomSum, 2, c_, nullptr), c_, "root 2");
+  // Even with count 0: the root is checked before anything is skipped.
+  EXPECT_INVALID(loomBroadcast(a, b, 0, loomFloat32, 7, c_, nullptr), c_, "root 7");
+}
+
+TEST_F(CollectiveValidation, CountsThatOverflow) {
+  float* a = a_.data();
+  float* b = b_.data();
+  const char* max = "18446744073709551615";  // SIZE_MAX, as the message should print it
+  EXPECT_INVALID(loomAllReduce(a, b, SIZE_MAX, loomFloat32, loomSum, c_, nullptr), c_, max, "overflow");
+  EXPECT_INVALID(loomBroadcast(a, b, SIZE_MAX, loomFloat32, 0, c_, nullptr), c_, max, "overflow");
+  EXPECT_INVALID(loomReduce(a, b, SIZE_MAX, loomFloat32, loomSum, 0, c_, nullptr), c_, max, "overflow");
+  EXPECT_INVALID(loomAllGather(a, b, SIZE_MAX, loomInt8, c_, nullptr), c_, max, "overflow");
+  EXPECT_INVALID(loomReduceScatter(a, b, SIZE_MAX, loomInt8, loomSum, c_, nullptr), c_, max, "overflow");
+  EXPECT_INVALID(loomAllToAll(a, b, SIZE_MAX, loomInt8, c_, nullptr), c_, max, "overflow");
+  // One block fits in size_t; nranks blocks do not.
+  const size_t half = SIZE_MAX / 2 + 1;
+  const std::string h = std::to_string(half);
+  EXPECT_INVALID(loomAllGather(a, b, half, loomInt8, c_, nullptr), c_, h.c_str(), "overflow");
+  EXPECT_INVALID(loomReduceScatter(a, b, half, loomUint8, loomMax, c_, nullptr), c_, h.c_str(), "overflow");
+  EXPECT_INVALID(loomAllToAll(a, b, half, loomUint8, c_, nullptr), c_, h.c_str(), "overflow");
+}
+
+// Out-of-place buffers that overlap, and in-place offsets other than NCCL's.
+TEST_F(CollectiveValidation, OverlappingBuffers) {
+  float* a = a_.data();
+  EXPECT_INVALID(loomAllReduce(a, a + 1, 8, loomFloat32, loomSum, c_, nullptr), c_, "overlap");
+  EXPECT_INVALID(loomAllReduce(a + 7, a, 8, loomFloat32, loomSum, c_, nullptr), c_, "overlap");
+  EXPECT_INVALID(loomBroadcast(a, a + 3, 8, loomFloat32, 0, c_, nullptr), c_, "overlap");
+  EXPECT_INVALID(loomReduce(a, a + 2, 8, loomFloat32, loomSum, 0, c_, nullptr), c_, "overlap");
+  // Rank 0's in-place AllGather sendbuff would be recvbuff + 0; + 1 element overlaps.
+  EXPECT_INVALID(loomAllGather(a + 1, a, 4, loomFloat32, c_, nullptr), c_, "overlap");
+  // ... and rank 1's offset (recvbuff + 4 elements) is not rank 0's.
+  EXPECT_INVALID(loomAllGather(a + 4, a, 4, loomFloat32, c_, nullptr), c_, "overlap");
+  EXPECT_INVALID(loomReduceScatter(a, a + 1, 4, loomFloat32, loomSum, c_, nullptr), c_, "overlap");
+  EXPECT_INVALID(loomReduceScatter(a, a + 4, 4, loomFloat32, loomSum, c_, nullptr), c_, "overlap");
+  // AllToAll has no in-place form.
+  EXPECT_INVALID(loomAllToAll(a, a, 4, loomFloat32, c_, nullptr), c_, "overlap");
+  EXPECT_INVALID(loomAllToAll(a, a + 6, 4, loomFloat32, c_, nullptr), c_, "overlap");
+}
+
+TEST_F(CollectiveValidation, NotAStream) {
+  int notAStream = 0;
+  EXPECT_ERROR(loomAllReduce(a_.data(), b_.data(), 4, loomFloat32, loomSum, c_, &notAStream),
+               loomInvalidUsage, c_, "not a live host stream");
+}
+
+// count 0 moves nothing, so NULL buffers are fine (on every rank, as every call is collective).
+TEST_F(CollectiveValidation, CountZeroWithNullBuffersIsFine) {
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([this, r] {
+      loomComm_t c = comms_[static_cast<size_t>(r)];
+      LOOM_EXPECT_OK(loomAllReduce(nullptr, nullptr, 0, loomFloat32, loomSum, c, nullptr), c);
+      LOOM_EXPECT_OK(loomBroadcast(nullptr, nullptr, 0, loomInt8, 1, c, nullptr), c);
+      LOOM_EXPECT_OK(loomReduce(nullptr, nullptr, 0, loomBfloat16, loomAvg, 0, c, nullptr), c);
+      LOOM_EXPECT_OK(loomAllGather(nullptr, nullptr, 0, loomUint64, c, nullptr), c);
+      LOOM_EXPECT_OK(loomReduceScatter(nullptr, nullptr, 0, loomFloat16, loomMin, c, nullptr), c);
+      LOOM_EXPECT_OK(loomAllToAll(nullptr, nullptr, 0, loomInt32, c, nullptr), c);
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+}
+
+// ---- Mismatched calls: an error on at least one rank, and no rank hangs ------------------
+
+// What each rank came to, in memory shared with forked ranks.
+struct RankRecord {
+  int result;  // -1: never returned
+  double seconds;
+  int asyncError;
+  char message[400];
+};
+
+class SharedRecords {
+ public:
+  explicit SharedRecords(int nranks) : n_(nranks) {
+    bytes_ = sizeof(RankRecord) * static_cast<size_t>(nranks);
+    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    records_ = p == MAP_FAILED ? nullptr : static_cast<RankRecord*>(p);
+    for (int r = 0; r < n_ && records_ != nullptr; ++r) {
+      records_[r].result = -1;
+      records_[r].seconds = 0;
+      records_[r].asyncError = -1;
+      records_[r].message[0] = '\0';
+    }
+  }
+  ~SharedRecords() {
+    if (records_ != nullptr) ::munmap(records_, bytes_);
+  }
+  bool ok() const { return records_ != nullptr; }
+  RankRecord& operator[](int r) { return records_[r]; }
+  std::string summary() const {
+    std::string text;
+    for (int r = 0; r < n_; ++r) {
+      const RankRecord& rec = records_[r];
+      text += "\n  rank " + std::to_string(r) + ": " +
+              (rec.result < 0 ? std::string("did not return")
+                              : std::string(loomGetErrorString(static_cast<loomResult_t>(rec.result)))) +
+              " after " + std::to_string(rec.seconds) + " s: " + rec.message;
+    }
+    return text;
+  }
+
+ private:
+  int n_;
+  size_t bytes_;
+  RankRecord* records_;
+};
+
+// Times one call and records its result, message and the communicator's async error.
+template <typename Call>
+void record(RankRecord& rec, loomComm_t comm, Call call) {
+  auto start = std::chrono::steady_clock::now();
+  loomResult_t r = call();
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::snprintf(rec.message, sizeof rec.message, "%s", r == loomSuccess ? "" : loomGetLastError(comm));
+  loomResult_t async = loomSuccess;
+  if (loomCommGetAsyncError(comm, &async) == loomSuccess) rec.asyncError = async;
+  rec.result = r;
+}
+
+enum class Mismatch { kCount, kCollective, kRoot, kDatatype, kOp, kAllGatherCount };
+
+std::string mismatchName(Mismatch m) {
+  switch (m) {
+    case Mismatch::kCount: return "Count";
+    case Mismatch::kCollective: return "Collective";
+    case Mismatch::kRoot: return "Root";
+    case Mismatch::kDatatype: return "Datatype";
+    case Mismatch::kOp: return "Op";
+    case Mismatch::kAllGatherCount: return "AllGatherCount";
+  }
+  return "?";
+}
+
+// Rank 0 makes one call, every other rank a different one.
+loomResult_t mismatchedCall(Mismatch m, loomComm_t comm, int rank, std::vector<float>& send,
+                            std::vector<float>& recv) {
+  const bool odd = rank == 0;
+  const size_t count = 1000;
+  switch (m) {
+    case Mismatch::kCount:
+      return loomAllReduce(send.data(), recv.data(), odd ? count : count / 2, loomFloat32, loomSum,
+                           comm, nullptr);
+    case Mismatch::kCollective:
+      return odd ? loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr)
+                 : loomBroadcast(send.data(), recv.data(), count, loomFloat32, 0, comm, nullptr);
+    case Mismatch::kRoot:
+      return loomBroadcast(send.data(), recv.data(), count, loomFloat32, odd ? 0 : 1, comm, nullptr);
+    case Mismatch::kDatatype:  // same size in bytes: only the type says they differ
+      return loomAllReduce(send.data(), recv.data(), count, odd ? loomFloat32 : loomInt32, loomSum,
+                           comm, nullptr);
+    case Mismatch::kOp:
+      return loomAllReduce(send.data(), recv.data(), count, loomFloat32, odd ? loomMax : loomSum,
+                           comm, nullptr);
+    case Mismatch::kAllGatherCount:
+      return loomAllGather(send.data(), recv.data(), odd ? 100 : 99, loomFloat32, comm, nullptr);
+  }
+  return loomInternalError;
+}
+
+class MismatchedCalls : public testing::TestWithParam<std::tuple<Mode, int, Mismatch>> {};
+
+TEST_P(MismatchedCalls, AreAnErrorOnSomeRankAndNoRankHangs) {
+  auto [mode, nranks, mismatch] = GetParam();
+  loomtest::RankOptions options;
+  options.timeoutMs = 3000;
+  options.deadlineMs = 30000;
+  SharedRecords records(nranks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  loomtest::runRanks(nranks, mode, [&, m = mismatch](loomComm_t comm, int rank) {
+    std::vector<float> send(8000, 1.0f), recv(8000, 0.0f);
+    // A matched call first, so the links are up and the mismatch is the only thing wrong.
+    LOOM_ASSERT_OK(loomAllReduce(send.data(), recv.data(), 10, loomFloat32, loomSum, comm, nullptr), comm);
+    record(records[rank], comm, [&] { return mismatchedCall(m, comm, rank, send, recv); });
+  }, options);
+
+  const double limit = options.timeoutMs / 1000.0 + 3.0;
+  int invalidUsage = 0;
+  for (int r = 0; r < nranks; ++r) {
+    const RankRecord& rec = records[r];
+    ASSERT_GE(rec.result, 0) << "rank " << r << " never returned" << records.summary();
+    EXPECT_LT(rec.seconds, limit) << "rank " << r << records.summary();
+    const auto result = static_cast<loomResult_t>(rec.result);
+    EXPECT_TRUE(result == loomSuccess || result == loomInvalidUsage || result == loomRemoteError ||
+                result == loomTimeout)
+        << "rank " << r << records.summary();
+    if (result != loomSuccess) {
+      EXPECT_NE(rec.message[0], '\0') << "rank " << r << ": an error without a message";
+      EXPECT_EQ(rec.asyncError, rec.result)
+          << "rank " << r << ": the communicator should keep the error" << records.summary();
+    }
+    if (result == loomInvalidUsage) ++invalidUsage;
+  }
+  EXPECT_GE(invalidUsage, 1) << "no rank saw the mismatch as loomInvalidUsage" << records.summary();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, MismatchedCalls,
+    testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
+                     testing::Values(Mismatch::kCount, Mismatch::kCollective, Mismatch::kRoot,
+                                     Mismatch::kDatatype, Mismatch::kOp, Mismatch::kAllGatherCount)),
+    [](const auto& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + "_" +
+             std::to_string(std::get<1>(info.param)) + "_" + mismatchName(std::get<2>(info.param));
+    });
+
+// ---- A rank that dies --------------------------------------------------------------------
+
+class DeadRank : public testing::TestWithParam<Collective> {};
+
+// Four processes; rank 2 dies while the others are inside the call. Every survivor that
+// needs rank 2's data gets loomRemoteError (or loomTimeout) within the timeout; none hangs.
+TEST_P(DeadRank, SurvivorsGetAnErrorWithinTheTimeout) {
+  const Collective coll = GetParam();
+  const int nranks = 4, victim = 2;
+  loomtest::RankOptions options;
+  options.timeoutMs = 4000;
+  options.deadlineMs = 30000;
+  SharedRecords records(nranks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  // Broadcast from the victim: everyone needs it. Reduce to rank 0: the root needs it.
+  const int root = coll == Collective::kBroadcast ? victim : 0;
+
+  loomtest::runRanks(nranks, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    auto call = [&](size_t count) {
+      loomtest::CollectiveCase c;
+      c.collective = coll;
+      c.type = loomFloat32;
+      c.op = loomSum;
+      c.root = root;
+      c.count = count;
+      c.seed = 77;
+      loomtest::CollectiveRun run(c, rank, nranks);
+      return run.launch(comm, nullptr);
+    };
+    LOOM_ASSERT_OK(call(1023), comm);  // everybody alive: connections are up
+    if (rank == victim) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      ::_exit(0);  // without a word, as kill -9 would leave it
+    }
+    record(records[rank], comm, [&] { return call(1 << 20); });
+  }, options);
+
+  const bool everyoneNeedsIt = coll != Collective::kReduce;
+  for (int r = 0; r < nranks; ++r) {
+    if (r == victim) continue;
+    const RankRecord& rec = records[r];
+    ASSERT_GE(rec.result, 0) << "rank " << r << " never returned" << records.summary();
+    EXPECT_LT(rec.seconds, options.timeoutMs / 1000.0 + 3.0) << "rank " << r << records.summary();
+    const auto result = static_cast<loomResult_t>(rec.result);
+    bool acceptable = result == loomRemoteError || result == loomTimeout;
+    if (!everyoneNeedsIt && r != root) acceptable = acceptable || result == loomSuccess;
+    EXPECT_TRUE(acceptable) << "rank " << r << records.summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Collectives, DeadRank,
+                         testing::ValuesIn(std::vector<Collective>(std::begin(loomtest::kAllCollectives),
+                                                                   std::end(loomtest::kAllCollectives))),
+                         [](const auto& info) { return std::string(loomtest::collectiveName(info.param)); });
+
+}  // namespace

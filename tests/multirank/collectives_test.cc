@@ -1,0 +1,365 @@
+// Every collective against references computed locally (collective_reference.h), as threads
+// and as processes, for each forced algorithm (LOOM_ALGO) and transport set
+// (LOOM_TRANSPORTS); plus host streams, groups and ~16M-element calls.
+//
+// One parameter is one configuration (mode, ranks, LOOM_ALGO, LOOM_TRANSPORTS): its
+// communicators are made once and every case of the configuration runs through them, so a
+// failure names the configuration (the test's name) and the case (its message).
+//
+// By default a slice runs: every axis value appears, each configuration sees every
+// collective x type x op once with rotating counts/in-place/roots. LOOM_TEST_FULL=1 runs the
+// full matrix (docs/TESTING.md).
+#include <gtest/gtest.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "multirank/collective_reference.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::CaseOutcome;
+using loomtest::Collective;
+using loomtest::CollectiveCase;
+using loomtest::CollectiveRun;
+using loomtest::Mode;
+
+bool fullMatrix() {
+  const char* full = std::getenv("LOOM_TEST_FULL");
+  return full != nullptr && std::string(full) == "1";
+}
+
+// Sets (or, with "", unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    if (const char* old = std::getenv(name)) {
+      hadOld_ = true;
+      old_ = old;
+    }
+    if (value.empty()) {
+      ::unsetenv(name);
+    } else {
+      ::setenv(name, value.c_str(), 1);
+    }
+  }
+  ~ScopedEnv() {
+    if (hadOld_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool hadOld_ = false;
+  std::string old_;
+};
+
+struct Config {
+  Mode mode;
+  int nranks;
+  std::string algo;        // LOOM_ALGO; "" = unset (the default choice)
+  std::string transports;  // LOOM_TRANSPORTS; "" = unset (shm,socket)
+  unsigned rotation;       // shifts which case meets which count, root and in-place
+};
+
+std::string sanitize(const std::string& text) {
+  std::string out;
+  for (char c : text) out += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return out;
+}
+
+std::string configName(const Config& c) {
+  return loomtest::modeName(c.mode) + "_" + std::to_string(c.nranks) + "_" +
+         (c.algo.empty() ? "defaultalgo" : sanitize(c.algo)) + "_" +
+         (c.transports.empty() ? "shm" : sanitize(c.transports));
+}
+
+const char* const kMixedAlgo = "allreduce=tree,broadcast=ring,reduce=tree";
+const char* const kMixedAlgo2 = "allreduce=rd,broadcast=tree,reduce=ring";
+
+// The default slice: every rank count in both modes (but 1 in processes), every forced
+// algorithm in both modes, the socket-only transport set in both.
+std::vector<Config> sliceConfigs() {
+  const Mode T = Mode::kThreads, P = Mode::kProcesses;
+  std::vector<Config> configs = {
+      {T, 1, "", "", 0},          {T, 2, "", "", 0},
+      {T, 3, "", "", 0},          {T, 8, "", "", 0},
+      {T, 4, "ring", "", 0},      {T, 5, "tree", "", 0},
+      {T, 4, "rd", "", 0},        {T, 3, "oneshot", "", 0},
+      {T, 5, "pairwise", "", 0},  {T, 4, kMixedAlgo, "", 0},
+      {T, 3, "", "socket", 0},    {T, 5, "ring", "socket", 0},
+      {P, 2, "", "", 0},          {P, 3, "tree", "", 0},
+      {P, 4, "", "socket", 0},    {P, 5, "rd", "", 0},
+      {P, 8, "ring", "", 0},      {P, 4, "oneshot", "", 0},
+      {P, 3, "pairwise", "socket", 0}, {P, 2, kMixedAlgo2, "", 0},
+  };
+  for (size_t i = 0; i < configs.size(); ++i) configs[i].rotation = static_cast<unsigned>(i);
+  return configs;
+}
+
+// Every mode x rank count x LOOM_ALGO value x transport set.
+std::vector<Config> fullConfigs() {
+  std::vector<Config> configs;
+  unsigned rotation = 0;
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    for (int nranks : {1, 2, 3, 4, 5, 8}) {
+      for (const char* algo : {"", "ring", "tree", "rd", "oneshot", "pairwise", kMixedAlgo}) {
+        for (const char* transports : {"", "socket"}) {
+          configs.push_back({mode, nranks, algo, transports, rotation++});
+        }
+      }
+    }
+  }
+  return configs;
+}
+
+std::vector<Config> configs() {
+  if (fullMatrix()) {
+    std::printf("collectives_test: LOOM_TEST_FULL=1: the full matrix\n");
+    return fullConfigs();
+  }
+  std::printf("collectives_test: the default slice; LOOM_TEST_FULL=1 runs the full matrix "
+              "(docs/TESTING.md)\n");
+  return sliceConfigs();
+}
+
+constexpr int kMaxReportedPerRank = 5;
+
+// Runs `cases` on this rank and reports what went wrong, at most a few cases per rank (the
+// count of the rest at the end). Stops at a call that fails: the communicator is then
+// unusable, and its peers' calls fail too.
+void runCases(const std::vector<CollectiveCase>& cases, loomComm_t comm, int rank, int nranks) {
+  int wrong = 0;
+  for (const CollectiveCase& c : cases) {
+    CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, nranks);
+    if (!outcome.error.empty() && ++wrong <= kMaxReportedPerRank) {
+      ADD_FAILURE() << "rank " << rank << ": " << outcome.error;
+    }
+    if (outcome.callFailed) {
+      ADD_FAILURE() << "rank " << rank << ": stopped at the failed call";
+      return;
+    }
+  }
+  if (wrong > kMaxReportedPerRank) {
+    ADD_FAILURE() << "rank " << rank << ": " << wrong << " of " << cases.size()
+                  << " cases were wrong (the first " << kMaxReportedPerRank << " are above)";
+  }
+}
+
+// Float AllReduces whose sums round: identical on every rank and from call to call.
+void runDeterminism(loomComm_t comm, int rank, int nranks, unsigned rotation, bool full) {
+  struct D {
+    loomDataType_t type;
+    loomRedOp_t op;
+    size_t count;
+  };
+  std::vector<D> ds = {{loomFloat32, loomSum, 300007}, {loomFloat16, loomSum, 65537},
+                       {loomBfloat16, loomAvg, 4097},  {loomFloat64, loomAvg, 1023}};
+  if (full) {
+    ds.push_back({loomFloat32, loomAvg, 65537});
+    ds.push_back({loomFloat64, loomSum, 300007});
+    ds.push_back({loomFloat16, loomAvg, 7});
+    ds.push_back({loomBfloat16, loomSum, 300007});
+  }
+  uint64_t seed = 900000 + rotation * 100;
+  for (const D& d : ds) {
+    CaseOutcome outcome = loomtest::runDeterminismCase(d.type, d.op, d.count, ++seed, comm, rank, nranks);
+    if (!outcome.error.empty()) ADD_FAILURE() << "rank " << rank << ": " << outcome.error;
+    if (outcome.callFailed) return;
+  }
+}
+
+class CollectivesTest : public testing::TestWithParam<Config> {};
+
+TEST_P(CollectivesTest, EveryCollectiveTypeAndOpAgainstTheReference) {
+  const Config& config = GetParam();
+  const bool full = fullMatrix();
+  ScopedEnv algo("LOOM_ALGO", config.algo);
+  ScopedEnv transports("LOOM_TRANSPORTS", config.transports);
+  const std::vector<CollectiveCase> cases = full ? loomtest::fullCases(config.nranks, config.rotation)
+                                                 : loomtest::sliceCases(config.nranks, config.rotation);
+  loomtest::RankOptions options;
+  options.timeoutMs = 30000;
+  options.deadlineMs = full ? 1800000 : 300000;
+  auto start = std::chrono::steady_clock::now();
+  loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
+    runCases(cases, comm, rank, config.nranks);
+    if (!testing::Test::HasFailure()) runDeterminism(comm, rank, config.nranks, config.rotation, full);
+  }, options);
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %zu cases + determinism in %.1f s\n", configName(config).c_str(), cases.size(),
+              seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, CollectivesTest, testing::ValuesIn(configs()),
+                         [](const auto& info) { return configName(info.param); });
+
+// ---- ~16M elements ---------------------------------------------------------------------
+
+CollectiveCase largeAllReduce(bool inPlace) {
+  CollectiveCase c;
+  c.collective = Collective::kAllReduce;
+  c.type = loomFloat32;
+  c.op = loomSum;
+  c.count = loomtest::kLargeCount;
+  c.inPlace = inPlace;
+  c.seed = 16000001;
+  return c;
+}
+
+TEST(LargeCollectives, Float32SumAllReduceOf16MElementsTwoProcesses) {
+  const CollectiveCase c = largeAllReduce(false);
+  loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, 2);
+    EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ": " << outcome.error;
+  });
+}
+
+TEST(LargeCollectives, Float32SumAllReduceOf16MElementsInPlaceTwoThreadsOverSockets) {
+  ScopedEnv transports("LOOM_TRANSPORTS", "socket");
+  const CollectiveCase c = largeAllReduce(true);
+  loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {
+    CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, 2);
+    EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ": " << outcome.error;
+  });
+}
+
+// ---- Host streams and groups -------------------------------------------------------------
+
+// One case of each collective, with assorted types, ops and roots.
+std::vector<CollectiveCase> oneOfEach(int nranks, uint64_t seed) {
+  std::vector<CollectiveCase> cases;
+  auto add = [&](Collective coll, loomDataType_t type, loomRedOp_t op, size_t count, bool inPlace) {
+    CollectiveCase c;
+    c.collective = coll;
+    c.type = type;
+    c.op = op;
+    c.count = count;
+    c.inPlace = inPlace;
+    c.root = static_cast<int>(cases.size()) % nranks;
+    c.seed = seed + cases.size();
+    cases.push_back(c);
+  };
+  add(Collective::kAllReduce, loomFloat32, loomSum, 4097, false);
+  add(Collective::kBroadcast, loomInt32, loomSum, 1023, false);
+  add(Collective::kReduce, loomBfloat16, loomMax, 1023, true);
+  add(Collective::kAllGather, loomFloat16, loomSum, 1023, false);
+  add(Collective::kReduceScatter, loomInt64, loomProd, 1023, true);
+  add(Collective::kAllToAll, loomUint8, loomSum, 1023, false);
+  add(Collective::kAllReduce, loomInt8, loomAvg, 70001, true);
+  add(Collective::kReduce, loomFloat64, loomAvg, 7, false);
+  return cases;
+}
+
+void checkAll(const std::vector<CollectiveRun>& runs, int rank) {
+  for (const CollectiveRun& run : runs) {
+    std::string wrong = run.check();
+    EXPECT_TRUE(wrong.empty()) << "rank " << rank << ": " << run.collectiveCase().describe()
+                               << ": " << wrong;
+  }
+}
+
+class StreamsAndGroups : public testing::TestWithParam<Mode> {};
+
+// Every collective queued on one host stream, without waiting in between; one synchronize.
+TEST_P(StreamsAndGroups, CollectivesQueuedOnAHostStream) {
+  const int nranks = 3;
+  loomtest::runRanks(nranks, GetParam(), [&](loomComm_t comm, int rank) {
+    std::vector<CollectiveRun> runs;
+    for (const CollectiveCase& c : oneOfEach(nranks, 500)) runs.emplace_back(c, rank, nranks);
+    loomStream_t stream = nullptr;
+    LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+    for (CollectiveRun& run : runs) LOOM_EXPECT_OK(run.launch(comm, stream), comm);
+    LOOM_EXPECT_OK(loomStreamSynchronize(stream), nullptr);
+    EXPECT_EQ(loomStreamQuery(stream), loomSuccess);
+    checkAll(runs, rank);
+    LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  });
+}
+
+// The stream runs its calls in order: the second AllReduce reads what the first wrote.
+TEST_P(StreamsAndGroups, AStreamRunsCallsInOrder) {
+  const int nranks = 3;
+  loomtest::runRanks(nranks, GetParam(), [&](loomComm_t comm, int rank) {
+    const size_t count = 300000;  // several pipeline slices
+    std::vector<int32_t> a(count), x(count, -7), y(count, -7);
+    for (size_t i = 0; i < count; ++i) a[i] = rank + static_cast<int32_t>(i);
+    loomStream_t stream = nullptr;
+    LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+    LOOM_EXPECT_OK(loomAllReduce(a.data(), x.data(), count, loomInt32, loomSum, comm, stream), comm);
+    LOOM_EXPECT_OK(loomAllReduce(x.data(), y.data(), count, loomInt32, loomSum, comm, stream), comm);
+    LOOM_EXPECT_OK(loomStreamSynchronize(stream), nullptr);
+    for (size_t i = 0; i < count; ++i) {
+      int32_t xi = nranks * (nranks - 1) / 2 + nranks * static_cast<int32_t>(i);
+      ASSERT_EQ(x[i], xi) << "at " << i;
+      ASSERT_EQ(y[i], nranks * xi) << "at " << i;
+    }
+    LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  });
+}
+
+// Several collectives recorded in one group on the NULL stream, launched by GroupEnd.
+TEST_P(StreamsAndGroups, SeveralCollectivesInOneGroup) {
+  const int nranks = 4;
+  loomtest::runRanks(nranks, GetParam(), [&](loomComm_t comm, int rank) {
+    std::vector<CollectiveRun> runs;
+    for (const CollectiveCase& c : oneOfEach(nranks, 600)) runs.emplace_back(c, rank, nranks);
+    LOOM_ASSERT_OK(loomGroupStart(), comm);
+    for (CollectiveRun& run : runs) LOOM_EXPECT_OK(run.launch(comm, nullptr), comm);
+    LOOM_ASSERT_OK(loomGroupEnd(), comm);
+    checkAll(runs, rank);
+  });
+}
+
+// A group whose calls go onto a host stream: GroupEnd enqueues, Synchronize completes.
+TEST_P(StreamsAndGroups, AGroupOnAHostStream) {
+  const int nranks = 3;
+  loomtest::runRanks(nranks, GetParam(), [&](loomComm_t comm, int rank) {
+    std::vector<CollectiveRun> runs;
+    for (const CollectiveCase& c : oneOfEach(nranks, 700)) runs.emplace_back(c, rank, nranks);
+    loomStream_t stream = nullptr;
+    LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+    LOOM_ASSERT_OK(loomGroupStart(), comm);
+    for (CollectiveRun& run : runs) LOOM_EXPECT_OK(run.launch(comm, stream), comm);
+    LOOM_ASSERT_OK(loomGroupEnd(), comm);
+    LOOM_EXPECT_OK(loomStreamSynchronize(stream), nullptr);
+    checkAll(runs, rank);
+    LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, StreamsAndGroups,
+                         testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
+// One thread drives every rank of a loomCommInitAll through one group: without the group
+// the first blocking collective would wait forever for ranks this thread has not reached.
+TEST(OneThreadManyCommunicators, AllCollectivesInOneGroup) {
+  const int nranks = 4;
+  std::vector<loomComm_t> comms(nranks);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), nranks, nullptr), nullptr);
+  std::vector<std::vector<CollectiveRun>> runs(nranks);
+  const std::vector<CollectiveCase> cases = oneOfEach(nranks, 800);
+  for (int r = 0; r < nranks; ++r) {
+    for (const CollectiveCase& c : cases) runs[r].emplace_back(c, r, nranks);
+  }
+  LOOM_ASSERT_OK(loomGroupStart(), nullptr);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    for (int r = 0; r < nranks; ++r) LOOM_EXPECT_OK(runs[r][i].launch(comms[r], nullptr), comms[r]);
+  }
+  LOOM_ASSERT_OK(loomGroupEnd(), nullptr);
+  for (int r = 0; r < nranks; ++r) checkAll(runs[r], r);
+  for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
+}
+
+}  // namespace
