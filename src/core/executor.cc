@@ -76,6 +76,9 @@ struct Queue {
   std::vector<int> steps;
   size_t head = 0;
   std::vector<char>* staging = nullptr;  // kRecvReduce landing area
+  // The head waits for another step, not for its link: polling the link would wake at once
+  // (a socket is nearly always writable) and burn the CPU a peer on this host needs.
+  bool waitsForStep = false;
 };
 
 struct PlanState {
@@ -134,7 +137,7 @@ Status Run::go() {
       if (!s.isOk()) return fail(s, q.plan);
       if (q.head < q.steps.size()) {
         pending = true;
-        spin = spin || q.link == nullptr || q.link->waitFd() < 0;
+        spin = spin || (!q.waitsForStep && (q.link == nullptr || q.link->waitFd() < 0));
       }
     }
     if (!pending) return Status::ok();
@@ -208,7 +211,8 @@ Status Run::advance(Queue& q, bool* progressed) {
   while (q.head < q.steps.size()) {
     int index = q.steps[q.head];
     const Step& s = ps.plan->steps[static_cast<size_t>(index)];
-    if (s.after != Step::kNone && !ps.steps[static_cast<size_t>(s.after)].done) return Status::ok();
+    q.waitsForStep = s.after != Step::kNone && !ps.steps[static_cast<size_t>(s.after)].done;
+    if (q.waitsForStep) return Status::ok();
     bool moved = false;
     Status st = advanceStep(q, index, &moved);
     if (!st.isOk()) return st.withContext(describe(q, index));
@@ -278,6 +282,7 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
       }
       // Reduce whole elements as they arrive, once dst may be written.
       if (s.writeAfter != Step::kNone && !state_[q.plan].steps[static_cast<size_t>(s.writeAfter)].done) {
+        q.waitsForStep = st.moved == s.bytes;
         return Status::ok();
       }
       size_t es = typeSize(call.type);
@@ -320,7 +325,7 @@ Status Run::idle(bool spin) {
   std::vector<pollfd> fds;
   if (!spin) {
     for (const Queue& q : queues_) {
-      if (q.head == q.steps.size()) continue;
+      if (q.head == q.steps.size() || q.waitsForStep) continue;
       fds.push_back({q.link->waitFd(), static_cast<short>(q.send ? POLLOUT : POLLIN), 0});
     }
   }

@@ -22,6 +22,7 @@ void encode(const Secret& secret, const Hello& hello, uint8_t out[kHelloBytes]) 
   std::memcpy(out + 24, &purpose, 4);
   std::memcpy(out + 28, &hello.rank, 4);
   std::memcpy(out + 32, &hello.nranks, 4);
+  std::memcpy(out + 36, &hello.link, 4);
   std::memcpy(out + 40, &hello.commId, 8);
 }
 }  // namespace
@@ -111,6 +112,7 @@ bool Acceptor::advance(Pending& p, Connection* out, bool* accepted) {
     out->hello.purpose = purpose_;
     std::memcpy(&out->hello.rank, p.bytes + 28, 4);
     std::memcpy(&out->hello.nranks, p.bytes + 32, 4);
+    std::memcpy(&out->hello.link, p.bytes + 36, 4);
     std::memcpy(&out->hello.commId, p.bytes + 40, 8);
     *accepted = true;
   }

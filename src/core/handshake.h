@@ -26,6 +26,7 @@ struct Hello {
   int32_t rank = -1;
   int32_t nranks = 0;
   uint64_t commId = 0;
+  int32_t link = 0;  // which of several connections between the same pair (transport)
 };
 
 constexpr size_t kHelloBytes = 48;

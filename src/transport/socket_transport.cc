@@ -1,5 +1,6 @@
 #include "transport/socket_transport.h"
 
+#include "core/env.h"
 #include "core/log.h"
 
 namespace loom::transport {
@@ -19,27 +20,29 @@ class SocketTransport::SocketLink : public Link {
   Fd fd_;
 };
 
-SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd)
+SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer)
     : acceptor_(std::move(acceptor)),
       secret_(bootstrap.secret()),
       commId_(bootstrap.commId()),
       rank_(bootstrap.rank()),
       nranks_(bootstrap.nranks()),
       cancelFd_(cancelFd),
+      linksPerPeer_(linksPerPeer),
       addresses_(static_cast<size_t>(bootstrap.nranks())),
-      links_(static_cast<size_t>(bootstrap.nranks())) {}
+      links_(static_cast<size_t>(bootstrap.nranks() * linksPerPeer)) {}
 
 SocketTransport::~SocketTransport() = default;
 
-Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd,
-                               std::unique_ptr<SocketTransport>* out) {
+Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd, std::unique_ptr<SocketTransport>* out) {
+  long long linksPerPeer = 0;
+  LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &linksPerPeer));
   // Same interface as the bootstrap, which peers already reach.
   SocketAddress address = bootstrap.address();
   address.setPort(0);
   Acceptor acceptor;
   LOOM_TRY(Acceptor::listen(address, bootstrap.secret(), Purpose::kTransport, "socket transport", &acceptor));
   SocketAddress bound = acceptor.address();
-  std::unique_ptr<SocketTransport> t(new SocketTransport(std::move(acceptor), bootstrap, cancelFd));
+  std::unique_ptr<SocketTransport> t(new SocketTransport(std::move(acceptor), bootstrap, cancelFd, static_cast<int>(linksPerPeer)));
 
   std::vector<uint8_t> table(SocketAddress::kWireBytes * static_cast<size_t>(t->nranks_));
   bound.toWire(table.data() + SocketAddress::kWireBytes * static_cast<size_t>(t->rank_));
@@ -55,13 +58,15 @@ Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd,
 
 Status SocketTransport::connectOut(const std::vector<int>& peers, const Deadline& deadline) {
   for (int peer : peers) {
-    if (peer <= rank_ || links_[static_cast<size_t>(peer)]) continue;
-    Fd fd;
-    Hello hello{Purpose::kTransport, rank_, nranks_, commId_};
-    LOOM_TRY(connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello, deadline, cancelFd_, &fd)
-                 .withContext(format("socket transport: connecting to rank %d", peer)));
-    links_[static_cast<size_t>(peer)] = std::make_unique<SocketLink>(std::move(fd));
-    LOOM_TRACE("socket transport: connected to rank %d at %s", peer,
+    if (peer <= rank_ || connected(peer)) continue;
+    for (int index = 0; index < linksPerPeer_; ++index) {
+      Fd fd;
+      Hello hello{Purpose::kTransport, rank_, nranks_, commId_, index};
+      LOOM_TRY(connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello, deadline, cancelFd_, &fd)
+                   .withContext(format("socket transport: connecting to rank %d", peer)));
+      linkSlot(peer, index) = std::make_unique<SocketLink>(std::move(fd));
+    }
+    LOOM_TRACE("socket transport: %d connection(s) to rank %d at %s", linksPerPeer_, peer,
                addresses_[static_cast<size_t>(peer)].toString().c_str());
   }
   return Status::ok();
@@ -69,24 +74,35 @@ Status SocketTransport::connectOut(const std::vector<int>& peers, const Deadline
 
 Status SocketTransport::acceptIn(const std::vector<int>& peers, const Deadline& deadline) {
   for (int peer : peers) {
-    while (!links_[static_cast<size_t>(peer)]) {
+    while (!connected(peer)) {
       Acceptor::Connection conn;
       LOOM_TRY(acceptor_.next(deadline, cancelFd_, &conn)
                    .withContext(format("socket transport: waiting for rank %d to connect", peer)));
       const Hello& h = conn.hello;
-      if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= rank_ ||
-          links_[static_cast<size_t>(h.rank)]) {
-        LOOM_WARN("socket transport: dropped a connection from %s claiming rank %d of %d",
-                  conn.peer.toString().c_str(), h.rank, h.nranks);
+      if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= rank_ || h.link < 0 ||
+          h.link >= linksPerPeer_ || linkSlot(h.rank, h.link)) {
+        LOOM_WARN("socket transport: dropped a connection from %s claiming rank %d of %d (link %d)",
+                  conn.peer.toString().c_str(), h.rank, h.nranks, h.link);
         continue;
       }
-      links_[static_cast<size_t>(h.rank)] = std::make_unique<SocketLink>(std::move(conn.fd));
-      LOOM_TRACE("socket transport: accepted rank %d from %s", h.rank, conn.peer.toString().c_str());
+      linkSlot(h.rank, h.link) = std::make_unique<SocketLink>(std::move(conn.fd));
+      LOOM_TRACE("socket transport: accepted rank %d link %d from %s", h.rank, h.link, conn.peer.toString().c_str());
     }
   }
   return Status::ok();
 }
 
-Link* SocketTransport::link(int peer, int /*index*/) { return links_[static_cast<size_t>(peer)].get(); }
+std::unique_ptr<SocketTransport::SocketLink>& SocketTransport::linkSlot(int peer, int index) {
+  return links_[static_cast<size_t>(peer) * static_cast<size_t>(linksPerPeer_) + static_cast<size_t>(index)];
+}
+
+bool SocketTransport::connected(int peer) {
+  for (int i = 0; i < linksPerPeer_; ++i) {
+    if (!linkSlot(peer, i)) return false;
+  }
+  return true;
+}
+
+Link* SocketTransport::link(int peer, int index) { return linkSlot(peer, index).get(); }
 
 }  // namespace loom::transport

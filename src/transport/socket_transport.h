@@ -1,6 +1,7 @@
 // TCP links between ranks (different hosts, or any pair when nothing faster applies).
-// One connection per pair, made on first use: the lower rank connects to the higher
-// rank's listener, which the bootstrap advertised at init.
+// LOOM_SOCKET_NSOCKS connections per pair, made on first use: the lower rank connects to
+// the higher rank's listener, which the bootstrap advertised at init, and names the link
+// index in its hello.
 #pragma once
 
 #include <memory>
@@ -22,11 +23,14 @@ class SocketTransport : public Transport {
   const char* name() const override { return "socket"; }
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  int linksPerPeer() const override { return linksPerPeer_; }
   Link* link(int peer, int index) override;
 
  private:
   class SocketLink;
-  SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd);
+  SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer);
+  std::unique_ptr<SocketLink>& linkSlot(int peer, int index);
+  bool connected(int peer);
 
   Acceptor acceptor_;
   Secret secret_;
@@ -34,6 +38,7 @@ class SocketTransport : public Transport {
   int rank_;
   int nranks_;
   int cancelFd_;
+  int linksPerPeer_;
   std::vector<SocketAddress> addresses_;
   std::vector<std::unique_ptr<SocketLink>> links_;
 };
