@@ -1,0 +1,589 @@
+#include "transport/shm_transport.h"
+
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <optional>
+#include <thread>
+#include <type_traits>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "transport/peer_process.h"
+#include "transport/shm_segment.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define LOOM_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define LOOM_TSAN 1
+#endif
+#endif
+#ifdef LOOM_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace loom::transport {
+namespace {
+
+// Segment layout. Each side of the pair owns the lines it writes, so the two never write
+// the same cache line; counters only grow (position in a FIFO = counter & (fifoBytes - 1)).
+//
+//   offset 0     magic | fifoBytes
+//                ends[0]   creator (lower rank): pid, pid namespace, attached, closed
+//                ends[1]   opener  (higher rank): same
+//                fifos[0]  creator -> opener:  head | tail | posted send | reader's answers
+//                fifos[1]  opener -> creator:  same
+//   kDataOffset  data of fifos[0]   (fifoBytes)
+//                data of fifos[1]   (fifoBytes)
+//
+// A posted send is a large message the reader copies straight from the writer's memory:
+// the writer publishes {address, length, offset = head} and puts nothing more in the FIFO
+// until the reader has read it all (directRead counts the bytes) or refused it (the
+// writer then streams the rest through the FIFO at the same offset).
+constexpr size_t kCacheLine = 64;
+constexpr uint64_t kMagic = 0x314d48534d4f4f4cull;  // "LOOMSHM1"
+
+using Counter = std::atomic<uint64_t>;
+using Flag = std::atomic<uint32_t>;
+// Lock-free atomics are address-free, so they work between processes mapping one file.
+static_assert(Counter::is_always_lock_free && Flag::is_always_lock_free,
+              "shared-memory atomics must be lock-free");
+
+struct alignas(kCacheLine) End {
+  int32_t pid;            // written before `attached` is set
+  uint64_t pidNamespace;  // inode of /proc/self/ns/pid (0: unknown)
+  Flag attached;
+  Flag closed;  // its link is gone: calls that wait on it fail instead
+};
+
+struct Fifo {
+  alignas(kCacheLine) Counter head;  // bytes written, ever (writer)
+  alignas(kCacheLine) Counter tail;  // bytes read, ever (reader)
+  // Writer: the sequence number of the latest posted send, set after its fields.
+  alignas(kCacheLine) Counter posted;
+  uint64_t address;
+  uint64_t length;
+  uint64_t offset;
+  // Reader: bytes of posted sends read, ever; the sequence number of one refused; copies
+  // from the writer's memory in progress.
+  alignas(kCacheLine) Counter directRead;
+  Counter refused;
+  Flag copying;
+};
+
+struct Header {
+  uint64_t magic;
+  uint64_t fifoBytes;
+  End ends[2];
+  Fifo fifos[2];
+};
+static_assert(std::is_standard_layout<Header>::value && std::is_trivially_destructible<Header>::value,
+              "the header lives in shared memory");
+
+constexpr size_t kDataOffset = (sizeof(Header) + 4095) / 4096 * 4096;
+
+size_t segmentBytes(size_t fifoBytes) { return kDataOffset + 2 * fifoBytes; }
+
+bool validFifoBytes(unsigned long long bytes) { return bytes >= 4096 && (bytes & (bytes - 1)) == 0; }
+
+// The longest segment path the offer carries.
+constexpr size_t kMaxName = 240;
+
+// What the lower rank sends the higher one on the bootstrap.
+struct SegmentOffer {
+  uint64_t fifoBytes;
+  char name[kMaxName + 8];  // NUL-terminated
+};
+
+Header& headerOf(const ShmSegment& segment) { return *static_cast<Header*>(segment.data()); }
+
+void describeSelf(End& end) {
+  end.pid = static_cast<int32_t>(::getpid());
+  end.pidNamespace = PeerProcess::ownPidNamespace();
+  end.attached.store(1, std::memory_order_release);
+}
+
+// The creator's half: starts the lifetime of the shared header (the file is zeroed).
+void initSegment(ShmSegment& segment, size_t fifoBytes) {
+  auto* header = new (segment.data()) Header();
+  header->magic = kMagic;
+  header->fifoBytes = fifoBytes;
+  describeSelf(header->ends[0]);
+}
+
+Status attachSegment(ShmSegment& segment, size_t fifoBytes) {
+  Header& header = headerOf(segment);
+  if (header.magic != kMagic || header.fifoBytes != fifoBytes) {
+    return error(loomInternalError, "shared memory %s is not a Loom shm segment of %zu-byte FIFOs",
+                 segment.name().c_str(), fifoBytes);
+  }
+  describeSelf(header.ends[1]);
+  return Status::ok();
+}
+
+void copyIntoRing(uint8_t* ring, size_t mask, uint64_t at, const uint8_t* src, size_t n) {
+  size_t start = static_cast<size_t>(at) & mask;
+  size_t first = std::min(n, mask + 1 - start);
+  std::memcpy(ring + start, src, first);
+  std::memcpy(ring, src + first, n - first);
+}
+
+void copyOutOfRing(const uint8_t* ring, size_t mask, uint64_t at, uint8_t* dst, size_t n) {
+  size_t start = static_cast<size_t>(at) & mask;
+  size_t first = std::min(n, mask + 1 - start);
+  std::memcpy(dst, ring + start, first);
+  std::memcpy(dst + first, ring, n - first);
+}
+
+// Between threads of one process the reader copies straight out of the writer's buffer,
+// but the two see the segment's atomics at different addresses (two mappings of one
+// file), which ThreadSanitizer cannot relate; these tell it that the buffer changes hands.
+void tsanRelease(const void* p) {
+#ifdef LOOM_TSAN
+  __tsan_release(const_cast<void*>(p));
+#else
+  (void)p;
+#endif
+}
+void tsanAcquire(const void* p) {
+#ifdef LOOM_TSAN
+  __tsan_acquire(const_cast<void*>(p));
+#else
+  (void)p;
+#endif
+}
+
+// Nanoseconds from a clock that costs a few nanoseconds to read (ticks of a few ms).
+uint64_t coarseNowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// A call that moves nothing checks whether the peer still lives at most this often.
+constexpr uint64_t kAliveCheckNs = 1000000;
+
+}  // namespace
+
+// One end of a pair's segment: writes into one FIFO, reads from the other.
+class ShmTransport::ShmLink : public Link {
+ public:
+  // side 0: this rank created the segment; 1: it opened it.
+  ShmLink(ShmSegment segment, int side, int peer, const Settings& settings);
+  ~ShmLink() override;
+
+  Status sendSome(const void* data, size_t bytes, size_t* done) override;
+  Status recvSome(void* data, size_t bytes, size_t* done) override;
+  int waitFd() const override { return -1; }
+
+ private:
+  // A send of this rank that the peer reads from this process's memory.
+  struct PostedSend {
+    const uint8_t* base;
+    size_t length;
+    size_t reported;      // bytes sendSome has reported done
+    uint64_t seq;
+    uint64_t readBefore;  // the peer's directRead when it was posted
+  };
+  // A send of the peer that this rank is reading from the peer's memory.
+  struct PeerSend {
+    uint64_t seq;
+    uint64_t address;
+    size_t length;
+    size_t read;
+  };
+
+  size_t writeFifo(const void* data, size_t bytes);
+  void post(const void* data, size_t bytes);
+  Status continuePosted(const void* data, size_t bytes, size_t* done);
+
+  size_t readFifo(void* data, size_t bytes);
+  Status receive(void* data, size_t bytes, size_t* done);
+  bool takePeerSend();
+  Status readPeerSend(void* data, size_t bytes, size_t* done);
+  void refusePeerSend();
+
+  void identifyPeer();
+  // Called when a call moved nothing: an error once the peer closed or died.
+  Status stalled();
+  Status closedError() const;
+  Status exitedError() const;
+
+  ShmSegment segment_;
+  const Settings& settings_;
+  int peer_;
+  size_t mask_;
+  End& peerEnd_;
+  End& ownEnd_;
+  Fifo& out_;
+  Fifo& in_;
+  uint8_t* outData_;
+  const uint8_t* inData_;
+  PeerProcess process_;
+  uint64_t lastAliveCheckNs_ = 0;
+
+  // Writing.
+  bool postLarge_;         // until the peer refuses a posted send
+  uint64_t head_ = 0;
+  uint64_t tailSeen_ = 0;  // the reader's tail when last looked at
+  uint64_t postedCount_ = 0;
+  std::optional<PostedSend> posted_;
+
+  // Reading.
+  bool readPeerMemory_;    // until the kernel refuses, or the peer turns out foreign
+  uint64_t tail_ = 0;
+  uint64_t headSeen_ = 0;
+  uint64_t handled_ = 0;   // sequence number of the last peer send read or refused
+  uint64_t directRead_ = 0;
+  std::optional<PeerSend> reading_;
+};
+
+ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Settings& settings)
+    : segment_(std::move(segment)),
+      settings_(settings),
+      peer_(peer),
+      mask_(headerOf(segment_).fifoBytes - 1),
+      peerEnd_(headerOf(segment_).ends[1 - side]),
+      ownEnd_(headerOf(segment_).ends[side]),
+      out_(headerOf(segment_).fifos[side]),
+      in_(headerOf(segment_).fifos[1 - side]),
+      outData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(side) * (mask_ + 1)),
+      inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
+      postLarge_(settings.direct),
+      readPeerMemory_(settings.direct) {
+  if (settings.direct) {
+    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way; sends of %zu bytes or more are "
+              "read by the receiver straight from the sender's memory",
+              peer_, mask_ + 1, settings.directMinBytes);
+  } else {
+    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way, all sends through it (LOOM_SHM_CMA=0)",
+              peer_, mask_ + 1);
+  }
+}
+
+ShmTransport::ShmLink::~ShmLink() {
+  ownEnd_.closed.store(1, std::memory_order_seq_cst);
+  // A reader in this process may still be copying from a posted buffer, which the caller
+  // may free once this link is gone. The reader checks `closed` after raising `copying`,
+  // so once this sees no copy, no new one starts.
+  if (!posted_) return;
+  identifyPeer();
+  if (process_.sameProcess()) {
+    while (out_.copying.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    tsanAcquire(posted_->base);
+  }
+}
+
+// ---- Writing ----
+
+Status ShmTransport::ShmLink::sendSome(const void* data, size_t bytes, size_t* done) {
+  *done = 0;
+  if (posted_) return continuePosted(data, bytes, done);
+  if (bytes == 0) return Status::ok();
+  if (postLarge_ && bytes >= settings_.directMinBytes) {
+    post(data, bytes);
+    return Status::ok();
+  }
+  *done = writeFifo(data, bytes);
+  return *done > 0 ? Status::ok() : stalled();
+}
+
+size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
+  size_t space = mask_ + 1 - static_cast<size_t>(head_ - tailSeen_);
+  if (space < bytes) {
+    tailSeen_ = out_.tail.load(std::memory_order_acquire);
+    space = mask_ + 1 - static_cast<size_t>(head_ - tailSeen_);
+  }
+  size_t n = std::min(bytes, space);
+  if (n == 0) return 0;
+  copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n);
+  head_ += n;
+  out_.head.store(head_, std::memory_order_release);
+  return n;
+}
+
+void ShmTransport::ShmLink::post(const void* data, size_t bytes) {
+  // The reader looks at these fields only after seeing the new sequence number, and it is
+  // done with the previous send's, so they are free to overwrite.
+  out_.address = reinterpret_cast<uint64_t>(data);
+  out_.length = bytes;
+  out_.offset = head_;
+  posted_ = PostedSend{static_cast<const uint8_t*>(data), bytes, 0, ++postedCount_,
+                       out_.directRead.load(std::memory_order_acquire)};
+  tsanRelease(data);
+  out_.posted.store(posted_->seq, std::memory_order_release);
+}
+
+Status ShmTransport::ShmLink::continuePosted(const void* data, size_t bytes, size_t* done) {
+  PostedSend& p = *posted_;
+  if (data != p.base + p.reported || bytes != p.length - p.reported) {
+    return error(loomInternalError,
+                 "shm link to rank %d: a send of %zu bytes at %p is in progress (%zu left); the "
+                 "next send must pass what is left until it is done, not %zu bytes at %p",
+                 peer_, p.length, static_cast<const void*>(p.base), p.length - p.reported, bytes, data);
+  }
+  // `refused` first: the reader stores directRead before it, so the count is final then.
+  bool refused = out_.refused.load(std::memory_order_acquire) == p.seq;
+  size_t read = static_cast<size_t>(out_.directRead.load(std::memory_order_acquire) - p.readBefore);
+  *done = read - p.reported;
+  p.reported = read;
+  if (*done > 0 || refused) tsanAcquire(p.base);
+  if (refused) {
+    LOOM_INFO("shm: rank %d cannot read this process's memory; sending through the FIFO from now on", peer_);
+    postLarge_ = false;
+    posted_.reset();
+    return Status::ok();
+  }
+  if (read == p.length) posted_.reset();
+  return *done > 0 ? Status::ok() : stalled();
+}
+
+// ---- Reading ----
+
+Status ShmTransport::ShmLink::recvSome(void* data, size_t bytes, size_t* done) {
+  *done = 0;
+  if (bytes == 0) return Status::ok();
+  LOOM_TRY(receive(data, bytes, done));
+  if (*done > 0) return Status::ok();
+  Status gone = stalled();
+  if (gone.isOk()) return gone;
+  // What the peer sent before it closed or died is delivered before the error.
+  LOOM_TRY(receive(data, bytes, done));
+  return *done > 0 ? Status::ok() : gone;
+}
+
+Status ShmTransport::ShmLink::receive(void* data, size_t bytes, size_t* done) {
+  *done = readFifo(data, bytes);
+  if (*done > 0 || (!reading_ && !takePeerSend())) return Status::ok();
+  if (!readPeerMemory_) {
+    refusePeerSend();
+    return Status::ok();
+  }
+  return readPeerSend(data, bytes, done);
+}
+
+size_t ShmTransport::ShmLink::readFifo(void* data, size_t bytes) {
+  size_t available = static_cast<size_t>(headSeen_ - tail_);
+  if (available < bytes) {
+    headSeen_ = in_.head.load(std::memory_order_acquire);
+    available = static_cast<size_t>(headSeen_ - tail_);
+  }
+  size_t n = std::min(bytes, available);
+  if (n == 0) return 0;
+  copyOutOfRing(inData_, mask_, tail_, static_cast<uint8_t*>(data), n);
+  tail_ += n;
+  in_.tail.store(tail_, std::memory_order_release);
+  return n;
+}
+
+// True when the peer posted a send that comes next in the stream.
+bool ShmTransport::ShmLink::takePeerSend() {
+  uint64_t seq = in_.posted.load(std::memory_order_acquire);
+  // A send posted behind FIFO bytes not seen yet waits for them.
+  if (seq == handled_ || in_.offset != tail_) return false;
+  reading_ = PeerSend{seq, in_.address, static_cast<size_t>(in_.length), 0};
+  identifyPeer();  // it attached before it could post anything
+  return true;
+}
+
+Status ShmTransport::ShmLink::readPeerSend(void* data, size_t bytes, size_t* done) {
+  PeerSend& s = *reading_;
+  size_t got = 0;
+  // Announced before looking at `closed`; the writer's destructor does the opposite.
+  in_.copying.fetch_add(1, std::memory_order_seq_cst);
+  if (peerEnd_.closed.load(std::memory_order_seq_cst) != 0) {
+    in_.copying.fetch_sub(1, std::memory_order_release);
+    return closedError();
+  }
+  tsanAcquire(reinterpret_cast<const void*>(s.address));
+  int err = settings_.failReadsWith != 0
+                ? settings_.failReadsWith
+                : process_.read(data, s.address + s.read, std::min(bytes, s.length - s.read), &got);
+  tsanRelease(reinterpret_cast<const void*>(s.address));
+  in_.copying.fetch_sub(1, std::memory_order_release);
+
+  if (err == EPERM || err == EACCES || err == ENOSYS) {
+    LOOM_INFO("shm: cannot read rank %d's memory (process_vm_readv: %s); its large sends come "
+              "through the FIFO from now on",
+              peer_, std::strerror(err));
+    readPeerMemory_ = false;
+    refusePeerSend();
+    return Status::ok();
+  }
+  if (err == ESRCH) return exitedError();
+  if (err != 0) {
+    return systemError(format("shm link with rank %d: reading %zu bytes of its memory at 0x%llx",
+                              peer_, bytes, static_cast<unsigned long long>(s.address + s.read)).c_str(), err);
+  }
+  s.read += got;
+  directRead_ += got;
+  in_.directRead.store(directRead_, std::memory_order_release);
+  if (s.read == s.length) {
+    handled_ = s.seq;
+    reading_.reset();
+  }
+  *done = got;
+  return Status::ok();
+}
+
+// Asks the writer to stream the rest of its posted send through the FIFO.
+void ShmTransport::ShmLink::refusePeerSend() {
+  handled_ = reading_->seq;
+  in_.refused.store(reading_->seq, std::memory_order_release);
+  reading_.reset();
+}
+
+// ---- The peer ----
+
+void ShmTransport::ShmLink::identifyPeer() {
+  if (process_.identified() || peerEnd_.attached.load(std::memory_order_acquire) == 0) return;
+  process_.identify(peerEnd_.pid, peerEnd_.pidNamespace);
+  if (!readPeerMemory_) return;
+  if (process_.foreign()) {
+    LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
+    readPeerMemory_ = false;
+  } else {
+    LOOM_INFO("shm: rank %d is pid %d; its large sends are read straight from its memory (%s)", peer_,
+              process_.pid(), process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
+  }
+}
+
+Status ShmTransport::ShmLink::stalled() {
+  if (peerEnd_.closed.load(std::memory_order_acquire) != 0) return closedError();
+  uint64_t now = coarseNowNs();
+  if (now - lastAliveCheckNs_ < kAliveCheckNs) return Status::ok();
+  lastAliveCheckNs_ = now;
+  identifyPeer();
+  return process_.alive() ? Status::ok() : exitedError();
+}
+
+Status ShmTransport::ShmLink::closedError() const {
+  return error(loomRemoteError, "shm link with rank %d: the peer closed its end", peer_);
+}
+
+Status ShmTransport::ShmLink::exitedError() const {
+  return error(loomRemoteError, "shm link with rank %d: its process (pid %d) has exited", peer_, process_.pid());
+}
+
+// ---- The transport ----
+
+ShmTransport::ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, Settings settings)
+    : bootstrap_(bootstrap),
+      rank_(bootstrap.rank()),
+      served_(static_cast<size_t>(bootstrap.nranks()), false),
+      settings_(std::move(settings)),
+      links_(static_cast<size_t>(bootstrap.nranks())) {
+  for (int peer : peers) {
+    if (peer != rank_) served_[static_cast<size_t>(peer)] = true;
+  }
+}
+
+ShmTransport::~ShmTransport() = default;
+
+Status ShmTransport::readSettings(Settings* out) {
+  long long fifoBytes = 0, direct = 0, directMinBytes = 0;
+  LOOM_TRY(env::getInt("LOOM_SHM_FIFO_BYTES", 4096, 1LL << 30, &fifoBytes));
+  if (!validFifoBytes(static_cast<unsigned long long>(fifoBytes))) {
+    return error(loomInvalidArgument, "LOOM_SHM_FIFO_BYTES=%lld is not a power of two", fifoBytes);
+  }
+  LOOM_TRY(env::getInt("LOOM_SHM_CMA", 0, 1, &direct));
+  LOOM_TRY(env::getInt("LOOM_SHM_CMA_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
+  out->dir = env::getOrDefault("LOOM_SHM_DIR");
+  // "/loom-" and 32 hex digits follow in a segment's name.
+  if (out->dir.size() + 38 > kMaxName) {
+    return error(loomInvalidArgument, "LOOM_SHM_DIR=%s is longer than %zu characters",
+                 out->dir.c_str(), kMaxName - 38);
+  }
+  out->fifoBytes = static_cast<size_t>(fifoBytes);
+  out->direct = direct != 0;
+  out->directMinBytes = static_cast<size_t>(directMinBytes);
+  return Status::ok();
+}
+
+Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, std::unique_ptr<ShmTransport>* out) {
+  Settings settings;
+  LOOM_TRY(readSettings(&settings));
+  for (int peer : peers) {
+    if (peer < 0 || peer >= bootstrap.nranks()) {
+      return error(loomInternalError, "shm transport: peer %d is not a rank of %d", peer, bootstrap.nranks());
+    }
+  }
+  if (settings.direct) {
+    // Under Yama's ptrace_scope=1 peers (not our ancestors) may read this process's memory
+    // only if it says so. Fails harmlessly where Yama is absent.
+    ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  }
+  out->reset(new ShmTransport(bootstrap, peers, std::move(settings)));
+  return Status::ok();
+}
+
+Status ShmTransport::checkServed(int peer) const {
+  if (peer < 0 || peer >= bootstrap_.nranks() || !served_[static_cast<size_t>(peer)]) {
+    return error(loomInternalError, "shm transport of rank %d: asked for a link to rank %d, which it does not serve",
+                 rank_, peer);
+  }
+  return Status::ok();
+}
+
+Status ShmTransport::connectOut(const std::vector<int>& peers, const Deadline& /*deadline*/) {
+  for (int peer : peers) {
+    LOOM_TRY(checkServed(peer));
+    if (peer > rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(offerSegment(peer));
+  }
+  return Status::ok();
+}
+
+Status ShmTransport::acceptIn(const std::vector<int>& peers, const Deadline& deadline) {
+  LOOM_TRY(connectOut(peers, deadline));
+  for (int peer : peers) {
+    if (peer < rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(acceptSegment(peer));
+  }
+  return Status::ok();
+}
+
+Link* ShmTransport::link(int peer, int /*index*/) {
+  if (peer < 0 || peer >= static_cast<int>(links_.size())) return nullptr;
+  return links_[static_cast<size_t>(peer)].get();
+}
+
+Status ShmTransport::offerSegment(int peer) {
+  std::string purpose = format("shm FIFOs of ranks %d and %d", rank_, peer);
+  ShmSegment segment;
+  LOOM_TRY(ShmSegment::create(settings_.dir, segmentBytes(settings_.fifoBytes), purpose.c_str(), &segment));
+  initSegment(segment, settings_.fifoBytes);
+  SegmentOffer offer{};
+  offer.fifoBytes = settings_.fifoBytes;
+  std::strncpy(offer.name, segment.name().c_str(), kMaxName);
+  LOOM_TRY(bootstrap_.send(peer, kSegmentTag, &offer, sizeof(offer))
+               .withContext(format("shm transport: sending rank %d its segment", peer)));
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, settings_);
+  return Status::ok();
+}
+
+Status ShmTransport::acceptSegment(int peer) {
+  SegmentOffer offer;
+  LOOM_TRY(bootstrap_.recv(peer, kSegmentTag, &offer, sizeof(offer))
+               .withContext(format("shm transport: waiting for rank %d's segment", peer)));
+  offer.name[kMaxName] = '\0';
+  if (!validFifoBytes(offer.fifoBytes)) {
+    return error(loomInternalError, "shm transport: rank %d offered FIFOs of %llu bytes", peer,
+                 static_cast<unsigned long long>(offer.fifoBytes));
+  }
+  size_t fifoBytes = static_cast<size_t>(offer.fifoBytes);
+  ShmSegment segment;
+  LOOM_TRY(ShmSegment::open(offer.name, segmentBytes(fifoBytes), &segment)
+               .withContext(format("shm transport: mapping rank %d's segment", peer)));
+  LOOM_TRY(attachSegment(segment, fifoBytes));
+  segment.unlink();  // both ranks have it mapped now
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, settings_);
+  return Status::ok();
+}
+
+}  // namespace loom::transport

@@ -1,0 +1,78 @@
+// Shared-memory links between ranks of one host. For each pair (a < b) rank a creates one
+// segment holding a FIFO each way and tells b its name over the bootstrap; b maps it and
+// unlinks it at once, so a crash leaves nothing in LOOM_SHM_DIR.
+//
+// Small messages are copied through the FIFO (a lock-free single-producer single-consumer
+// ring). A send of LOOM_SHM_CMA_MIN_BYTES or more is not copied there: the sender posts
+// {address, length} and the receiver copies straight out of the sender's buffer
+// (process_vm_readv between processes, memcpy between threads of one process), one copy
+// instead of two. Where the kernel refuses that (containers, seccomp, LOOM_SHM_CMA=0 on the
+// receiver) the receiver asks for the bytes through the FIFO instead, and the link keeps
+// doing so from then on.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "transport/transport.h"
+
+namespace loom::transport {
+
+class ShmTransport : public Transport {
+ public:
+  // The bootstrap tag of the messages this transport sends (a segment's name, from the
+  // lower rank to the higher). No other user of the bootstrap may use it.
+  static constexpr uint32_t kSegmentTag = 0x53484d01;  // "SHM" 1
+
+  // Reads the LOOM_SHM_* settings (a bad LOOM_SHM_FIFO_BYTES is loomInvalidArgument) and
+  // makes no link yet. `peers`: the ranks this transport serves, on this host (the caller
+  // decides; this rank itself is ignored). `bootstrap` must outlive the transport.
+  static Status create(Bootstrap& bootstrap, std::vector<int> peers,
+                       std::unique_ptr<ShmTransport>* out);
+  ~ShmTransport() override;
+
+  const char* name() const override { return "shm"; }
+  // Creates the segments of pairs where this rank is the lower one and sends their names;
+  // never waits for a peer. Peers that already have a link are skipped.
+  Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
+  // Maps the segments of the lower peers (waiting for their names on the bootstrap, which
+  // ends at the bootstrap's timeout or cancel), after doing connectOut's part if needed.
+  Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  // One link per peer; `index` is ignored. Links never block, have no waitFd (-1) and are
+  // driven by one thread at a time.
+  Link* link(int peer, int index) override;
+
+  // Tests only: from now on every read of a peer's memory by this transport's links fails
+  // with `err` (0: back to normal), as process_vm_readv does in a locked-down container.
+  void failCrossMemoryReadsForTesting(int err) { settings_.failReadsWith = err; }
+
+ private:
+  class ShmLink;
+  // LOOM_SHM_* as read at create; links keep a reference.
+  struct Settings {
+    std::string dir;        // LOOM_SHM_DIR
+    size_t fifoBytes;       // LOOM_SHM_FIFO_BYTES, of the segments this rank creates
+    bool direct;            // LOOM_SHM_CMA
+    size_t directMinBytes;  // LOOM_SHM_CMA_MIN_BYTES
+    int failReadsWith = 0;  // failCrossMemoryReadsForTesting
+  };
+
+  ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, Settings settings);
+  static Status readSettings(Settings* out);
+  Status checkServed(int peer) const;
+  // The lower rank's half of a pair: segment, name to the peer, link.
+  Status offerSegment(int peer);
+  // The higher rank's half: the name from the peer, mapping, unlink, link.
+  Status acceptSegment(int peer);
+
+  Bootstrap& bootstrap_;
+  int rank_;
+  std::vector<bool> served_;
+  Settings settings_;
+  std::vector<std::unique_ptr<ShmLink>> links_;
+};
+
+}  // namespace loom::transport

@@ -1,0 +1,511 @@
+// The shared-memory transport between two ranks (threads of one process and forked
+// processes): the byte stream survives any split of sends and receives, with and without
+// direct reads of the sender's memory and when those fail; segments leave nothing in
+// LOOM_SHM_DIR; a dead or closed peer is loomRemoteError, a full tmpfs a clear
+// loomSystemError, a bad LOOM_SHM_FIFO_BYTES loomInvalidArgument.
+#include "transport/shm_transport.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "core/communicator.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loom::transport::Link;
+using loom::transport::ShmTransport;
+using loomtest::Mode;
+using Clock = std::chrono::steady_clock;
+
+#define ASSERT_STATUS_OK(expr)                                                  \
+  do {                                                                          \
+    loom::Status s_ = (expr);                                                   \
+    ASSERT_TRUE(s_.isOk()) << #expr << ": " << s_.message();                    \
+  } while (0)
+
+// Sets environment variables until the end of the scope; forked ranks inherit them.
+class ScopedEnv {
+ public:
+  ScopedEnv& set(const char* name, const std::string& value) {
+    const char* old = std::getenv(name);
+    saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+    ::setenv(name, value.c_str(), 1);
+    return *this;
+  }
+  ~ScopedEnv() {
+    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+      if (it->second) {
+        ::setenv(it->first, it->second->c_str(), 1);
+      } else {
+        ::unsetenv(it->first);
+      }
+    }
+  }
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
+
+// A fresh directory in /dev/shm for LOOM_SHM_DIR, removed at the end.
+class TempDir {
+ public:
+  TempDir() {
+    char path[] = "/dev/shm/loom-shm-test-XXXXXX";
+    if (::mkdtemp(path) != nullptr) path_ = path;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) names.push_back(e.path().string());
+    return names;
+  }
+
+ private:
+  std::string path_;
+};
+
+loom::Bootstrap& bootstrapOf(loomComm_t comm) {
+  return reinterpret_cast<loom::Communicator*>(comm)->bootstrap();
+}
+
+// This rank's shm transport, linked to `peer`.
+void connect(loom::Bootstrap& bootstrap, int peer, std::unique_ptr<ShmTransport>* out) {
+  ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {0, 1}, out));
+  auto deadline = loom::Deadline::afterMs(10000);
+  ASSERT_STATUS_OK((*out)->connectOut({peer}, deadline));
+  ASSERT_STATUS_OK((*out)->acceptIn({peer}, deadline));
+  ASSERT_NE((*out)->link(peer, 0), nullptr);
+}
+
+// Bytes that differ at every offset, so a piece delivered out of place is caught.
+std::vector<uint8_t> pattern(uint64_t seed, size_t bytes) {
+  std::vector<uint8_t> out(bytes);
+  uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (size_t i = 0; i < bytes; ++i) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    out[i] = static_cast<uint8_t>(x);
+  }
+  return out;
+}
+
+void expectSameBytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  auto mismatch = std::mismatch(got.begin(), got.end(), want.begin());
+  EXPECT_TRUE(mismatch.first == got.end()) << "first wrong byte at offset " << (mismatch.first - got.begin());
+}
+
+// The direct-read threshold of these tests: pieces of either kind are frequent.
+constexpr size_t kDirectMin = 16384;
+
+// Sends `out` while receiving in->size() bytes over one link, both cut into random pieces:
+// most of a few bytes to a few KiB, one in four from 20 KB to 320 KB (read from the
+// sender's memory when direct reads are on). A send's piece is kept until it is done, as
+// the Link contract asks.
+void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>* in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto piece = [&] { return rng() % 4 == 0 ? 20000 + rng() % 300000 : 1 + rng() % 3000; };
+  size_t sent = 0, pieceEnd = 0, received = 0;
+  auto deadline = Clock::now() + std::chrono::seconds(60);
+  while (sent < out.size() || received < in->size()) {
+    bool moved = false;
+    if (sent < out.size()) {
+      if (sent == pieceEnd) pieceEnd = std::min(out.size(), sent + piece());
+      size_t done = 0;
+      ASSERT_STATUS_OK(link->sendSome(out.data() + sent, pieceEnd - sent, &done));
+      sent += done;
+      moved |= done > 0;
+    }
+    if (received < in->size()) {
+      size_t done = 0;
+      ASSERT_STATUS_OK(link->recvSome(in->data() + received, std::min(in->size() - received, piece()), &done));
+      received += done;
+      moved |= done > 0;
+    }
+    if (!moved) {
+      ASSERT_LT(Clock::now(), deadline) << "stuck after sending " << sent << " and receiving " << received;
+      std::this_thread::yield();
+    }
+  }
+}
+
+// Both ranks send `bytes` of their own pattern and check the peer's.
+void exchangeAndCheck(Link* link, int rank, size_t bytes, uint64_t round) {
+  std::vector<uint8_t> in(bytes);
+  ASSERT_NO_FATAL_FAILURE(exchange(link, pattern(2 * round + rank, bytes), &in, static_cast<uint32_t>(round * 7 + rank)));
+  expectSameBytes(in, pattern(2 * round + (1 - rank), bytes));
+}
+
+// ---- Byte stream ----
+
+using StreamParam = std::tuple<Mode, bool, size_t>;  // mode, direct reads, FIFO bytes
+
+class ShmStream : public ::testing::TestWithParam<StreamParam> {};
+
+TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
+  auto [mode, direct, fifoBytes] = GetParam();
+  ScopedEnv env;
+  env.set("LOOM_SHM_CMA", direct ? "1" : "0")
+      .set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin))
+      .set("LOOM_SHM_FIFO_BYTES", std::to_string(fifoBytes));
+  loomtest::runRanks(2, mode, [](loomComm_t comm, int rank) {
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
+    // Many times the FIFO, so it wraps around thousands of times.
+    exchangeAndCheck(transport->link(1 - rank, 0), rank, 6 << 20, 1);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shm, ShmStream,
+    ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Bool(),
+                       ::testing::Values(size_t{4096}, size_t{262144})),
+    [](const ::testing::TestParamInfo<StreamParam>& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_direct" : "_fifo") +
+             "_" + std::to_string(std::get<2>(info.param));
+    });
+
+// ---- Direct reads that fail ----
+
+class ShmFallback : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(ShmFallback, RefusedReadsGoThroughTheFifoFromThenOn) {
+  ScopedEnv env;
+  env.set("LOOM_SHM_CMA", "1").set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin));
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
+    Link* link = transport->link(1 - rank, 0);
+    ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(link, rank, 1 << 20, 1));  // direct reads work
+    // As in a container where process_vm_readv is forbidden: the first failure switches
+    // the link to the FIFO, also for a large send already half read.
+    transport->failCrossMemoryReadsForTesting(EPERM);
+    ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(link, rank, 3 << 20, 2));
+    transport->failCrossMemoryReadsForTesting(0);
+    ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(link, rank, 1 << 20, 3));  // and stays there
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmFallback, ::testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return loomtest::modeName(info.param); });
+
+TEST(ShmFallback, ReceiverWithDirectReadsOffRefusesThem) {
+  ScopedEnv env;
+  env.set("LOOM_SHM_CMA", "1").set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin));
+  loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    if (rank == 1) ::setenv("LOOM_SHM_CMA", "0", 1);  // this process only
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
+    exchangeAndCheck(transport->link(1 - rank, 0), rank, 2 << 20, 1);
+  });
+}
+
+// ---- Connecting ----
+
+class ShmConnect : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(ShmConnect, SegmentsAreGoneOnceBothRanksMappedThem) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ScopedEnv env;
+  env.set("LOOM_SHM_DIR", dir.path());
+  loomtest::runRanks(2, GetParam(), [&dir](loomComm_t comm, int rank) {
+    loom::Bootstrap& bootstrap = bootstrapOf(comm);
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(bootstrap, 1 - rank, &transport));
+    ASSERT_STATUS_OK(bootstrap.barrier());
+    EXPECT_EQ(dir.entries(), std::vector<std::string>());
+    ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(transport->link(1 - rank, 0), rank, 1 << 20, 1));
+    EXPECT_EQ(dir.entries(), std::vector<std::string>());
+  });
+}
+
+TEST_P(ShmConnect, ConnectsOncePerPeerAndOnlyToServedPeers) {
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    loom::Bootstrap& bootstrap = bootstrapOf(comm);
+    int peer = 1 - rank;
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(bootstrap, peer, &transport));
+    Link* link = transport->link(peer, 0);
+    auto deadline = loom::Deadline::afterMs(10000);
+    ASSERT_STATUS_OK(transport->connectOut({peer}, deadline));
+    ASSERT_STATUS_OK(transport->acceptIn({peer}, deadline));
+    EXPECT_EQ(transport->link(peer, 0), link);
+    EXPECT_EQ(transport->link(peer, 3), link);
+    EXPECT_EQ(link->waitFd(), -1);
+    ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(link, rank, 100000, 1));  // the one link still works
+
+    loom::Status self = transport->connectOut({rank}, deadline);
+    EXPECT_EQ(self.code(), loomInternalError) << self.message();
+    std::unique_ptr<ShmTransport> none;
+    ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {}, &none));
+    loom::Status unserved = none->acceptIn({peer}, deadline);
+    EXPECT_EQ(unserved.code(), loomInternalError) << unserved.message();
+    EXPECT_NE(unserved.message().find("does not serve"), std::string::npos) << unserved.message();
+    EXPECT_EQ(none->link(peer, 0), nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmConnect, ::testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const ::testing::TestParamInfo<Mode>& info) { return loomtest::modeName(info.param); });
+
+TEST(ShmConnect, BadSettingsAreInvalidArguments) {
+  loomComm_t comm = nullptr;
+  LOOM_ASSERT_OK(loomCommInitAll(&comm, 1, nullptr), nullptr);
+  const std::pair<const char*, const char*> bad[] = {
+      {"LOOM_SHM_FIFO_BYTES", "5000"}, {"LOOM_SHM_FIFO_BYTES", "2048"}, {"LOOM_SHM_FIFO_BYTES", "lots"},
+      {"LOOM_SHM_CMA", "2"},           {"LOOM_SHM_CMA_MIN_BYTES", "0"},
+  };
+  for (const auto& [name, value] : bad) {
+    ScopedEnv env;
+    env.set(name, value);
+    std::unique_ptr<ShmTransport> transport;
+    loom::Status s = ShmTransport::create(bootstrapOf(comm), {0}, &transport);
+    EXPECT_EQ(s.code(), loomInvalidArgument) << name << "=" << value << ": " << s.message();
+    EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
+    EXPECT_EQ(transport, nullptr);
+  }
+  LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+}
+
+// ---- A peer that goes away ----
+
+TEST(ShmPeerGone, ClosedPeerIsRemoteErrorAfterItsLastBytes) {
+  loomtest::runRanks(2, Mode::kThreads, [](loomComm_t comm, int rank) {
+    loom::Bootstrap& bootstrap = bootstrapOf(comm);
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(bootstrap, 1 - rank, &transport));
+    Link* link = transport->link(1 - rank, 0);
+    char bytes[100] = "last words";
+    if (rank == 1) {
+      size_t done = 0;
+      ASSERT_STATUS_OK(link->sendSome(bytes, sizeof(bytes), &done));
+      ASSERT_EQ(done, sizeof(bytes));
+      transport.reset();
+      ASSERT_STATUS_OK(bootstrap.barrier());
+      return;
+    }
+    ASSERT_STATUS_OK(bootstrap.barrier());
+    char got[200] = {};
+    size_t done = 0;
+    ASSERT_STATUS_OK(link->recvSome(got, sizeof(got), &done));
+    EXPECT_EQ(done, sizeof(bytes));
+    EXPECT_STREQ(got, "last words");
+    loom::Status s = link->recvSome(got, sizeof(got), &done);
+    EXPECT_EQ(s.code(), loomRemoteError) << s.message();
+    EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  });
+}
+
+// How the survivor is waiting when its peer process is killed.
+enum class Waiting { kToReceive, kOnAFullFifo, kForAPostedSendToBeRead };
+
+class ShmDeadPeer : public ::testing::TestWithParam<Waiting> {};
+
+// Rank 1 is a forked child that is SIGKILLed mid-transfer; rank 0 (this process) must see
+// loomRemoteError naming it within two seconds, and the directory must stay empty.
+TEST_P(ShmDeadPeer, BecomesRemoteErrorQuickly) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ScopedEnv env;
+  env.set("LOOM_SHM_DIR", dir.path())
+      .set("LOOM_SHM_FIFO_BYTES", "4096")
+      .set("LOOM_SHM_CMA", "1")
+      .set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin));
+  loomUniqueId id;
+  LOOM_ASSERT_OK(loomGetUniqueId(&id), nullptr);
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Connects, sends a first message, then idles until killed.
+    loomComm_t comm = nullptr;
+    if (loomCommInitRank(&comm, 2, id, 1) != loomSuccess) ::_exit(2);
+    std::unique_ptr<ShmTransport> transport;
+    if (!ShmTransport::create(bootstrapOf(comm), {0}, &transport).isOk()) ::_exit(3);
+    auto deadline = loom::Deadline::afterMs(10000);
+    if (!transport->acceptIn({0}, deadline).isOk()) ::_exit(4);
+    char hello[1000] = "alive";
+    size_t done = 0;
+    if (!transport->link(0, 0)->sendSome(hello, sizeof(hello), &done).isOk() || done != sizeof(hello)) ::_exit(5);
+    for (;;) ::pause();
+  }
+
+  loomComm_t comm = nullptr;
+  LOOM_ASSERT_OK(loomCommInitRank(&comm, 2, id, 0), nullptr);
+  std::unique_ptr<ShmTransport> transport;
+  ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1, &transport));
+  Link* link = transport->link(1, 0);
+  char hello[1000];
+  size_t received = 0;
+  while (received < sizeof(hello)) {
+    size_t done = 0;
+    ASSERT_STATUS_OK(link->recvSome(hello + received, sizeof(hello) - received, &done));
+    received += done;
+  }
+  EXPECT_STREQ(hello, "alive");
+
+  std::vector<uint8_t> big(1 << 20, 7);
+  size_t done = 0;
+  switch (GetParam()) {
+    case Waiting::kToReceive:
+      break;
+    case Waiting::kOnAFullFifo:
+      do ASSERT_STATUS_OK(link->sendSome(big.data(), 1000, &done)); while (done > 0);
+      break;
+    case Waiting::kForAPostedSendToBeRead:
+      ASSERT_STATUS_OK(link->sendSome(big.data(), big.size(), &done));
+      ASSERT_EQ(done, 0u);
+      break;
+  }
+  ASSERT_EQ(::kill(child, SIGKILL), 0);
+  auto killed = Clock::now();
+  loom::Status s;
+  while (s.isOk() && Clock::now() - killed < std::chrono::seconds(5)) {
+    s = GetParam() == Waiting::kToReceive ? link->recvSome(hello, sizeof(hello), &done)
+        : GetParam() == Waiting::kOnAFullFifo ? link->sendSome(big.data(), 1000, &done)
+                                              : link->sendSome(big.data(), big.size(), &done);
+    EXPECT_EQ(done, 0u);
+    std::this_thread::yield();
+  }
+  EXPECT_LT(Clock::now() - killed, std::chrono::seconds(2));
+  EXPECT_EQ(s.code(), loomRemoteError) << s.message();
+  EXPECT_NE(s.message().find("rank 1"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(std::to_string(child)), std::string::npos) << s.message();
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "child status " << status;
+  EXPECT_EQ(dir.entries(), std::vector<std::string>());
+  transport.reset();
+  LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+}
+
+std::string waitingName(const ::testing::TestParamInfo<Waiting>& info) {
+  switch (info.param) {
+    case Waiting::kToReceive: return "ToReceive";
+    case Waiting::kOnAFullFifo: return "OnAFullFifo";
+    case Waiting::kForAPostedSendToBeRead: return "ForAPostedSendToBeRead";
+  }
+  return "";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shm, ShmDeadPeer,
+                         ::testing::Values(Waiting::kToReceive, Waiting::kOnAFullFifo, Waiting::kForAPostedSendToBeRead),
+                         waitingName);
+
+// ---- A full tmpfs ----
+
+bool writeFile(const char* path, const std::string& text) {
+  int fd = ::open(path, O_WRONLY);
+  if (fd < 0) return false;
+  bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  return ok;
+}
+
+// Mounts a 64 KiB tmpfs on `dir` in a mount namespace of this (single-threaded, forked)
+// process only. Returns why it could not ("" on success).
+std::string mountTinyTmpfs(const std::string& dir) {
+  if (::unshare(CLONE_NEWNS) != 0) {
+    // Not privileged: a user namespace makes this process root enough to mount a tmpfs.
+    uid_t uid = ::getuid();
+    gid_t gid = ::getgid();
+    if (::unshare(CLONE_NEWUSER | CLONE_NEWNS) != 0) {
+      return std::string("unshare(CLONE_NEWNS) and unshare(CLONE_NEWUSER|CLONE_NEWNS) failed: ") + std::strerror(errno);
+    }
+    if (!writeFile("/proc/self/setgroups", "deny") ||
+        !writeFile("/proc/self/uid_map", "0 " + std::to_string(uid) + " 1") ||
+        !writeFile("/proc/self/gid_map", "0 " + std::to_string(gid) + " 1")) {
+      return std::string("cannot map ids in a user namespace: ") + std::strerror(errno);
+    }
+  }
+  // Nothing mounted here may propagate back to the real namespace.
+  if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return std::string("making mounts private failed: ") + std::strerror(errno);
+  }
+  if (::mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    return std::string("mounting a tmpfs failed: ") + std::strerror(errno);
+  }
+  return "";
+}
+
+TEST(ShmFullTmpfs, IsASystemErrorThatSaysHowMuchAndHowToFixIt) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  ScopedEnv env;
+  env.set("LOOM_SHM_FIFO_BYTES", "262144");
+  int pipeFds[2];
+  ASSERT_EQ(::pipe(pipeFds), 0);
+  std::fflush(nullptr);
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // Reports "skip <why>" or "<result code> <message>" through the pipe.
+    ::close(pipeFds[0]);
+    std::string report;
+    std::string why = mountTinyTmpfs(dir.path());
+    if (!why.empty()) {
+      report = "skip " + why;
+    } else {
+      loomComm_t comms[2] = {nullptr, nullptr};
+      if (loomCommInitAll(comms, 2, nullptr) != loomSuccess) {
+        report = "init failed: " + std::string(loomGetLastError(nullptr));
+      } else {
+        // Only the transport's segments go to the tiny tmpfs (the communicator's own are
+        // made in the default directory).
+        ::setenv("LOOM_SHM_DIR", dir.path().c_str(), 1);
+        std::unique_ptr<ShmTransport> transport;
+        loom::Status s = ShmTransport::create(bootstrapOf(comms[0]), {1}, &transport);
+        if (s.isOk()) s = transport->connectOut({1}, loom::Deadline::afterMs(10000));
+        report = std::to_string(s.code()) + " " + s.message();
+        // The segment that did not fit must not stay behind either.
+        if (!dir.entries().empty()) report += " LEFTOVER FILES";
+      }
+    }
+    bool written = ::write(pipeFds[1], report.data(), report.size()) == static_cast<ssize_t>(report.size());
+    ::_exit(written ? 0 : 1);
+  }
+  ::close(pipeFds[1]);
+  std::string report;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipeFds[0], buffer, sizeof(buffer))) > 0;) report.append(buffer, static_cast<size_t>(n));
+  ::close(pipeFds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status << ": " << report;
+  if (report.rfind("skip ", 0) == 0) GTEST_SKIP() << "no private tmpfs here: " << report.substr(5);
+  std::printf("the error: %s\n", report.c_str());
+  EXPECT_EQ(report.rfind(std::to_string(loomSystemError) + " ", 0), 0u) << report;
+  for (const char* part : {"528384 bytes", "--shm-size", "remount,size=", "LOOM_SHM_FIFO_BYTES",
+                           "LOOM_TRANSPORTS=socket", "ranks 0 and 1"}) {
+    EXPECT_NE(report.find(part), std::string::npos) << "no \"" << part << "\" in: " << report;
+  }
+  EXPECT_EQ(report.find("LEFTOVER"), std::string::npos) << report;
+}
+
+}  // namespace
