@@ -3,15 +3,19 @@
 // with rotating ops, counts, roots and in-place (loomtest::sliceCases) plus float
 // determinism checks, and exits 0 only if every result matched the reference.
 //
-//   collectives_rank [ROTATION]    ROTATION (default 0) shifts which case meets which count
+//   collectives_rank [ROTATION [full]]
+//     ROTATION (default 0) shifts which case meets which count, root and in-place;
+//     "full" runs loomtest::fullCases instead (every type x op x count x in-place).
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "multirank/collective_reference.h"
 
 int main(int argc, char** argv) {
   const unsigned rotation = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 0;
+  const bool full = argc > 2 && std::string(argv[2]) == "full";
   const char* algo = std::getenv("LOOM_ALGO");
   loomComm_t comm = nullptr;
   loomResult_t r = loomCommInitFromEnv(&comm, nullptr);
@@ -30,7 +34,9 @@ int main(int argc, char** argv) {
     if (++wrong <= 10) std::fprintf(stderr, "rank %d: %s\n", rank, outcome.error.c_str());
   };
   bool stopped = false;
-  for (const loomtest::CollectiveCase& c : loomtest::sliceCases(nranks, rotation)) {
+  const std::vector<loomtest::CollectiveCase> cases =
+      full ? loomtest::fullCases(nranks, rotation) : loomtest::sliceCases(nranks, rotation);
+  for (const loomtest::CollectiveCase& c : cases) {
     loomtest::CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, nranks);
     report(outcome);
     if (outcome.callFailed) {

@@ -9,6 +9,9 @@
 # on exit; without root or netns support the test is skipped with the reason.
 #
 #   netns_collectives_test.sh COLLECTIVES_RANK LOOMRUN
+#
+# LOOM_TEST_FULL=1 runs the full case list (every type x op x count x in-place, and ~16M
+# elements) instead of the rotating slice; that takes minutes per LOOM_ALGO value.
 set -u
 rankprog=$1
 loomrun=$2
@@ -39,6 +42,9 @@ set +e
 
 secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 failed=0
+coverage=
+limit=150
+if [ "${LOOM_TEST_FULL:-}" = 1 ]; then coverage=full limit=3000; fi
 # "" is the default choice; the last one forces a different algorithm per collective.
 algos=("" ring tree rd oneshot pairwise "allreduce=rd,broadcast=tree,reduce=tree")
 
@@ -52,8 +58,8 @@ for i in "${!algos[@]}"; do
     if [ "$rank" -lt 2 ]; then ns=$nsA host=hostA; else ns=$nsB host=hostB; fi
     ip netns exec "$ns" env LOOM_RANK=$rank LOOM_WORLD_SIZE=4 LOOM_MASTER_ADDR=10.231.8.1 \
       LOOM_MASTER_PORT=$((29610 + i)) LOOM_SECRET="$secret" LOOM_HOSTID=$host LOOM_DEBUG=INFO \
-      LOOM_ALGO="$algo" LOOM_INIT_TIMEOUT_MS=30000 LOOM_TIMEOUT_MS=30000 \
-      timeout 150 "$rankprog" "$i" >"$out/$i.$rank.out" 2>"$out/$i.$rank.err" &
+      LOOM_ALGO="$algo" LOOM_TRANSPORTS= LOOM_INIT_TIMEOUT_MS=30000 LOOM_TIMEOUT_MS=30000 \
+      timeout $limit "$rankprog" "$i" $coverage >"$out/$i.$rank.out" 2>"$out/$i.$rank.err" &
     pids+=($!)
   done
   run_failed=0
@@ -66,6 +72,14 @@ for i in "${!algos[@]}"; do
     fi
     grep -q "(local rank $(( rank % 2 )) of 2, 2 hosts)" "$out/$i.$rank.err" ||
       { echo "LOOM_ALGO=$label: rank $rank did not see 2 hosts"; run_failed=1; }
+    # The other rank of its namespace over shared memory, the other namespace's over TCP.
+    if [ "$i" -eq 0 ]; then
+      peer=$(( rank ^ 1 )) far=$(( rank < 2 ? 2 : 0 ))
+      grep -q "shm to ranks \[$peer\]" "$out/$i.$rank.err" &&
+        grep -q "socket.* to ranks \[$far,$(( far + 1 ))\]" "$out/$i.$rank.err" ||
+        { echo "rank $rank: not shm to rank $peer and socket to ranks $far,$(( far + 1 )):";
+          grep -i "transport\|to ranks" "$out/$i.$rank.err"; run_failed=1; }
+    fi
   done
   if [ $run_failed -eq 0 ]; then
     echo "LOOM_ALGO=$label: 4 ranks on 2 hosts: $(sed -n 's/.*: all \([0-9]*\) checks passed.*/\1/p' "$out/$i.0.out") checks passed on every rank ($((SECONDS - start)) s)"
@@ -79,7 +93,7 @@ for node in 0 1; do
   if [ $node -eq 0 ]; then ns=$nsA; else ns=$nsB; fi
   ip netns exec "$ns" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TRANSPORTS=socket \
     LOOM_TIMEOUT_MS=30000 "$loomrun" -n 4 --nnodes 2 --node-rank $node --master-addr 10.231.8.1 \
-    --master-port 29630 --timeout 150 --tag-output "$rankprog" 99 >"$out/node$node.out" 2>&1 &
+    --master-port 29630 --timeout $limit --tag-output "$rankprog" 99 $coverage >"$out/node$node.out" 2>&1 &
   pids[$node]=$!
 done
 for node in 0 1; do

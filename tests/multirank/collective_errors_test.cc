@@ -260,10 +260,9 @@ std::string mismatchName(Mismatch m) {
 }
 
 // Rank 0 makes one call, every other rank a different one.
-loomResult_t mismatchedCall(Mismatch m, loomComm_t comm, int rank, std::vector<float>& send,
-                            std::vector<float>& recv) {
+loomResult_t mismatchedCall(Mismatch m, size_t count, loomComm_t comm, int rank,
+                            std::vector<float>& send, std::vector<float>& recv) {
   const bool odd = rank == 0;
-  const size_t count = 1000;
   switch (m) {
     case Mismatch::kCount:
       return loomAllReduce(send.data(), recv.data(), odd ? count : count / 2, loomFloat32, loomSum,
@@ -280,55 +279,74 @@ loomResult_t mismatchedCall(Mismatch m, loomComm_t comm, int rank, std::vector<f
       return loomAllReduce(send.data(), recv.data(), count, loomFloat32, odd ? loomMax : loomSum,
                            comm, nullptr);
     case Mismatch::kAllGatherCount:
-      return loomAllGather(send.data(), recv.data(), odd ? 100 : 99, loomFloat32, comm, nullptr);
+      return loomAllGather(send.data(), recv.data(), odd ? count / 10 : count / 10 - 1, loomFloat32,
+                           comm, nullptr);
   }
   return loomInternalError;
 }
 
-class MismatchedCalls : public testing::TestWithParam<std::tuple<Mode, int, Mismatch>> {};
+// count: 1000 floats take the small-message algorithms, 100000 the large-message ones.
+class MismatchedCalls : public testing::TestWithParam<std::tuple<Mode, int, Mismatch, size_t>> {};
 
 TEST_P(MismatchedCalls, AreAnErrorOnSomeRankAndNoRankHangs) {
-  auto [mode, nranks, mismatch] = GetParam();
+  auto [mode, nranks, mismatch, count] = GetParam();
   loomtest::RankOptions options;
   options.timeoutMs = 3000;
   options.deadlineMs = 30000;
-  SharedRecords records(nranks);
-  ASSERT_TRUE(records.ok()) << "mmap failed";
-  loomtest::runRanks(nranks, mode, [&, m = mismatch](loomComm_t comm, int rank) {
-    std::vector<float> send(8000, 1.0f), recv(8000, 0.0f);
+  SharedRecords records(nranks), followUps(nranks);
+  ASSERT_TRUE(records.ok() && followUps.ok()) << "mmap failed";
+  loomtest::runRanks(nranks, mode, [&, m = mismatch, count = count](loomComm_t comm, int rank) {
+    std::vector<float> send(count * 3, 1.0f), recv(count * 3, 0.0f);
     // A matched call first, so the links are up and the mismatch is the only thing wrong.
     LOOM_ASSERT_OK(loomAllReduce(send.data(), recv.data(), 10, loomFloat32, loomSum, comm, nullptr), comm);
-    record(records[rank], comm, [&] { return mismatchedCall(m, comm, rank, send, recv); });
+    record(records[rank], comm, [&] { return mismatchedCall(m, count, comm, rank, send, recv); });
+    // A mismatched call can complete on every rank when no rank had to receive anything
+    // (two ranks that both think they are the root just send): its message then waits in
+    // the link, and the next call that reads the link must see it. An AllToAll reads every
+    // link.
+    if (records[rank].result == loomSuccess) {
+      record(followUps[rank], comm, [&] {
+        return loomAllToAll(send.data(), recv.data(), 10, loomFloat32, comm, nullptr);
+      });
+    }
   }, options);
 
   const double limit = options.timeoutMs / 1000.0 + 3.0;
   int invalidUsage = 0;
+  const std::string summary = "\nthe mismatched call:" + records.summary() +
+                              "\nthe matched AllToAll after it (where the first succeeded):" +
+                              followUps.summary();
   for (int r = 0; r < nranks; ++r) {
-    const RankRecord& rec = records[r];
-    ASSERT_GE(rec.result, 0) << "rank " << r << " never returned" << records.summary();
-    EXPECT_LT(rec.seconds, limit) << "rank " << r << records.summary();
-    const auto result = static_cast<loomResult_t>(rec.result);
-    EXPECT_TRUE(result == loomSuccess || result == loomInvalidUsage || result == loomRemoteError ||
-                result == loomTimeout)
-        << "rank " << r << records.summary();
-    if (result != loomSuccess) {
-      EXPECT_NE(rec.message[0], '\0') << "rank " << r << ": an error without a message";
-      EXPECT_EQ(rec.asyncError, rec.result)
-          << "rank " << r << ": the communicator should keep the error" << records.summary();
+    for (SharedRecords* calls : {&records, &followUps}) {
+      const RankRecord& rec = (*calls)[r];
+      if (calls == &followUps && records[r].result != loomSuccess) continue;  // not made
+      ASSERT_GE(rec.result, 0) << "rank " << r << " never returned" << summary;
+      EXPECT_LT(rec.seconds, limit) << "rank " << r << summary;
+      const auto result = static_cast<loomResult_t>(rec.result);
+      EXPECT_TRUE(result == loomSuccess || result == loomInvalidUsage || result == loomRemoteError ||
+                  result == loomTimeout)
+          << "rank " << r << summary;
+      if (result != loomSuccess) {
+        EXPECT_NE(rec.message[0], '\0') << "rank " << r << ": an error without a message";
+        EXPECT_EQ(rec.asyncError, rec.result)
+            << "rank " << r << ": the communicator should keep the error" << summary;
+      }
+      if (result == loomInvalidUsage) ++invalidUsage;
     }
-    if (result == loomInvalidUsage) ++invalidUsage;
   }
-  EXPECT_GE(invalidUsage, 1) << "no rank saw the mismatch as loomInvalidUsage" << records.summary();
+  EXPECT_GE(invalidUsage, 1) << "no rank saw the mismatch as loomInvalidUsage" << summary;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, MismatchedCalls,
     testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
                      testing::Values(Mismatch::kCount, Mismatch::kCollective, Mismatch::kRoot,
-                                     Mismatch::kDatatype, Mismatch::kOp, Mismatch::kAllGatherCount)),
+                                     Mismatch::kDatatype, Mismatch::kOp, Mismatch::kAllGatherCount),
+                     testing::Values(size_t{1000}, size_t{100000})),
     [](const auto& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_" +
-             std::to_string(std::get<1>(info.param)) + "_" + mismatchName(std::get<2>(info.param));
+             std::to_string(std::get<1>(info.param)) + "_" + mismatchName(std::get<2>(info.param)) +
+             "_" + std::to_string(std::get<3>(info.param));
     });
 
 // ---- A rank that dies --------------------------------------------------------------------

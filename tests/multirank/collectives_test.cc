@@ -69,7 +69,8 @@ struct Config {
   int nranks;
   std::string algo;        // LOOM_ALGO; "" = unset (the default choice)
   std::string transports;  // LOOM_TRANSPORTS; "" = unset (shm,socket)
-  unsigned rotation;       // shifts which case meets which count, root and in-place
+  std::string sliceBytes;  // LOOM_SLICE_BYTES; "" = unset; small slices pipeline small calls
+  unsigned rotation = 0;   // shifts which case meets which count, root and in-place
 };
 
 std::string sanitize(const std::string& text) {
@@ -81,43 +82,48 @@ std::string sanitize(const std::string& text) {
 std::string configName(const Config& c) {
   return loomtest::modeName(c.mode) + "_" + std::to_string(c.nranks) + "_" +
          (c.algo.empty() ? "defaultalgo" : sanitize(c.algo)) + "_" +
-         (c.transports.empty() ? "shm" : sanitize(c.transports));
+         (c.transports.empty() ? "shm" : sanitize(c.transports)) +
+         (c.sliceBytes.empty() ? "" : "_slice" + c.sliceBytes);
 }
 
 const char* const kMixedAlgo = "allreduce=tree,broadcast=ring,reduce=tree";
 const char* const kMixedAlgo2 = "allreduce=rd,broadcast=tree,reduce=ring";
 
-// The default slice: every rank count in both modes (but 1 in processes), every forced
-// algorithm in both modes, the socket-only transport set in both.
+const char* const kAlgos[] = {"", "ring", "tree", "rd", "oneshot", "pairwise", kMixedAlgo};
+
+// The default slice: every mode x rank count x LOOM_ALGO value, the transport set
+// alternating between the default and socket-only (so each algorithm meets both in each
+// mode), plus small pipeline slices for a few; each configuration with its own rotation of
+// the case list.
 std::vector<Config> sliceConfigs() {
-  const Mode T = Mode::kThreads, P = Mode::kProcesses;
-  std::vector<Config> configs = {
-      {T, 1, "", "", 0},          {T, 2, "", "", 0},
-      {T, 3, "", "", 0},          {T, 8, "", "", 0},
-      {T, 4, "ring", "", 0},      {T, 5, "tree", "", 0},
-      {T, 4, "rd", "", 0},        {T, 3, "oneshot", "", 0},
-      {T, 5, "pairwise", "", 0},  {T, 4, kMixedAlgo, "", 0},
-      {T, 3, "", "socket", 0},    {T, 5, "ring", "socket", 0},
-      {P, 2, "", "", 0},          {P, 3, "tree", "", 0},
-      {P, 4, "", "socket", 0},    {P, 5, "rd", "", 0},
-      {P, 8, "ring", "", 0},      {P, 4, "oneshot", "", 0},
-      {P, 3, "pairwise", "socket", 0}, {P, 2, kMixedAlgo2, "", 0},
-  };
-  for (size_t i = 0; i < configs.size(); ++i) configs[i].rotation = static_cast<unsigned>(i);
+  std::vector<Config> configs;
+  unsigned rotation = 0;
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    for (int nranks : {1, 2, 3, 4, 5, 8}) {
+      for (const char* algo : kAlgos) {
+        const char* transports = (rotation + static_cast<unsigned>(mode == Mode::kProcesses)) % 2 ? "socket" : "";
+        configs.push_back({mode, nranks, algo, transports, "", rotation++});
+      }
+    }
+    configs.push_back({mode, 3, "ring", "", "4096", rotation++});
+    configs.push_back({mode, 4, kMixedAlgo2, "socket", "4096", rotation++});
+  }
   return configs;
 }
 
-// Every mode x rank count x LOOM_ALGO value x transport set.
+// Every mode x rank count x LOOM_ALGO value x transport set, and small pipeline slices for
+// every mode x rank count.
 std::vector<Config> fullConfigs() {
   std::vector<Config> configs;
   unsigned rotation = 0;
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
     for (int nranks : {1, 2, 3, 4, 5, 8}) {
-      for (const char* algo : {"", "ring", "tree", "rd", "oneshot", "pairwise", kMixedAlgo}) {
+      for (const char* algo : kAlgos) {
         for (const char* transports : {"", "socket"}) {
-          configs.push_back({mode, nranks, algo, transports, rotation++});
+          configs.push_back({mode, nranks, algo, transports, "", rotation++});
         }
       }
+      configs.push_back({mode, nranks, "", "", "4096", rotation++});
     }
   }
   return configs;
@@ -186,6 +192,7 @@ TEST_P(CollectivesTest, EveryCollectiveTypeAndOpAgainstTheReference) {
   const bool full = fullMatrix();
   ScopedEnv algo("LOOM_ALGO", config.algo);
   ScopedEnv transports("LOOM_TRANSPORTS", config.transports);
+  ScopedEnv slice("LOOM_SLICE_BYTES", config.sliceBytes);
   const std::vector<CollectiveCase> cases = full ? loomtest::fullCases(config.nranks, config.rotation)
                                                  : loomtest::sliceCases(config.nranks, config.rotation);
   loomtest::RankOptions options;
