@@ -1,11 +1,11 @@
 #include "algorithms/plan.h"
 
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <new>
 #include <tuple>
 
-#include "core/status.h"
 
 namespace loom {
 
@@ -48,6 +48,46 @@ std::string CallInfo::describe() const {
       return format("loomAllToAll(count %llu, %s)", static_cast<unsigned long long>(count), typeName(type));
   }
   return format("an unknown call (kind %d)", static_cast<int>(kind));
+}
+
+namespace {
+constexpr uint8_t kMagic[4] = {'L', 'M', 'C', '1'};
+}  // namespace
+
+// "LMC1", kind, type, op, 0, root (i32), 0 (u32), count (u64).
+void encodeCallInfo(const CallInfo& info, uint8_t* out) {
+  std::memset(out, 0, kCallInfoWireBytes);
+  std::memcpy(out, kMagic, 4);
+  out[4] = static_cast<uint8_t>(info.kind);
+  out[5] = static_cast<uint8_t>(info.type);
+  out[6] = static_cast<uint8_t>(info.op);
+  int32_t root = info.root;
+  std::memcpy(out + 8, &root, 4);
+  uint64_t count = info.count;
+  std::memcpy(out + 16, &count, 8);
+}
+
+Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer) {
+  if (std::memcmp(in, kMagic, 4) != 0) {
+    return error(loomRemoteError, "rank %d sent bytes that are not a Loom message", peer);
+  }
+  CallInfo got;
+  got.kind = static_cast<CallInfo::Kind>(in[4]);
+  got.type = static_cast<loomDataType_t>(in[5]);
+  got.op = static_cast<loomRedOp_t>(in[6]);
+  int32_t root;
+  std::memcpy(&root, in + 8, 4);
+  got.root = root;
+  uint64_t count;
+  std::memcpy(&count, in + 16, 8);
+  got.count = count;
+  if (got == expected) return Status::ok();
+  if (got.kind == CallInfo::Kind::kSend && expected.kind == CallInfo::Kind::kSend) {
+    return error(loomInvalidUsage, "mismatched calls: rank %d sent %llu bytes but this rank's loomRecv expects %llu",
+                 peer, static_cast<unsigned long long>(got.count), static_cast<unsigned long long>(expected.count));
+  }
+  return error(loomInvalidUsage, "mismatched calls: rank %d called %s while this rank called %s", peer,
+               got.describe().c_str(), expected.describe().c_str());
 }
 
 int Plan::add(const Step& step) {

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "loom/loom.h"
 
 namespace loom {
@@ -51,6 +52,12 @@ struct CallInfo {
   std::string describe() const;
 };
 
+// Wire form of a CallInfo (24 bytes), and the check of a peer's against this rank's: a
+// mismatch is loomInvalidUsage naming both calls.
+constexpr size_t kCallInfoWireBytes = 24;
+void encodeCallInfo(const CallInfo& info, uint8_t* out);
+Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer);
+
 const char* typeName(loomDataType_t type);
 const char* opName(loomRedOp_t op);
 size_t typeSize(loomDataType_t type);
@@ -61,6 +68,7 @@ struct Step {
     kRecv,        // peer -> dst
     kRecvReduce,  // dst = src op (bytes from peer); src may equal dst
     kCopy,        // dst = src, local
+    kOneShot,     // dst = op over every rank's src, through the one-shot board (local)
   };
   static constexpr int kNone = -1;
 
@@ -74,6 +82,7 @@ struct Step {
   int writeAfter = kNone;  // kRecvReduce only, see above
   bool finalize = false;   // after this step, dst holds a final loomAvg sum: divide by nranks
   bool header = false;     // a CallInfo header goes before the payload (set by markHeaders)
+  uint64_t round = 0;      // kOneShot: the board round
 };
 
 // One call, or several calls on one communicator launched together (a group): their steps
@@ -84,6 +93,10 @@ struct Plan {
   // For each step, the call it belongs to (index into calls).
   std::vector<uint32_t> callOf;
   std::vector<CallInfo> calls;
+  // The first collective call in the plan (seq 0: none), announced on the board when the
+  // plan starts (see ShmBoard::announce).
+  uint64_t announceSeq = 0;
+  size_t announceCall = 0;
 
   // Appends a step of the current (last) call; returns its index.
   int add(const Step& step);

@@ -18,7 +18,7 @@ constexpr NamedKind kCollectives[] = {
 constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kRecursiveDoubling,
                                      Algorithm::kOneShot, Algorithm::kPairwise};
 
-// The largest message the one-shot board carries (see oneshot.h).
+// The largest message the one-shot board carries (transport/shm_board.h).
 constexpr size_t kOneShotMaxBytes = 32 << 10;
 
 bool parseAlgorithm(const std::string& name, Algorithm* out) {
@@ -103,6 +103,7 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& setting) 
   if (std::optional<Algorithm> forced = setting.forced[slot(kind)]) {
     bool fits = *forced != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= kOneShotMaxBytes);
     if (fits) return {*forced, "forced by LOOM_ALGO"};
+    // Otherwise the default below (oneshot cannot carry this call).
   }
   switch (kind) {
     case CallInfo::Kind::kAllReduce:

@@ -30,7 +30,7 @@ struct CallShape {
 
 struct Choice {
   Algorithm algorithm;
-  std::string why;  // for the INFO log
+  const char* why;  // for the INFO log
 };
 
 Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& setting);

@@ -534,7 +534,7 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     info.op = reduces ? static_cast<loomRedOp_t>(op) : loomSum;
     info.root = rooted ? root : -1;
     info.count = count;
-    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream);
+    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff, comm.nextCallSeq()}, stream);
   });
 }
 

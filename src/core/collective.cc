@@ -4,6 +4,7 @@
 #include "algorithms/select.h"
 #include "core/communicator.h"
 #include "core/log.h"
+#include "core/one_shot.h"
 
 namespace loom {
 namespace {
@@ -20,6 +21,7 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
   switch (args.info.kind) {
     case CallInfo::Kind::kAllReduce:
       if (algorithm == Algorithm::kTree) return treeAllReduce(args, plan);
+      // kOneShot lands here only where there is no board (see appendCollective).
       if (algorithm == Algorithm::kRecursiveDoubling || algorithm == Algorithm::kOneShot) {
         return recursiveDoublingAllReduce(args, plan);
       }
@@ -37,11 +39,34 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
 
 }  // namespace
 
+Choice chooseFor(const CollectiveCall& call) {
+  Communicator& comm = *call.comm;
+  CallShape shape{call.info, callBytes(call.info, comm.nranks()), comm.nranks(), comm.board() != nullptr};
+  return chooseAlgorithm(shape, comm.config().algorithms);
+}
+
+bool runsAlone(const CollectiveCall& call) {
+  return call.comm->board() != nullptr && chooseFor(call).algorithm == Algorithm::kOneShot;
+}
+
+Status runAlone(const CollectiveCall& call) {
+  Communicator& comm = *call.comm;
+  if (comm.firstUseOf(call.info.kind, Algorithm::kOneShot)) {
+    LOOM_INFO("comm %016llx: %s uses oneshot (%s), straight on the board", static_cast<unsigned long long>(comm.commId()),
+              call.info.describe().c_str(), chooseFor(call).why);
+  }
+  return runOneShot(comm, call.seq, call.info, call.send, call.recv);
+}
+
 void appendCollective(Plan& plan, const CollectiveCall& call) {
   Communicator& comm = *call.comm;
+  if (plan.announceSeq == 0) {
+    plan.announceSeq = call.seq;
+    plan.announceCall = plan.calls.size();
+  }
   const CommConfig& config = comm.config();
-  CallShape shape{call.info, callBytes(call.info, comm.nranks()), comm.nranks(), comm.hosts() == 1 && config.shm};
-  Choice choice = chooseAlgorithm(shape, config.algorithms);
+  Choice choice = chooseFor(call);
+  size_t bytes = callBytes(call.info, comm.nranks());
 
   CollectiveArgs args;
   args.info = call.info;
@@ -52,17 +77,27 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.sliceBytes = config.sliceBytes;
   // Several channels only pay when each gets a few slices' worth.
   int links = comm.transport().linksPerPeer();
-  args.channels = shape.bytes >= static_cast<size_t>(links) * 2 * config.sliceBytes ? links : 1;
+  args.channels = bytes >= static_cast<size_t>(links) * 2 * config.sliceBytes ? links : 1;
 
   if (comm.firstUseOf(call.info.kind, choice.algorithm)) {
     LOOM_INFO("comm %016llx: %s uses %s (%s), %d channel(s), slices of %zu bytes; later calls log at TRACE",
               static_cast<unsigned long long>(comm.commId()), call.info.describe().c_str(),
-              algorithmName(choice.algorithm), choice.why.c_str(), args.channels, args.sliceBytes);
+              algorithmName(choice.algorithm), choice.why, args.channels, args.sliceBytes);
   } else {
-    LOOM_TRACE("%s: %s (%s)", call.info.describe().c_str(), algorithmName(choice.algorithm), choice.why.c_str());
+    LOOM_TRACE("%s: %s (%s)", call.info.describe().c_str(), algorithmName(choice.algorithm), choice.why);
   }
   plan.beginCall(call.info);
   size_t first = plan.steps.size();
+  if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr) {
+    Step step{Step::Kind::kOneShot};
+    step.src = call.send;
+    step.dst = call.recv;
+    step.bytes = bytes;
+    step.round = comm.board()->nextRound();
+    step.finalize = call.info.op == loomAvg;
+    plan.add(step);
+    return;
+  }
   build(choice.algorithm, args, plan);
   markHeaders(plan, first, links, false);
 }

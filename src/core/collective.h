@@ -14,9 +14,15 @@ struct CollectiveCall {
   CallInfo info;
   const void* send;
   void* recv;
+  uint64_t seq = 0;  // this communicator's collective calls, counted in call order
 };
 
 // Appends the call's steps to plan (plan.comm == call.comm), headers marked.
 void appendCollective(Plan& plan, const CollectiveCall& call);
+
+// A lone call (no group, NULL stream) that runs without a plan: a small allreduce on the
+// one-shot board, the latency-critical case.
+bool runsAlone(const CollectiveCall& call);
+Status runAlone(const CollectiveCall& call);
 
 }  // namespace loom

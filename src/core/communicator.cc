@@ -7,6 +7,8 @@
 #include "core/env.h"
 #include "core/host_identity.h"
 #include "core/log.h"
+#include "transport/routed_transport.h"
+#include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
 
 namespace loom {
@@ -119,32 +121,62 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Comm
 }
 
 Status Communicator::finishInit() {
-  std::unique_ptr<transport::SocketTransport> socket;
-  LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), &socket));
-  transport_ = std::move(socket);
-  bootstrap_->setTimeoutMs(config_.timeoutMs);
-
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
+  const uint64_t ownHost = peers[static_cast<size_t>(rank_)].hostHash;
   std::set<uint64_t> hostSet;
   localRanks_ = 0;
+  std::vector<bool> viaShm(static_cast<size_t>(nranks_), false);
+  std::vector<int> shmPeers;
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = peers[static_cast<size_t>(r)];
     hostSet.insert(p.hostHash);
-    if (p.hostHash == peers[static_cast<size_t>(rank_)].hostHash) {
-      if (r < rank_) ++localRank_;
-      ++localRanks_;
+    if (p.hostHash != ownHost) continue;
+    if (r < rank_) ++localRank_;
+    ++localRanks_;
+    if (r != rank_ && config_.shm) {
+      viaShm[static_cast<size_t>(r)] = true;
+      shmPeers.push_back(r);
     }
   }
   hosts_ = static_cast<int>(hostSet.size());
   log::RankScope scope(rank_);
+
+  // Every rank takes the same decisions from the same allgathered table, so the collective
+  // steps below (the socket listeners' exchange, the board) run on all ranks or none.
+  bool needSocket = hosts_ > 1 || !config_.shm;
+  if (needSocket && !config_.socket) {
+    return error(loomInvalidUsage,
+                 "LOOM_TRANSPORTS has no socket, but the ranks are on %d hosts and shared memory joins only ranks "
+                 "of one host",
+                 hosts_);
+  }
+  std::unique_ptr<transport::SocketTransport> socket;
+  if (needSocket) LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), &socket));
+  std::unique_ptr<transport::ShmTransport> shm;
+  if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, &shm));
+  if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
+    LOOM_TRY(transport::ShmBoard::create(*bootstrap_, env::getOrDefault("LOOM_SHM_DIR"), &board_)
+                 .withContext("one-shot board"));
+  }
+  int socketLinks = socket ? socket->linksPerPeer() : 0;
+  transport_ = std::make_unique<transport::RoutedTransport>(std::move(shm), std::move(socket), viaShm);
+  bootstrap_->setTimeoutMs(config_.timeoutMs);
+
   LOOM_INFO("comm %016llx%s%s: rank %d of %d on host %s (local rank %d of %d, %d host%s), "
             "bootstrap %s, timeout %lld ms",
             static_cast<unsigned long long>(commId()), config_.name.empty() ? "" : " ",
             config_.name.c_str(), rank_, nranks_, peers[static_cast<size_t>(rank_)].hostName.c_str(),
             localRank_, localRanks_, hosts_, hosts_ == 1 ? "" : "s",
             bootstrap_->address().toString().c_str(), config_.timeoutMs);
-  LOOM_INFO("comm %016llx: transport %s to every peer", static_cast<unsigned long long>(commId()),
-            transport_->name());
+  std::string shmList, socketList;
+  for (int r = 0; r < nranks_; ++r) {
+    if (r == rank_) continue;
+    std::string& list = viaShm[static_cast<size_t>(r)] ? shmList : socketList;
+    list += (list.empty() ? "" : ",") + std::to_string(r);
+  }
+  LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), socket (%d connection(s) each) to ranks [%s]%s",
+            static_cast<unsigned long long>(commId()), shmList.c_str(), socketLinks, socketList.c_str(),
+            board_ ? "; one-shot board for small allreduces" : "");
   return Status::ok();
 }
 

@@ -15,6 +15,7 @@
 #include "core/socket.h"
 #include "core/status.h"
 #include "core/unique_id.h"
+#include "transport/shm_board.h"
 #include "transport/transport.h"
 
 namespace loom {
@@ -54,6 +55,8 @@ class Communicator {
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
   transport::Transport& transport() { return *transport_; }
+  // The one-shot board when every rank is on this host and shm is allowed; else nullptr.
+  transport::ShmBoard* board() { return board_.get(); }
   int cancelFd() const { return cancel_.fd(); }
 
   // OK while usable; otherwise the error that ended it (abort, dead peer, timeout).
@@ -80,6 +83,8 @@ class Communicator {
   // Where received bytes wait to be reduced, per link; kept between calls (under
   // executionMutex) so that steady-state calls allocate nothing.
   std::vector<char>& stagingFor(const transport::Link* link) { return staging_[link]; }
+  // Numbers collective calls in call order (the same on every rank): see ShmBoard::announce.
+  uint64_t nextCallSeq() { return ++callSeq_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
 
@@ -90,6 +95,7 @@ class Communicator {
 
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> transport_;
+  std::unique_ptr<transport::ShmBoard> board_;
   CancelSignal cancel_;
   CommConfig config_;
   int rank_;
@@ -109,6 +115,7 @@ class Communicator {
   std::mutex execution_;
   std::map<const transport::Link*, std::vector<char>> staging_;
   std::atomic<uint64_t> usedChoices_{0};
+  std::atomic<uint64_t> callSeq_{0};
 };
 
 // Holds a communicator in use for its lifetime, so that loomCommAbort from another thread

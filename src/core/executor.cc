@@ -14,50 +14,14 @@
 #include "core/communicator.h"
 #include "core/log.h"
 #include "kernels/reduce.h"
+#include "core/one_shot.h"
 
 namespace loom {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Wire form of a call header: "LMC1", kind, type, op, 0, root (i32), 0 (u32), count (u64).
-constexpr size_t kHeaderBytes = 24;
-constexpr uint8_t kMagic[4] = {'L', 'M', 'C', '1'};
-
-void encodeHeader(const CallInfo& info, uint8_t* out) {
-  std::memset(out, 0, kHeaderBytes);
-  std::memcpy(out, kMagic, 4);
-  out[4] = static_cast<uint8_t>(info.kind);
-  out[5] = static_cast<uint8_t>(info.type);
-  out[6] = static_cast<uint8_t>(info.op);
-  int32_t root = info.root;
-  std::memcpy(out + 8, &root, 4);
-  uint64_t count = info.count;
-  std::memcpy(out + 16, &count, 8);
-}
-
-Status checkHeader(const uint8_t* in, const CallInfo& expected, int peer) {
-  if (std::memcmp(in, kMagic, 4) != 0) {
-    return error(loomRemoteError, "rank %d sent bytes that are not a Loom message", peer);
-  }
-  CallInfo got;
-  got.kind = static_cast<CallInfo::Kind>(in[4]);
-  got.type = static_cast<loomDataType_t>(in[5]);
-  got.op = static_cast<loomRedOp_t>(in[6]);
-  int32_t root;
-  std::memcpy(&root, in + 8, 4);
-  got.root = root;
-  uint64_t count;
-  std::memcpy(&count, in + 16, 8);
-  got.count = count;
-  if (got == expected) return Status::ok();
-  if (got.kind == CallInfo::Kind::kSend && expected.kind == CallInfo::Kind::kSend) {
-    return error(loomInvalidUsage, "mismatched calls: rank %d sent %llu bytes but this rank's loomRecv expects %llu",
-                 peer, static_cast<unsigned long long>(got.count), static_cast<unsigned long long>(expected.count));
-  }
-  return error(loomInvalidUsage, "mismatched calls: rank %d called %s while this rank called %s", peer,
-               got.describe().c_str(), expected.describe().c_str());
-}
+constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 
 // Progress of one step.
 struct StepState {
@@ -98,6 +62,7 @@ class Run {
   void buildQueues();
   Status advance(Queue& q, bool* progressed);
   Status advanceStep(Queue& q, int index, bool* progressed);
+  Status advanceOneShot(Queue& q, int index, bool* progressed);
   Status idle(bool spin);
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
   // plans with unfinished steps.
@@ -117,6 +82,9 @@ std::string Run::describe(const Queue& q, int index) const {
   const StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
   const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
   bool send = s.kind == Step::Kind::kSend;
+  if (s.kind == Step::Kind::kOneShot) {
+    return format("%s: waiting for every rank's part on the shared-memory board", call.describe().c_str());
+  }
   if (call.kind == CallInfo::Kind::kSend) {
     return format("%s %s rank %d (%zu of %zu bytes %s)", send ? "loomSend" : "loomRecv", send ? "to" : "from", s.peer,
                   st.moved, s.bytes, send ? "sent" : "received");
@@ -126,7 +94,10 @@ std::string Run::describe(const Queue& q, int index) const {
 }
 
 Status Run::go() {
-  for (Plan& p : plans_) state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now(), false});
+  for (Plan& p : plans_) {
+    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now(), false});
+    if (p.announceSeq != 0) announceCall(*p.comm, p.announceSeq, p.calls[p.announceCall]);
+  }
   LOOM_TRY(connect());
   buildQueues();
   for (;;) {
@@ -244,16 +215,17 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
     finish();
     return Status::ok();
   }
+  if (s.kind == Step::Kind::kOneShot) return advanceOneShot(q, index, moved);
   transport::Link& link = *q.link;
   size_t done = 0;
   if (s.header && st.headerMoved < kHeaderBytes) {
-    if (st.headerMoved == 0 && q.send) encodeHeader(call, st.header);
+    if (st.headerMoved == 0 && q.send) encodeCallInfo(call, st.header);
     LOOM_TRY(q.send ? link.sendSome(st.header + st.headerMoved, kHeaderBytes - st.headerMoved, &done)
                     : link.recvSome(st.header + st.headerMoved, kHeaderBytes - st.headerMoved, &done));
     st.headerMoved += done;
     *moved = *moved || done > 0;
     if (st.headerMoved < kHeaderBytes) return Status::ok();
-    if (!q.send) LOOM_TRY(checkHeader(st.header, call, s.peer));
+    if (!q.send) LOOM_TRY(checkCallInfo(st.header, call, s.peer));
   }
   switch (s.kind) {
     case Step::Kind::kSend:
@@ -298,9 +270,29 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
       break;
     }
     case Step::Kind::kCopy:
-      break;
+    case Step::Kind::kOneShot:
+      break;  // handled above
   }
   if (st.moved == s.bytes) finish();
+  return Status::ok();
+}
+
+// Post this rank's part on the board once, then finish when every rank's part is there.
+Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
+  PlanState& ps = state_[q.plan];
+  Plan& plan = *ps.plan;
+  const Step& s = plan.steps[static_cast<size_t>(index)];
+  StepState& st = ps.steps[static_cast<size_t>(index)];
+  OneShot op{&plan.callOfStep(static_cast<size_t>(index)), s.src, s.dst, s.bytes, s.round};
+  if (st.headerMoved == 0) {
+    postOneShot(*plan.comm, op);
+    st.headerMoved = kHeaderBytes;
+    *moved = true;
+  }
+  // A peer that died will never post: ask once this plan has waited a millisecond.
+  bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
+  LOOM_TRY(finishOneShot(*plan.comm, op, checkPeers, &st.done));
+  *moved = *moved || st.done;
   return Status::ok();
 }
 
@@ -316,6 +308,11 @@ Status Run::idle(bool spin) {
     long long limitMs = ps.plan->comm->config().timeoutMs;
     Clock::time_point expiry = ps.lastProgress + std::chrono::milliseconds(limitMs);
     wake = std::min(wake, expiry);
+    // Waiting a while: a peer may be in another call that sends nothing here.
+    if (ps.plan->announceSeq != 0 && now - ps.lastProgress > std::chrono::milliseconds(1)) {
+      Status s = checkAnnouncements(*ps.plan->comm, ps.plan->announceSeq, ps.plan->calls[ps.plan->announceCall]);
+      if (!s.isOk()) return fail(s, i);
+    }
     if (now < expiry) continue;
     for (const Queue& q : queues_) {
       if (q.plan != i || q.head == q.steps.size()) continue;
@@ -355,6 +352,7 @@ Status Run::fail(const Status& s, size_t origin) {
     if (i != origin && !pending(i)) continue;
     bool own = origin >= plans_.size() || plans_[i].comm == plans_[origin].comm;
     plans_[i].comm->fail(own ? s : s.withContext("another communicator of this group failed"));
+    plans_[i].comm->transport().closeAll();
   }
   return s;
 }

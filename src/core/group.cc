@@ -108,6 +108,12 @@ Status submit(const Call& call, HostStream* stream) {
     tGroup.calls.push_back({call, stream});
     return Status::ok();
   }
+  if (const CollectiveCall* c = std::get_if<CollectiveCall>(&call); c != nullptr && stream == nullptr && runsAlone(*c)) {
+    c->comm->acquire();
+    Status s = runAlone(*c);
+    c->comm->release();
+    return s;
+  }
   return launch({{call, stream}});
 }
 

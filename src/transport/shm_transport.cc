@@ -418,6 +418,11 @@ Status ShmTransport::ShmLink::readPeerSend(void* data, size_t bytes, size_t* don
     return Status::ok();
   }
   if (err == ESRCH) return exitedError();
+  if (err == EFAULT) {
+    // The range it posted is no longer mapped: it failed (and freed the buffer) or is exiting.
+    return error(loomRemoteError, "shm link with rank %d: the buffer it is sending is gone (the rank failed or exited)",
+                 peer_);
+  }
   if (err != 0) {
     return systemError(format("shm link with rank %d: reading %zu bytes of its memory at 0x%llx",
                               peer_, bytes, static_cast<unsigned long long>(s.address + s.read)).c_str(), err);
@@ -486,6 +491,10 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, 
 }
 
 ShmTransport::~ShmTransport() = default;
+
+void ShmTransport::closeAll() {
+  for (auto& link : links_) link.reset();
+}
 
 Status ShmTransport::readSettings(Settings* out) {
   long long fifoBytes = 0, direct = 0, directMinBytes = 0;
@@ -578,8 +587,13 @@ Status ShmTransport::acceptSegment(int peer) {
   }
   size_t fifoBytes = static_cast<size_t>(offer.fifoBytes);
   ShmSegment segment;
-  LOOM_TRY(ShmSegment::open(offer.name, segmentBytes(fifoBytes), &segment)
-               .withContext(format("shm transport: mapping rank %d's segment", peer)));
+  Status opened = ShmSegment::open(offer.name, segmentBytes(fifoBytes), &segment);
+  if (!opened.isOk() && ::access(offer.name, F_OK) != 0 && errno == ENOENT) {
+    // The creator removes its segment when it fails or exits before this rank maps it.
+    return error(loomRemoteError, "shm transport: rank %d's segment %s is gone: rank %d failed or exited", peer,
+                 offer.name, peer);
+  }
+  LOOM_TRY(opened.withContext(format("shm transport: mapping rank %d's segment", peer)));
   LOOM_TRY(attachSegment(segment, fifoBytes));
   segment.unlink();  // both ranks have it mapped now
   links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, settings_);

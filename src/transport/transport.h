@@ -48,6 +48,10 @@ class Transport {
   virtual int linksPerPeer() const { return 1; }
   // Link `index` (< linksPerPeer()) to `peer`, after acceptIn covered it; nullptr before.
   virtual Link* link(int peer, int index) = 0;
+  // After a failure: closes every link, so that peers stop (and no longer start) reading
+  // this process's buffers, which the caller may free once the failed call returns. Later
+  // calls find no links; the communicator is unusable by then anyway.
+  virtual void closeAll() {}
 };
 
 }  // namespace loom::transport

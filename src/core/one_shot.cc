@@ -1,0 +1,107 @@
+#include "core/one_shot.h"
+
+#include <poll.h>
+#include <sched.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "core/communicator.h"
+#include "kernels/reduce.h"
+#include "transport/shm_board.h"
+
+namespace loom {
+
+void postOneShot(Communicator& comm, const OneShot& op) {
+  uint8_t header[kCallInfoWireBytes];
+  encodeCallInfo(*op.call, header);
+  comm.board()->post(op.round, header, op.src, op.bytes);
+}
+
+Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done) {
+  transport::ShmBoard& board = *comm.board();
+  const int n = board.nranks();
+  *done = false;
+  for (int r = 0; r < n; ++r) {
+    if (board.posted(r, op.round)) continue;
+    return checkPeers ? board.checkAlive() : Status::ok();
+  }
+  // At most kMaxBytes of the smallest type: a fixed array, no allocation on this path.
+  const void* inputs[64];
+  std::vector<const void*> many;
+  const void** parts = inputs;
+  if (n > 64) {
+    many.resize(static_cast<size_t>(n));
+    parts = many.data();
+  }
+  for (int r = 0; r < n; ++r) {
+    LOOM_TRY(checkCallInfo(board.header(r, op.round), *op.call, r));
+    parts[r] = board.data(r, op.round);
+  }
+  const loomDataType_t type = op.call->type;
+  size_t count = op.bytes / typeSize(type);
+  kernels::reduceN(op.dst, parts, n, count, type, op.call->op);
+  if (op.call->op == loomAvg) kernels::scale(op.dst, op.dst, count, type, n);
+  *done = true;
+  return Status::ok();
+}
+
+void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call) {
+  if (comm.board() == nullptr || seq == 0) return;
+  uint8_t header[kCallInfoWireBytes];
+  encodeCallInfo(call, header);
+  comm.board()->announce(seq, header);
+}
+
+Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call) {
+  transport::ShmBoard* board = comm.board();
+  if (board == nullptr || seq == 0) return Status::ok();
+  uint8_t header[kCallInfoWireBytes];
+  for (int r = 0; r < board->nranks(); ++r) {
+    if (r != comm.rank() && board->announced(r, seq, header)) LOOM_TRY(checkCallInfo(header, call, r));
+  }
+  return Status::ok();
+}
+
+Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst) {
+  using Clock = std::chrono::steady_clock;
+  std::lock_guard<std::mutex> lock(comm.executionMutex());
+  announceCall(comm, seq, call);
+  OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound()};
+  postOneShot(comm, op);
+  const Clock::time_point start = Clock::now();
+  Clock::time_point lastCheck = start;
+  for (unsigned spins = 0;; ++spins) {
+    bool done = false;
+    // Spin first (a peer on this host is about to post); every 64 passes look at the clock
+    // and yield, every millisecond check abort and the peers' processes.
+    bool slow = (spins & 63) == 63;
+    Clock::time_point now = slow ? Clock::now() : lastCheck;
+    bool check = slow && now - lastCheck > std::chrono::milliseconds(1);
+    Status s = finishOneShot(comm, op, check, &done);
+    if (s.isOk() && check) s = checkAnnouncements(comm, seq, call);
+    if (!s.isOk() || done) {
+      if (!s.isOk()) comm.fail(s);
+      return s;
+    }
+    if (!slow) continue;
+    sched_yield();
+    if (!check) continue;
+    lastCheck = now;
+    pollfd cancel{comm.cancelFd(), POLLIN, 0};
+    if (::poll(&cancel, 1, 0) > 0) {
+      Status aborted = error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)");
+      comm.fail(aborted);
+      return aborted;
+    }
+    long long limitMs = comm.config().timeoutMs;
+    if (now - start > std::chrono::milliseconds(limitMs)) {
+      Status timeout = error(loomTimeout, "%s: waiting for every rank's part on the shared-memory board timed out after %lld ms",
+                             call.describe().c_str(), limitMs);
+      comm.fail(timeout);
+      return timeout;
+    }
+  }
+}
+
+}  // namespace loom

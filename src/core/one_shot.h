@@ -1,0 +1,39 @@
+// The one-shot allreduce on a communicator's shared-memory board (transport/shm_board.h):
+// post this rank's part, then, once every rank's part is there, check that all ranks made
+// the same call and fold the parts in rank order. Used by the executor (a step that may
+// have to wait for peers) and by the fast path of a lone small allreduce, which skips
+// building a plan.
+#pragma once
+
+#include "algorithms/plan.h"
+#include "core/status.h"
+
+namespace loom {
+
+class Communicator;
+
+struct OneShot {
+  const CallInfo* call;
+  const void* src;
+  void* dst;
+  size_t bytes;
+  uint64_t round;
+};
+
+// Publishes this rank's part (never waits).
+void postOneShot(Communicator& comm, const OneShot& op);
+// *done once every rank has posted and dst holds the result; a mismatched call is
+// loomInvalidUsage. `checkPeers`: also ask whether a missing rank's process has exited
+// (a system call: only after waiting a while).
+Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done);
+
+// Puts this rank's current call on the board (nothing without a board).
+void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call);
+// loomInvalidUsage when a peer has announced a different call under the same number.
+Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call);
+
+// Runs one allreduce on the board to completion on this thread, with the communicator's
+// no-progress timeout and abort.
+Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst);
+
+}  // namespace loom

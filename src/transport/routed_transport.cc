@@ -1,0 +1,43 @@
+#include "transport/routed_transport.h"
+
+namespace loom::transport {
+
+RoutedTransport::RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> socket,
+                                 std::vector<bool> viaShm)
+    : shm_(std::move(shm)), socket_(std::move(socket)), viaShm_(std::move(viaShm)) {}
+
+const char* RoutedTransport::name() const {
+  if (shm_ && socket_) return "shm+socket";
+  return shm_ ? "shm" : "socket";
+}
+
+void RoutedTransport::split(const std::vector<int>& peers, std::vector<int>* shm, std::vector<int>* socket) const {
+  for (int p : peers) (viaShm_[static_cast<size_t>(p)] ? shm : socket)->push_back(p);
+}
+
+Status RoutedTransport::connectOut(const std::vector<int>& peers, const Deadline& deadline) {
+  std::vector<int> shm, socket;
+  split(peers, &shm, &socket);
+  if (!shm.empty()) LOOM_TRY(shm_->connectOut(shm, deadline));
+  if (!socket.empty()) LOOM_TRY(socket_->connectOut(socket, deadline));
+  return Status::ok();
+}
+
+Status RoutedTransport::acceptIn(const std::vector<int>& peers, const Deadline& deadline) {
+  std::vector<int> shm, socket;
+  split(peers, &shm, &socket);
+  if (!shm.empty()) LOOM_TRY(shm_->acceptIn(shm, deadline));
+  if (!socket.empty()) LOOM_TRY(socket_->acceptIn(socket, deadline));
+  return Status::ok();
+}
+
+Link* RoutedTransport::link(int peer, int index) {
+  return viaShm_[static_cast<size_t>(peer)] ? shm_->link(peer, 0) : socket_->link(peer, index);
+}
+
+void RoutedTransport::closeAll() {
+  if (shm_) shm_->closeAll();
+  if (socket_) socket_->closeAll();
+}
+
+}  // namespace loom::transport

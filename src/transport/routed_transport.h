@@ -1,0 +1,35 @@
+// Routes each peer to the transport that serves it: shared memory to ranks on this host
+// (when LOOM_TRANSPORTS allows it), TCP to the others. The executor sees one transport.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "transport/transport.h"
+
+namespace loom::transport {
+
+class RoutedTransport : public Transport {
+ public:
+  // viaShm[peer]: whether peer goes to `shm` (else to `socket`). Either transport may be
+  // null when no peer uses it.
+  RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> socket, std::vector<bool> viaShm);
+
+  const char* name() const override;
+  Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
+  Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  // The socket transport's count; a shared-memory peer has one link, which every index maps to.
+  int linksPerPeer() const override { return socket_ ? socket_->linksPerPeer() : 1; }
+  Link* link(int peer, int index) override;
+  void closeAll() override;
+
+ private:
+  // peers split by route.
+  void split(const std::vector<int>& peers, std::vector<int>* shm, std::vector<int>* socket) const;
+
+  std::unique_ptr<Transport> shm_;
+  std::unique_ptr<Transport> socket_;
+  std::vector<bool> viaShm_;
+};
+
+}  // namespace loom::transport

@@ -1,0 +1,108 @@
+#include "transport/shm_board.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "core/log.h"
+
+namespace loom::transport {
+
+struct alignas(64) ShmBoard::Slot {
+  std::atomic<uint64_t> round;
+  uint8_t header[kHeaderBytes];
+  alignas(64) uint8_t data[kMaxBytes];
+};
+
+struct alignas(64) ShmBoard::RankArea {
+  int32_t pid;
+  uint64_t pidNamespace;
+  // Written header first, sequence last; read sequence, header, sequence again.
+  alignas(64) std::atomic<uint64_t> announceSeq;
+  uint8_t announceHeader[kHeaderBytes];
+  Slot slots[2];
+};
+
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's flags must work across processes");
+
+ShmBoard::ShmBoard(ShmSegment segment, int rank, int nranks)
+    : segment_(std::move(segment)), rank_(rank), nranks_(nranks), peers_(static_cast<size_t>(nranks)) {}
+
+ShmBoard::RankArea& ShmBoard::area(int q) const {
+  return static_cast<RankArea*>(segment_.data())[q];
+}
+
+ShmBoard::Slot& ShmBoard::slot(int q, uint64_t round) const { return area(q).slots[round % 2]; }
+
+Status ShmBoard::create(Bootstrap& bootstrap, const std::string& dir, std::unique_ptr<ShmBoard>* out) {
+  const int rank = bootstrap.rank(), n = bootstrap.nranks();
+  const size_t bytes = sizeof(RankArea) * static_cast<size_t>(n);
+  ShmSegment segment;
+  char name[256] = {};
+  if (rank == 0) {
+    LOOM_TRY(ShmSegment::create(dir, bytes, "one-shot board", &segment));
+    if (segment.name().size() >= sizeof(name)) return error(loomInvalidArgument, "LOOM_SHM_DIR is too long");
+    std::memcpy(name, segment.name().c_str(), segment.name().size());
+    for (int q = 1; q < n; ++q) LOOM_TRY(bootstrap.send(q, kNameTag, name, sizeof(name)));
+  } else {
+    LOOM_TRY(bootstrap.recv(0, kNameTag, name, sizeof(name)));
+    LOOM_TRY(ShmSegment::open(name, bytes, &segment));
+  }
+  std::unique_ptr<ShmBoard> board(new ShmBoard(std::move(segment), rank, n));
+  RankArea& own = board->area(rank);
+  own.pid = static_cast<int32_t>(::getpid());
+  own.pidNamespace = PeerProcess::ownPidNamespace();
+  for (Slot& s : own.slots) s.round.store(0, std::memory_order_relaxed);
+  // After the barrier every rank has mapped the segment and filled in its pid.
+  LOOM_TRY(bootstrap.barrier());
+  if (rank == 0) board->segment_.unlink();
+  for (int q = 0; q < n; ++q) {
+    if (q != rank) board->peers_[static_cast<size_t>(q)].identify(board->area(q).pid, board->area(q).pidNamespace);
+  }
+  *out = std::move(board);
+  return Status::ok();
+}
+
+void ShmBoard::post(uint64_t round, const uint8_t* header, const void* data, size_t bytes) {
+  Slot& s = slot(rank_, round);
+  std::memcpy(s.header, header, kHeaderBytes);
+  if (bytes > 0) std::memcpy(s.data, data, bytes);
+  s.round.store(round, std::memory_order_release);
+}
+
+bool ShmBoard::posted(int q, uint64_t round) const {
+  return slot(q, round).round.load(std::memory_order_acquire) == round;
+}
+
+const uint8_t* ShmBoard::header(int q, uint64_t round) const { return slot(q, round).header; }
+
+const void* ShmBoard::data(int q, uint64_t round) const { return slot(q, round).data; }
+
+void ShmBoard::announce(uint64_t seq, const uint8_t* header) {
+  RankArea& own = area(rank_);
+  own.announceSeq.store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  std::memcpy(own.announceHeader, header, kHeaderBytes);
+  own.announceSeq.store(seq, std::memory_order_release);
+}
+
+bool ShmBoard::announced(int q, uint64_t seq, uint8_t* out) const {
+  const RankArea& a = area(q);
+  if (a.announceSeq.load(std::memory_order_acquire) != seq) return false;
+  std::memcpy(out, a.announceHeader, kHeaderBytes);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  return a.announceSeq.load(std::memory_order_relaxed) == seq;
+}
+
+Status ShmBoard::checkAlive() const {
+  for (int q = 0; q < nranks_; ++q) {
+    const PeerProcess& p = peers_[static_cast<size_t>(q)];
+    if (q != rank_ && !p.alive()) {
+      return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce", q, p.pid());
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace loom::transport

@@ -1,0 +1,71 @@
+// The one-shot board: one shared-memory segment for all ranks of a communicator that lives
+// on one host. For a small allreduce each rank posts its contribution in its own slot, then
+// reads every rank's slot and reduces them in rank order: one write and one pass of reads,
+// the least latency a small allreduce can have, and the same bits on every rank.
+//
+//   segment:  [rank 0: pid | announcement | slot round%2=0 | slot round%2=1] [rank 1: ...]
+//   slot:     round (atomic, written last) | call header | data (up to kMaxBytes)
+//
+// Two slots per rank are enough: a rank posts round k+2 only after finishing round k+1,
+// which needs every rank's post of k+1, which each made only after finishing round k, that
+// is after reading this rank's slot of round k.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/bootstrap.h"
+#include "core/status.h"
+#include "transport/peer_process.h"
+#include "transport/shm_segment.h"
+
+namespace loom::transport {
+
+class ShmBoard {
+ public:
+  static constexpr size_t kMaxBytes = 32 << 10;
+  static constexpr size_t kHeaderBytes = 24;
+  // Bootstrap tag of the segment's name (rank 0 to the others).
+  static constexpr uint32_t kNameTag = 0x53484d02;
+
+  // Collective over every rank of the bootstrap (all on this host): rank 0 creates the
+  // segment in `dir`, the others map it, and it is unlinked once all have.
+  static Status create(Bootstrap& bootstrap, const std::string& dir, std::unique_ptr<ShmBoard>* out);
+
+  // Publishes this rank's part of round `round`: the call header, then `bytes` of data.
+  void post(uint64_t round, const uint8_t* header, const void* data, size_t bytes);
+  // Whether rank q has posted round `round`.
+  bool posted(int q, uint64_t round) const;
+  const uint8_t* header(int q, uint64_t round) const;
+  const void* data(int q, uint64_t round) const;
+  // loomRemoteError naming the first rank whose process has exited.
+  Status checkAlive() const;
+  // Rounds are numbered per communicator, in call order (the same on every rank).
+  uint64_t nextRound() { return ++rounds_; }
+
+  // Every collective announces (its sequence number, its header) when it starts, so that a
+  // rank left waiting can see a peer that entered a different call, even one that moves no
+  // bytes to it (a one-shot allreduce against a broadcast, two ranks that both think they
+  // are the root).
+  void announce(uint64_t seq, const uint8_t* header);
+  // Copies rank q's header into out when its current announcement is `seq`.
+  bool announced(int q, uint64_t seq, uint8_t* out) const;
+  int nranks() const { return nranks_; }
+
+ private:
+  struct Slot;
+  struct RankArea;
+  ShmBoard(ShmSegment segment, int rank, int nranks);
+  RankArea& area(int q) const;
+  Slot& slot(int q, uint64_t round) const;
+
+  ShmSegment segment_;
+  int rank_;
+  int nranks_;
+  uint64_t rounds_ = 0;
+  std::vector<PeerProcess> peers_;
+};
+
+}  // namespace loom::transport
