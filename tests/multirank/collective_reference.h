@@ -73,6 +73,10 @@ struct CollectiveCase {
 class CollectiveRun {
  public:
   CollectiveRun(const CollectiveCase& c, int rank, int nranks);
+  // Off the root, out of place: the call gets `untouchable` as the buffer the contract keeps
+  // it away from (Broadcast's sendbuff, Reduce's recvbuff) instead of one of ours, and
+  // check() leaves it alone; its page protection (PROT_NONE, PROT_READ) is the check.
+  CollectiveRun(const CollectiveCase& c, int rank, int nranks, void* untouchable);
   loomResult_t launch(loomComm_t comm, loomStream_t stream);
   std::string check() const;
   const CollectiveCase& collectiveCase() const { return case_; }
@@ -85,6 +89,7 @@ class CollectiveRun {
   std::vector<unsigned char> recv_;
   const void* sendPtr_ = nullptr;  // what launch() passes
   void* recvPtr_ = nullptr;
+  bool untouchable_ = false;  // sendPtr_ (Broadcast) or recvPtr_ (Reduce) is not ours
 };
 
 // What one blocking call on one rank came to. callFailed: the call returned an error (the

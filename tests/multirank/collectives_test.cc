@@ -10,6 +10,7 @@
 // collective x type x op once with rotating counts/in-place/roots. LOOM_TEST_FULL=1 runs the
 // full matrix (docs/TESTING.md).
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cctype>
 #include <chrono>
@@ -240,6 +241,63 @@ TEST(LargeCollectives, Float32SumAllReduceOf16MElementsInPlaceTwoThreadsOverSock
     EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ": " << outcome.error;
   });
 }
+
+// ---- Buffers only the root may touch ----------------------------------------------------
+
+// Page-aligned memory with the given protection, so that a touch the contract forbids is a
+// SIGSEGV of that rank (processes only: in threads it would take the whole test down).
+class Pages {
+ public:
+  Pages(size_t bytes, int protection) : bytes_((bytes + 4095) / 4096 * 4096 + 4096) {
+    void* p = ::mmap(nullptr, bytes_, protection, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    data_ = p == MAP_FAILED ? nullptr : p;
+  }
+  ~Pages() {
+    if (data_ != nullptr) ::munmap(data_, bytes_);
+  }
+  Pages(const Pages&) = delete;
+  Pages& operator=(const Pages&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  size_t bytes_;
+  void* data_;
+};
+
+class RootOnlyBuffers : public testing::TestWithParam<std::string> {};
+
+// Broadcast never touches a non-root's sendbuff (PROT_NONE); Reduce never writes a
+// non-root's recvbuff (PROT_READ). Small and large counts, so that the small- and the
+// large-message algorithms both run; the parameter is LOOM_ALGO.
+TEST_P(RootOnlyBuffers, OffTheRootTheyAreNeverTouched) {
+  ScopedEnv algo("LOOM_ALGO", GetParam());
+  const int nranks = 4;
+  loomtest::runRanks(nranks, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    uint64_t seed = 4000;
+    for (size_t count : {size_t{1023}, size_t{300007}}) {
+      for (int root : {0, 3}) {
+        for (Collective coll : {Collective::kBroadcast, Collective::kReduce}) {
+          CollectiveCase c;
+          c.collective = coll;
+          c.type = loomFloat32;
+          c.op = loomSum;
+          c.count = count;
+          c.root = root;
+          c.seed = ++seed;
+          Pages pages(count * sizeof(float), coll == Collective::kBroadcast ? PROT_NONE : PROT_READ);
+          ASSERT_NE(pages.data(), nullptr) << "mmap failed";
+          CollectiveRun run(c, rank, nranks, pages.data());
+          LOOM_ASSERT_OK(run.launch(comm, nullptr), comm);  // the communicator is unusable after a failure
+          std::string wrong = run.check();
+          EXPECT_TRUE(wrong.empty()) << "rank " << rank << ": " << c.describe() << ": " << wrong;
+        }
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, RootOnlyBuffers, testing::Values("", "ring", "tree"),
+                         [](const auto& info) { return info.param.empty() ? std::string("defaultalgo") : info.param; });
 
 // ---- Host streams and groups -------------------------------------------------------------
 
