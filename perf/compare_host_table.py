@@ -4,7 +4,7 @@ per size: bytes count iters time_us algbw busbw) and prints, as markdown, the be
 size for each program with the spread over rounds, the ratios, and issue 3's targets marked
 met or not met.
 
-    perf/compare_host_table.py --dir build-perf/compare-host --runs 3 [--markdown FILE]
+    perf/compare_host_table.py --dir build-perf/compare-host [--pin WHAT] [--markdown FILE]
 """
 import argparse
 import glob
@@ -121,13 +121,15 @@ def memcpy_lines(directory):
     return lines
 
 
-def render(data, directory, runs, pin):
+def render(data, directory, pin):
     out = []
     present = [(n, t) for n, t in PROGRAMS if n in data or n.startswith("loom")]
+    runs = max(r[3] for table in data.values() for r in table.values())
     sizes = sorted(set().union(*(set(t) for t in data.values())))
-    out.append(f"2 ranks, float32 sum. Each cell: time per call (mean over the timed batch, "
-               f"slowest rank) · busbw in GB/s (GB = 1e9; with 2 ranks busbw = algbw) of the best "
-               f"of {runs} rounds, and (+x%) how much slower the slowest round was. Ratios are "
+    out.append(f"2 ranks, float32 sum. Each cell: time per call (median of 5 timed batches of "
+               f"the mean per call on the slowest rank) · busbw in GB/s (GB = 1e9; with 2 ranks "
+               f"busbw = algbw) of the best of {runs} rounds, and (+x%) how much slower the "
+               f"slowest round was. Ratios are "
                f"busbw ratios of the best rounds (> 1: Loom is faster). Pinned (rank r on cpu r): "
                f"{pin}. **Bold**: the issue's sizes.")
     out.append("")
@@ -162,11 +164,13 @@ def render(data, directory, runs, pin):
     if lines:
         out.append("")
         out.extend(f"- {line}" for line in lines)
-    busy_path = os.path.join(directory, "busy.txt")
-    if os.path.exists(busy_path):
-        busy = [int(line.split()[2]) for line in open(busy_path) if line.strip()]
-        out.append(f"- other processes kept the cpus busy {min(busy)}-{max(busy)}% in the second "
-                   f"before each program ran")
+    foreign_path = os.path.join(directory, "foreign.txt")
+    if os.path.exists(foreign_path):
+        seen = [line.split() for line in open(foreign_path) if line.strip()]
+        worst = max(seen, key=lambda f: int(f[2]))
+        out.append(f"- other processes on the machine used {min(int(f[2]) for f in seen)}-"
+                   f"{int(worst[2])}% of the cpus while the kept runs ran (most: {worst[0]}, "
+                   f"round {worst[1]}); perf/foreign_load.py measures it")
     commands = [(t, open(os.path.join(directory, f"{n}.cmd")).read().strip())
                 for n, t in PROGRAMS if os.path.exists(os.path.join(directory, f"{n}.cmd"))]
     if commands:
@@ -182,7 +186,6 @@ def render(data, directory, runs, pin):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--dir", required=True)
-    parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pin", default="all", help="what compare_host.sh pinned")
     parser.add_argument("--markdown")
     args = parser.parse_args()
@@ -190,7 +193,7 @@ def main():
     if not data:
         print(f"compare_host_table.py: no NAME.ROUND.txt in {args.dir}", file=sys.stderr)
         return 1
-    text = render(data, args.dir, args.runs, args.pin)
+    text = render(data, args.dir, args.pin)
     sys.stdout.write(text)
     if args.markdown:
         with open(args.markdown, "w") as f:

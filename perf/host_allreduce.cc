@@ -8,11 +8,13 @@
 //
 // float32 sum, out-of-place, NULL stream (each call completes before it returns). For each
 // size: a calibration that doubles the number of calls until a batch lasts 20 ms on the
-// slowest rank (it is also the warm-up), then a timed batch of about -T seconds (at least 5
-// calls). time_us is the mean per call of the slowest rank; busbw = algbw * 2(n-1)/n
-// (nccl-tests' allreduce factor); GB = 1e9. Rank r holds (i + 3r) % 61 in element i, so
-// every float sum is exact and the result is compared bit for bit, after the calibration and
-// after the timed batch; a wrong element is reported and the exit status is 1.
+// slowest rank (it is also the warm-up), then 5 timed batches of the same number of calls,
+// about -T seconds in all (at least one call each). A batch's time is its mean per call on
+// the slowest rank; time_us is the median batch, fastest_us and slowest_us the extremes (a
+// wide gap means something else ran on the machine). busbw = algbw * 2(n-1)/n (nccl-tests'
+// allreduce factor); GB = 1e9. Rank r holds (i + 3r) % 61 in element i, so every float sum
+// is exact and the result is compared bit for bit, after the calibration and after the timed
+// batches; a wrong element is reported and the exit status is 1.
 //
 // --pin pins each rank to one cpu (LOOM_LOCAL_RANK-th of those allowed) before the
 // communicator exists, so every thread Loom starts inherits it.
@@ -131,26 +133,21 @@ long firstWrong(const float* recv, size_t count, int nranks) {
 void printHeader(const char* what, const std::string& detail, const char* columns) {
   std::printf("# %s, %s; rank 0 cpus %s\n", what, detail.c_str(), allowedCpus().c_str());
   std::printf("# %s; GB = 1e9\n", columns);
-  std::printf("#%14s %12s %9s %12s %9s %9s\n", "bytes", "count", "iters", "time_us", "algbw",
-              "busbw");
+  std::printf("#%14s %12s %9s %12s %9s %9s %12s %12s\n", "bytes", "count", "iters", "time_us",
+              "algbw", "busbw", "fastest_us", "slowest_us");
   std::fflush(stdout);
 }
 
-void printRow(size_t bytes, long iters, double seconds, int nranks) {
-  const double algbw = static_cast<double>(bytes) / seconds / 1e9;
-  const double busbw = algbw * 2.0 * (nranks - 1) / nranks;
-  std::printf("%15zu %12zu %9ld %12.2f %9.3f %9.3f\n", bytes, bytes / sizeof(float), iters,
-              seconds * 1e6, algbw, busbw);
-  std::fflush(stdout);
-}
-
-// Calibration then a timed batch, as described at the top; `afterCalibration` runs between
-// the two (outside the timing). `maxOverRanks` makes every decision the same on all ranks.
-// Returns (calls in the timed batch, seconds per call); *ok turns false on a failed call.
-// A template, not std::function, so that the timed loop calls `call` directly.
+// Calibration, then kBatches timed batches, as described at the top; `afterCalibration` runs
+// between the two (outside the timing). `maxOverRanks` makes every decision the same on all
+// ranks. *ok turns false on a failed call. A template, not std::function, so that the timed
+// loop calls `call` directly.
+constexpr int kBatches = 5;
 struct Timing {
-  long iters;
-  double secondsPerCall;
+  long iters = 0;             // calls in all timed batches together
+  double secondsPerCall = 0;  // median over batches of (mean per call, slowest rank)
+  double fastestBatch = 0;    // the same, fastest and slowest batch
+  double slowestBatch = 0;
 };
 template <typename Call, typename MaxOverRanks, typename Barrier, typename AfterCalibration>
 Timing timeCalls(const Call& call, const MaxOverRanks& maxOverRanks, const Barrier& barrier,
@@ -163,18 +160,34 @@ Timing timeCalls(const Call& call, const MaxOverRanks& maxOverRanks, const Barri
     for (long k = 0; k < calls && *ok; ++k) *ok = call();
     batch = secondsSince(t0);
     *ok = *ok && maxOverRanks(&batch);
-    if (!*ok) return {0, 0};
+    if (!*ok) return {};
     if (batch >= 0.02 || calls >= (1L << 24)) break;
     calls *= 2;
   }
   afterCalibration();
-  const long iters = std::max(5L, static_cast<long>(std::ceil(targetSeconds * calls / batch)));
-  *ok = *ok && barrier();
-  const auto t0 = Clock::now();
-  for (long k = 0; k < iters && *ok; ++k) *ok = call();
-  double perCall = secondsSince(t0) / static_cast<double>(iters);
-  *ok = *ok && maxOverRanks(&perCall);
-  return {iters, perCall};
+  const long perBatch =
+      std::max(1L, static_cast<long>(std::ceil(targetSeconds / kBatches * calls / batch)));
+  std::vector<double> perCall;
+  for (int b = 0; b < kBatches && *ok; ++b) {
+    *ok = *ok && barrier();
+    const auto t0 = Clock::now();
+    for (long k = 0; k < perBatch && *ok; ++k) *ok = call();
+    double seconds = secondsSince(t0) / static_cast<double>(perBatch);
+    *ok = *ok && maxOverRanks(&seconds);
+    perCall.push_back(seconds);
+  }
+  if (!*ok) return {};
+  std::sort(perCall.begin(), perCall.end());
+  return {perBatch * kBatches, perCall[kBatches / 2], perCall.front(), perCall.back()};
+}
+
+void printRow(size_t bytes, const Timing& t, int nranks) {
+  const double algbw = static_cast<double>(bytes) / t.secondsPerCall / 1e9;
+  const double busbw = algbw * 2.0 * (nranks - 1) / nranks;
+  std::printf("%15zu %12zu %9ld %12.2f %9.3f %9.3f %12.2f %12.2f\n", bytes, bytes / sizeof(float),
+              t.iters, t.secondsPerCall * 1e6, algbw, busbw, t.fastestBatch * 1e6,
+              t.slowestBatch * 1e6);
+  std::fflush(stdout);
 }
 
 int runMemcpy(const Options& o) {
@@ -191,7 +204,7 @@ int runMemcpy(const Options& o) {
         },
         [](double*) { return true; }, [] { return true; }, [] {}, o.targetSeconds, &ok);
     // With one "rank" the busbw factor 2(n-1)/n would be 0; pass 2 so busbw = algbw.
-    printRow(bytes, t.iters, t.secondsPerCall, 2);
+    printRow(bytes, t, 2);
   }
   return 0;
 }
@@ -217,12 +230,14 @@ int runAllReduce(const Options& o) {
 
   if (rank == 0) {
     const char* transports = std::getenv("LOOM_TRANSPORTS");
-    printHeader("loom-host-allreduce",
-                "Loom " + std::to_string(LOOM_MAJOR) + "." + std::to_string(LOOM_MINOR) + "." +
-                    std::to_string(LOOM_PATCH) + ", " + std::to_string(nranks) +
-                    " ranks, float32 sum, out-of-place, LOOM_TRANSPORTS=" +
-                    (transports ? transports : "(default)"),
-                "time = mean per call, slowest rank; busbw = algbw * 2(n-1)/n");
+    printHeader(
+        "loom-host-allreduce",
+        "Loom " + std::to_string(LOOM_MAJOR) + "." + std::to_string(LOOM_MINOR) + "." +
+            std::to_string(LOOM_PATCH) + ", " + std::to_string(nranks) +
+            " ranks, float32 sum, out-of-place, LOOM_TRANSPORTS=" +
+            (transports ? transports : "(default)"),
+        "time = median of 5 batches of the mean per call on the slowest rank; busbw = algbw * "
+        "2(n-1)/n");
   }
 
   loomResult_t last = loomSuccess;
@@ -262,7 +277,7 @@ int runAllReduce(const Options& o) {
     const Timing t = timeCalls(call, maxOverRanks, barrier, verify, o.targetSeconds, &ok);
     if (!ok) return fail(comm, lastCall, last);
     verify();
-    if (rank == 0) printRow(used, t.iters, t.secondsPerCall, nranks);
+    if (rank == 0) printRow(used, t, nranks);
     if (!barrier()) return fail(comm, lastCall, last);
   }
 

@@ -11,9 +11,11 @@ float32 sum. torch.distributed's all_reduce works in place, so Gloo is measured 
 (no copy is added to its time): for each size, one call on the test pattern is checked bit
 for bit (rank r holds (i + 3r) % 61 in element i, so the float sums are exact), then the
 tensor is zeroed (so that repeated in-place sums stay finite) and timed: a calibration that
-doubles the calls until a batch lasts 20 ms (also the warm-up), then a batch of about -T
-seconds (at least 5 calls). time_us is the mean per call of the slowest rank; busbw =
-algbw * 2(n-1)/n (nccl-tests' allreduce factor); GB = 1e9. A wrong result exits 1.
+doubles the calls until a batch lasts 20 ms (also the warm-up), then 5 timed batches of the
+same number of calls, about -T seconds in all (at least one call each). A batch's time is
+its mean per call on the slowest rank; time_us is the median batch, fastest_us and
+slowest_us the extremes. busbw = algbw * 2(n-1)/n (nccl-tests' allreduce factor); GB = 1e9.
+A wrong result exits 1.
 """
 import argparse
 import datetime
@@ -23,6 +25,9 @@ import os
 import socket
 import sys
 import time
+
+
+BATCHES = 5
 
 
 def parse_bytes(text):
@@ -62,9 +67,11 @@ def worker(rank, args, port, results):
         cpus = ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
         print(f"# gloo_allreduce: torch {torch.__version__} gloo, {n} ranks, float32 sum, "
               f"in-place; rank 0 cpus {cpus}")
-        print("# time = mean per call, slowest rank; busbw = algbw * 2(n-1)/n; GB = 1e9")
-        print("#%14s %12s %9s %12s %9s %9s" % ("bytes", "count", "iters", "time_us", "algbw",
-                                               "busbw"), flush=True)
+        print("# time = median of 5 batches of the mean per call on the slowest rank; "
+              "busbw = algbw * 2(n-1)/n; GB = 1e9")
+        print("#%14s %12s %9s %12s %9s %9s %12s %12s" % (
+            "bytes", "count", "iters", "time_us", "algbw", "busbw", "fastest_us", "slowest_us"),
+            flush=True)
     failed = False
     for size in sizes(args):
         count = size // 4
@@ -91,13 +98,16 @@ def worker(rank, args, port, results):
             if batch >= 0.02 or calls >= (1 << 24):
                 break
             calls *= 2
-        iters = max(5, math.ceil(args.T * calls / batch))
-
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(iters):
-            dist.all_reduce(t)
-        seconds = max_over_ranks((time.perf_counter() - t0) / iters)
+        per_batch = max(1, math.ceil(args.T / BATCHES * calls / batch))
+        per_call = []
+        for _ in range(BATCHES):
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(per_batch):
+                dist.all_reduce(t)
+            per_call.append(max_over_ranks((time.perf_counter() - t0) / per_batch))
+        per_call.sort()
+        seconds = per_call[BATCHES // 2]
         if t.count_nonzero().item() != 0:
             print(f"gloo_allreduce: rank {rank}, {used} bytes: zeros did not stay zeros",
                   file=sys.stderr, flush=True)
@@ -105,8 +115,9 @@ def worker(rank, args, port, results):
         algbw = used / seconds / 1e9
         busbw = algbw * 2 * (n - 1) / n
         if rank == 0:
-            print("%15d %12d %9d %12.2f %9.3f %9.3f" % (used, count, iters, seconds * 1e6, algbw,
-                                                        busbw), flush=True)
+            print("%15d %12d %9d %12.2f %9.3f %9.3f %12.2f %12.2f" % (
+                used, count, per_batch * BATCHES, seconds * 1e6, algbw, busbw, per_call[0] * 1e6,
+                per_call[-1] * 1e6), flush=True)
         dist.barrier()
     any_failed = max_over_ranks(1.0 if failed else 0.0) > 0
     dist.destroy_process_group()

@@ -5,9 +5,11 @@
  *   mpirun -n 2 --bind-to core ./mpi_allreduce -b 8 -e 128M -f 2
  *
  * float32 sum, out-of-place (no MPI_IN_PLACE). For each size: a calibration that doubles
- * the number of calls until a batch lasts 20 ms (it is also the warm-up), then a timed
- * batch of about -T seconds (0.2 by default, at least 5 calls). time_us is the mean per call
- * of the slowest rank; busbw = algbw * 2(n-1)/n (nccl-tests' allreduce factor); GB = 1e9.
+ * the number of calls until a batch lasts 20 ms (it is also the warm-up), then 5 timed
+ * batches of the same number of calls, about -T seconds in all (0.2 by default, at least one
+ * call each). A batch's time is its mean per call on the slowest rank; time_us is the median
+ * batch, fastest_us and slowest_us the extremes. busbw = algbw * 2(n-1)/n (nccl-tests'
+ * allreduce factor); GB = 1e9.
  * Rank r holds (i + 3r) % 61 in element i, so every float sum is exact and the result is
  * compared bit for bit; a wrong element is reported and the exit status is 1.
  */
@@ -60,6 +62,13 @@ static long firstWrong(const float* recv, size_t count, int nranks) {
     if (recv[i] != want) return (long)i;
   }
   return -1;
+}
+
+#define BATCHES 5
+
+static int compareDoubles(const void* a, const void* b) {
+  const double x = *(const double*)a, y = *(const double*)b;
+  return (x > y) - (x < y);
 }
 
 static double maxOverRanks(double v) {
@@ -130,8 +139,11 @@ int main(int argc, char** argv) {
     version[strcspn(version, ",\n")] = '\0';
     printf("# mpi_allreduce: %s, %d ranks, float32 sum, out-of-place; rank 0 cpus %s\n", version,
            nranks, cpus);
-    printf("# time = mean per call, slowest rank; busbw = algbw * 2(n-1)/n; GB = 1e9\n");
-    printf("#%14s %12s %9s %12s %9s %9s\n", "bytes", "count", "iters", "time_us", "algbw", "busbw");
+    printf(
+        "# time = median of 5 batches of the mean per call on the slowest rank; busbw = algbw * "
+        "2(n-1)/n; GB = 1e9\n");
+    printf("#%14s %12s %9s %12s %9s %9s %12s %12s\n", "bytes", "count", "iters", "time_us", "algbw",
+           "busbw", "fastest_us", "slowest_us");
     fflush(stdout);
   }
 
@@ -155,15 +167,20 @@ int main(int argc, char** argv) {
       if (batch >= 0.02 || calls >= (1L << 24)) break;
       calls *= 2;
     }
-    long iters = (long)ceil(targetSeconds * (double)calls / batch);
-    if (iters < 5) iters = 5;
+    long perBatch = (long)ceil(targetSeconds / BATCHES * (double)calls / batch);
+    if (perBatch < 1) perBatch = 1;
     long wrong = firstWrong(recv, count, nranks);
 
-    MPI_Barrier(MPI_COMM_WORLD);
-    const double t0 = now();
-    for (long k = 0; k < iters; ++k)
-      MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    const double seconds = maxOverRanks((now() - t0) / (double)iters);
+    double perCall[BATCHES];
+    for (int b = 0; b < BATCHES; ++b) {
+      MPI_Barrier(MPI_COMM_WORLD);
+      const double t0 = now();
+      for (long k = 0; k < perBatch; ++k)
+        MPI_Allreduce(send, recv, (int)count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      perCall[b] = maxOverRanks((now() - t0) / (double)perBatch);
+    }
+    qsort(perCall, BATCHES, sizeof perCall[0], compareDoubles);
+    const double seconds = perCall[BATCHES / 2];
     if (wrong < 0) wrong = firstWrong(recv, count, nranks);
 
     if (wrong >= 0) {
@@ -174,8 +191,8 @@ int main(int argc, char** argv) {
     const double algbw = (double)used / seconds / 1e9;
     const double busbw = algbw * 2.0 * (nranks - 1) / nranks;
     if (rank == 0) {
-      printf("%15zu %12zu %9ld %12.2f %9.3f %9.3f\n", used, count, iters, seconds * 1e6, algbw,
-             busbw);
+      printf("%15zu %12zu %9ld %12.2f %9.3f %9.3f %12.2f %12.2f\n", used, count, perBatch * BATCHES,
+             seconds * 1e6, algbw, busbw, perCall[0] * 1e6, perCall[BATCHES - 1] * 1e6);
       fflush(stdout);
     }
     MPI_Barrier(MPI_COMM_WORLD);
