@@ -41,4 +41,17 @@ inline Range slice(const Range& range, size_t sliceElems, size_t j) {
   return {begin, std::min(range.end, begin + sliceElems)};
 }
 
+// Calls f(channel, slice) for every non-empty slice of every channel's part of [0, count),
+// slice-major: the order in which every rank emits steps, so channels may share a link.
+template <typename F>
+void forEachSlice(size_t count, int channels, size_t sliceElems, F f) {
+  const size_t slices = sliceCount(part(count, channels, 0), sliceElems);
+  for (size_t j = 0; j < slices; ++j) {
+    for (int c = 0; c < channels; ++c) {
+      Range s = slice(part(count, channels, c), sliceElems, j);
+      if (s.size() > 0) f(c, s);
+    }
+  }
+}
+
 }  // namespace loom

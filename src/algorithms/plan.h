@@ -85,6 +85,29 @@ struct Step {
   uint64_t round = 0;      // kOneShot: the board round
 };
 
+// A step over the link to `peer` (channel picks among the peer's links).
+inline Step linkStep(Step::Kind kind, int peer, int channel, const void* src, void* dst, size_t bytes,
+                     int after = Step::kNone) {
+  Step s{kind};
+  s.peer = peer;
+  s.channel = channel;
+  s.src = src;
+  s.dst = dst;
+  s.bytes = bytes;
+  s.after = after;
+  return s;
+}
+
+// A local copy; `finalize` as in Step.
+inline Step copyStep(const void* src, void* dst, size_t bytes, bool finalize) {
+  Step s{Step::Kind::kCopy};
+  s.src = src;
+  s.dst = dst;
+  s.bytes = bytes;
+  s.finalize = finalize;
+  return s;
+}
+
 // One call, or several calls on one communicator launched together (a group): their steps
 // are concatenated in call order, each call's steps with that call's header info.
 struct Plan {

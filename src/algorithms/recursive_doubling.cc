@@ -31,20 +31,10 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
     const char* own = a.sendAt(s.begin);
     char* out = a.recvAt(s.begin);
     auto step = [&](Step::Kind kind, int peer, const void* src, void* dst) {
-      Step st{kind};
-      st.peer = peer;
-      st.src = src;
-      st.dst = dst;
-      st.bytes = bytes;
-      return st;
+      return linkStep(kind, peer, 0, src, dst, bytes);
     };
     if (n == 1) {
-      Step st{Step::Kind::kCopy};
-      st.src = own;
-      st.dst = out;
-      st.bytes = bytes;
-      st.finalize = avg;
-      plan.add(st);
+      plan.add(copyStep(own, out, bytes, avg));
       continue;
     }
     if (vr < 0) {

@@ -23,27 +23,6 @@ namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
 
-Step linkStep(Step::Kind kind, int peer, int channel, const void* src, void* dst, size_t bytes,
-              int after = Step::kNone) {
-  Step s{kind};
-  s.peer = peer;
-  s.channel = channel;
-  s.src = src;
-  s.dst = dst;
-  s.bytes = bytes;
-  s.after = after;
-  return s;
-}
-
-Step copyStep(const void* src, void* dst, size_t bytes, bool finalize) {
-  Step s{Step::Kind::kCopy};
-  s.src = src;
-  s.dst = dst;
-  s.bytes = bytes;
-  s.finalize = finalize;
-  return s;
-}
-
 // Copies `range` of the send buffer to the same place in the receive buffer, slice by slice
 // (a slice at a time keeps the executor free to move other steps in between).
 void copySlices(const CollectiveArgs& a, Plan& plan, const Range& range, bool finalize) {
@@ -122,23 +101,17 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
 // A chain from the root through the ring: root -> root+1 -> ... -> root-1.
 void ringBroadcast(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, r = a.rank, root = a.info.root, v = mod(r - root, n);
-  const size_t se = a.sliceElems(), es = a.elemSize();
-  auto range = [&](int c) { return part(a.info.count, a.channels, c); };
-  const size_t slices = sliceCount(range(0), se);
-  for (size_t j = 0; j < slices; ++j) {
-    for (int c = 0; c < a.channels; ++c) {
-      Range s = slice(range(c), se, j);
-      if (s.size() == 0) continue;
-      size_t bytes = s.size() * es;
-      if (v == 0) {
-        if (a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
-        if (n > 1) plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.sendAt(s.begin), nullptr, bytes));
-        continue;
-      }
-      int got = plan.add(linkStep(Step::Kind::kRecv, mod(r - 1, n), c, nullptr, a.recvAt(s.begin), bytes));
-      if (v < n - 1) plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.recvAt(s.begin), nullptr, bytes, got));
+  const size_t es = a.elemSize();
+  forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
+    size_t bytes = s.size() * es;
+    if (v == 0) {
+      if (a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
+      if (n > 1) plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.sendAt(s.begin), nullptr, bytes));
+      return;
     }
-  }
+    int got = plan.add(linkStep(Step::Kind::kRecv, mod(r - 1, n), c, nullptr, a.recvAt(s.begin), bytes));
+    if (v < n - 1) plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.recvAt(s.begin), nullptr, bytes, got));
+  });
 }
 
 // A chain through the ring that ends at the root: root+1 -> root+2 -> ... -> root. Ranks in
@@ -150,28 +123,22 @@ void ringReduce(const CollectiveArgs& a, Plan& plan) {
     copySlices(a, plan, {0, a.info.count}, avg);
     return;
   }
-  const size_t se = a.sliceElems(), es = a.elemSize();
+  const size_t es = a.elemSize();
   char* partial = (v > 0 && v < n - 1) ? plan.scratch(a.info.count * es) : nullptr;
-  auto range = [&](int c) { return part(a.info.count, a.channels, c); };
-  const size_t slices = sliceCount(range(0), se);
-  for (size_t j = 0; j < slices; ++j) {
-    for (int c = 0; c < a.channels; ++c) {
-      Range s = slice(range(c), se, j);
-      if (s.size() == 0) continue;
-      size_t bytes = s.size() * es;
-      if (v == 0) {
-        plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.sendAt(s.begin), nullptr, bytes));
-      } else if (v < n - 1) {
-        char* at = partial + s.begin * es;
-        int got = plan.add(linkStep(Step::Kind::kRecvReduce, mod(r - 1, n), c, a.sendAt(s.begin), at, bytes));
-        plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, at, nullptr, bytes, got));
-      } else {
-        Step st = linkStep(Step::Kind::kRecvReduce, mod(r - 1, n), c, a.sendAt(s.begin), a.recvAt(s.begin), bytes);
-        st.finalize = avg;
-        plan.add(st);
-      }
+  forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
+    size_t bytes = s.size() * es;
+    if (v == 0) {
+      plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.sendAt(s.begin), nullptr, bytes));
+    } else if (v < n - 1) {
+      char* at = partial + s.begin * es;
+      int got = plan.add(linkStep(Step::Kind::kRecvReduce, mod(r - 1, n), c, a.sendAt(s.begin), at, bytes));
+      plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, at, nullptr, bytes, got));
+    } else {
+      Step st = linkStep(Step::Kind::kRecvReduce, mod(r - 1, n), c, a.sendAt(s.begin), a.recvAt(s.begin), bytes);
+      st.finalize = avg;
+      plan.add(st);
     }
-  }
+  });
 }
 
 // recvbuff holds n blocks of `count`; block k comes from rank k. At step s a rank forwards

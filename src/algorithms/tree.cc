@@ -56,16 +56,6 @@ TreeNode rootedTree(int n, int r, int root) {
 
 namespace {
 
-Step linkStep(Step::Kind kind, int peer, int channel, const void* src, void* dst, size_t bytes) {
-  Step s{kind};
-  s.peer = peer;
-  s.channel = channel;
-  s.src = src;
-  s.dst = dst;
-  s.bytes = bytes;
-  return s;
-}
-
 // Up the tree for one slice: reduce what the children send into `acc` (starting from this
 // rank's own `own`), then pass it to the parent. Returns the step after which `acc` holds
 // the slice's result for this subtree (kNone when there are no children: then it is `own`).
@@ -103,15 +93,6 @@ void sendDown(Plan& plan, const TreeNode& node, int channel, void* data, size_t 
   }
 }
 
-Step copyStep(const void* src, void* dst, size_t bytes, bool finalize) {
-  Step s{Step::Kind::kCopy};
-  s.src = src;
-  s.dst = dst;
-  s.bytes = bytes;
-  s.finalize = finalize;
-  return s;
-}
-
 }  // namespace
 
 // Half the buffer goes up and down tree 0, the other half tree 1; each result is computed
@@ -142,20 +123,14 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
 void treeBroadcast(const CollectiveArgs& a, Plan& plan) {
   const TreeNode node = rootedTree(a.nranks, a.rank, a.info.root);
   const bool isRoot = a.rank == a.info.root;
-  const size_t se = a.sliceElems(), es = a.elemSize();
-  auto range = [&](int c) { return part(a.info.count, a.channels, c); };
-  const size_t slices = sliceCount(range(0), se);
-  for (size_t j = 0; j < slices; ++j) {
-    for (int c = 0; c < a.channels; ++c) {
-      Range s = slice(range(c), se, j);
-      if (s.size() == 0) continue;
-      size_t bytes = s.size() * es;
-      if (isRoot && a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
-      // The root sends straight from sendbuff; the others forward what they received.
-      void* data = isRoot ? const_cast<char*>(a.sendAt(s.begin)) : a.recvAt(s.begin);
-      sendDown(plan, node, c, data, bytes, Step::kNone);
-    }
-  }
+  const size_t es = a.elemSize();
+  forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
+    size_t bytes = s.size() * es;
+    if (isRoot && a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
+    // The root sends straight from sendbuff; the others forward what they received.
+    void* data = isRoot ? const_cast<char*>(a.sendAt(s.begin)) : a.recvAt(s.begin);
+    sendDown(plan, node, c, data, bytes, Step::kNone);
+  });
 }
 
 // Inner ranks other than the root reduce into scratch: a non-root's recvbuff is not touched.
@@ -169,16 +144,10 @@ void treeReduce(const CollectiveArgs& a, Plan& plan) {
   }
   const bool inner = node.children[0] >= 0 || node.children[1] >= 0;
   char* partial = (!isRoot && inner) ? plan.scratch(a.info.count * es) : nullptr;
-  auto range = [&](int c) { return part(a.info.count, a.channels, c); };
-  const size_t slices = sliceCount(range(0), se);
-  for (size_t j = 0; j < slices; ++j) {
-    for (int c = 0; c < a.channels; ++c) {
-      Range s = slice(range(c), se, j);
-      if (s.size() == 0) continue;
-      void* acc = isRoot ? a.recvAt(s.begin) : (partial ? partial + s.begin * es : nullptr);
-      reduceUp(plan, node, c, a.sendAt(s.begin), acc, s.size() * es, avg);
-    }
-  }
+  forEachSlice(a.info.count, a.channels, se, [&](int c, const Range& s) {
+    void* acc = isRoot ? a.recvAt(s.begin) : (partial ? partial + s.begin * es : nullptr);
+    reduceUp(plan, node, c, a.sendAt(s.begin), acc, s.size() * es, avg);
+  });
 }
 
 }  // namespace loom
