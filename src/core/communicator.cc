@@ -238,6 +238,8 @@ Status Communicator::split(int color, int key, const CommConfig& config,
 }
 
 Status Communicator::usable() const {
+  // Checked on every call: the common answer needs no lock.
+  if (!failed_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_.isOk()) return Status::ok();
   return Status(failure_.code(), "the communicator is in an error state: " + failure_.message());
@@ -247,6 +249,7 @@ void Communicator::fail(const Status& status) {
   if (status.isOk()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (failure_.isOk()) failure_ = status;
+  failed_.store(true, std::memory_order_release);
 }
 
 loomResult_t Communicator::asyncError() const {

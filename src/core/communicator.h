@@ -107,6 +107,7 @@ class Communicator {
 
   mutable std::mutex mutex_;
   Status failure_;
+  std::atomic<bool> failed_{false};  // failure_ is set
   std::string lastError_;
   std::string lastErrorCopy_;  // what lastError() handed out, stable until the next call
   int uses_ = 0;

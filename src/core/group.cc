@@ -108,11 +108,9 @@ Status submit(const Call& call, HostStream* stream) {
     tGroup.calls.push_back({call, stream});
     return Status::ok();
   }
+  // The caller (the API frame) holds the communicator in use for the length of this call.
   if (const CollectiveCall* c = std::get_if<CollectiveCall>(&call); c != nullptr && stream == nullptr && runsAlone(*c)) {
-    c->comm->acquire();
-    Status s = runAlone(*c);
-    c->comm->release();
-    return s;
+    return runAlone(*c);
   }
   return launch({{call, stream}});
 }
