@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -176,12 +177,15 @@ constexpr uint64_t kAliveCheckNs = 1000000;
 class ShmTransport::ShmLink : public Link {
  public:
   // side 0: this rank created the segment; 1: it opened it.
-  ShmLink(ShmSegment segment, int side, int peer, const Settings& settings);
+  // peerPid: the peer's pid as the bootstrap reported it (before the peer attaches).
+  ShmLink(ShmSegment segment, int side, int peer, int peerPid, const Settings& settings);
   ~ShmLink() override;
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
   int waitFd() const override { return -1; }
+  // After a failure the bytes in flight do not matter: close without waiting for the peer.
+  void abandon() { abandoned_ = true; }
 
  private:
   // A send of this rank that the peer reads from this process's memory.
@@ -216,9 +220,16 @@ class ShmTransport::ShmLink : public Link {
   Status closedError() const;
   Status exitedError() const;
 
+  // The creator's end closing before the peer mapped the segment: wait (while the peer lives,
+  // up to lingerMs) so that bytes already sent are not lost with the segment's name.
+  void lingerForPeer();
+
   ShmSegment segment_;
   const Settings& settings_;
   int peer_;
+  int peerPid_;
+  int side_;
+  bool abandoned_ = false;
   size_t mask_;
   End& peerEnd_;
   End& ownEnd_;
@@ -245,10 +256,12 @@ class ShmTransport::ShmLink : public Link {
   std::optional<PeerSend> reading_;
 };
 
-ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Settings& settings)
+ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerPid, const Settings& settings)
     : segment_(std::move(segment)),
       settings_(settings),
       peer_(peer),
+      peerPid_(peerPid),
+      side_(side),
       mask_(headerOf(segment_).fifoBytes - 1),
       peerEnd_(headerOf(segment_).ends[1 - side]),
       ownEnd_(headerOf(segment_).ends[side]),
@@ -268,7 +281,19 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Set
   }
 }
 
+void ShmTransport::ShmLink::lingerForPeer() {
+  if (abandoned_ || side_ != 0 || head_ == 0 || peerEnd_.attached.load(std::memory_order_acquire) != 0) return;
+  PeerProcess peer;
+  peer.identify(peerPid_, PeerProcess::ownPidNamespace());
+  auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.lingerMs);
+  while (peerEnd_.attached.load(std::memory_order_acquire) == 0 && peer.alive() &&
+         std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 ShmTransport::ShmLink::~ShmLink() {
+  lingerForPeer();
   ownEnd_.closed.store(1, std::memory_order_seq_cst);
   // A reader in this process may still be copying from a posted buffer, which the caller
   // may free once this link is gone. The reader checks `closed` after raising `copying`,
@@ -493,7 +518,10 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, 
 ShmTransport::~ShmTransport() = default;
 
 void ShmTransport::closeAll() {
-  for (auto& link : links_) link.reset();
+  for (auto& link : links_) {
+    if (link) link->abandon();
+    link.reset();
+  }
 }
 
 Status ShmTransport::readSettings(Settings* out) {
@@ -513,6 +541,7 @@ Status ShmTransport::readSettings(Settings* out) {
   out->fifoBytes = static_cast<size_t>(fifoBytes);
   out->direct = direct != 0;
   out->directMinBytes = static_cast<size_t>(directMinBytes);
+  LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &out->lingerMs));
   return Status::ok();
 }
 
@@ -572,7 +601,7 @@ Status ShmTransport::offerSegment(int peer) {
   std::strncpy(offer.name, segment.name().c_str(), kMaxName);
   LOOM_TRY(bootstrap_.send(peer, kSegmentTag, &offer, sizeof(offer))
                .withContext(format("shm transport: sending rank %d its segment", peer)));
-  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, settings_);
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid, settings_);
   return Status::ok();
 }
 
@@ -596,7 +625,7 @@ Status ShmTransport::acceptSegment(int peer) {
   LOOM_TRY(opened.withContext(format("shm transport: mapping rank %d's segment", peer)));
   LOOM_TRY(attachSegment(segment, fifoBytes));
   segment.unlink();  // both ranks have it mapped now
-  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, settings_);
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid, settings_);
   return Status::ok();
 }
 

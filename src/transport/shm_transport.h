@@ -60,6 +60,7 @@ class ShmTransport : public Transport {
     bool direct;            // LOOM_SHM_CMA
     size_t directMinBytes;  // LOOM_SHM_CMA_MIN_BYTES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
+    long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
   };
 
   ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, Settings settings);
