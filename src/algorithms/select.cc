@@ -103,7 +103,9 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& setting) 
   if (std::optional<Algorithm> forced = setting.forced[slot(kind)]) {
     bool fits = *forced != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= kOneShotMaxBytes);
     if (fits) return {*forced, "forced by LOOM_ALGO"};
-    // Otherwise the default below (oneshot cannot carry this call).
+    Choice fallback = chooseAlgorithm(shape, AlgorithmSetting{});
+    fallback.why = "LOOM_ALGO's oneshot set aside: it carries at most 32 KiB between ranks of one host";
+    return fallback;
   }
   switch (kind) {
     case CallInfo::Kind::kAllReduce:

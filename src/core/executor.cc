@@ -40,6 +40,9 @@ struct Queue {
   std::vector<int> steps;
   size_t head = 0;
   std::vector<char>* staging = nullptr;  // kRecvReduce landing area
+  // Plain sends (receives) that continue the head's bytes and are ready move with it as one
+  // range, up to this index of `steps` (see advanceSpan).
+  size_t spanEnd = 0;
   // The head waits for another step, not for its link: polling the link would wake at once
   // (a socket is nearly always writable) and burn the CPU a peer on this host needs.
   bool waitsForStep = false;
@@ -63,6 +66,7 @@ class Run {
   Status advance(Queue& q, bool* progressed);
   Status advanceStep(Queue& q, int index, bool* progressed);
   Status advanceOneShot(Queue& q, int index, bool* progressed);
+  Status advanceSpan(Queue& q, bool* progressed);
   Status idle(bool spin);
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
   // plans with unfinished steps.
@@ -181,6 +185,10 @@ Status Run::advance(Queue& q, bool* progressed) {
   PlanState& ps = state_[q.plan];
   while (q.head < q.steps.size()) {
     int index = q.steps[q.head];
+    if (ps.steps[static_cast<size_t>(index)].done) {  // finished inside an earlier span
+      ++q.head;
+      continue;
+    }
     const Step& s = ps.plan->steps[static_cast<size_t>(index)];
     q.waitsForStep = s.after != Step::kNone && !ps.steps[static_cast<size_t>(s.after)].done;
     if (q.waitsForStep) return Status::ok();
@@ -229,21 +237,8 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
   }
   switch (s.kind) {
     case Step::Kind::kSend:
-      while (st.moved < s.bytes) {
-        LOOM_TRY(link.sendSome(static_cast<const char*>(s.src) + st.moved, s.bytes - st.moved, &done));
-        if (done == 0) return Status::ok();
-        st.moved += done;
-        *moved = true;
-      }
-      break;
     case Step::Kind::kRecv:
-      while (st.moved < s.bytes) {
-        LOOM_TRY(link.recvSome(static_cast<char*>(s.dst) + st.moved, s.bytes - st.moved, &done));
-        if (done == 0) return Status::ok();
-        st.moved += done;
-        *moved = true;
-      }
-      break;
+      return advanceSpan(q, moved);
     case Step::Kind::kRecvReduce: {
       char* staging = q.staging->data();
       while (st.moved < s.bytes) {
@@ -274,6 +269,50 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
       break;  // handled above
   }
   if (st.moved == s.bytes) finish();
+  return Status::ok();
+}
+
+// Moves the head plain send (receive) together with the steps after it in its queue that
+// continue its bytes and are ready now, as one range: the link sees one large transfer
+// instead of slices (one shared-memory posting the peer reads at its pace, fewer system
+// calls). Each step is done once the bytes up to its end have moved. The span is fixed when
+// it starts, so a link that moved part of it is always handed the same remaining range.
+Status Run::advanceSpan(Queue& q, bool* moved) {
+  PlanState& ps = state_[q.plan];
+  const std::vector<Step>& steps = ps.plan->steps;
+  auto step = [&](size_t i) -> const Step& { return steps[static_cast<size_t>(q.steps[i])]; };
+  auto state = [&](size_t i) -> StepState& { return ps.steps[static_cast<size_t>(q.steps[i])]; };
+  auto bytesOf = [&](const Step& s) { return static_cast<char*>(const_cast<void*>(q.send ? s.src : s.dst)); };
+  if (q.spanEnd <= q.head) {
+    size_t end = q.head + 1;
+    char* next = bytesOf(step(q.head)) + step(q.head).bytes;
+    while (end < q.steps.size()) {
+      const Step& s = step(end);
+      bool ready = s.after == Step::kNone || ps.steps[static_cast<size_t>(s.after)].done;
+      if (s.kind != step(q.head).kind || s.header || s.bytes == 0 || bytesOf(s) != next || !ready) break;
+      next += s.bytes;
+      ++end;
+    }
+    q.spanEnd = end;
+  }
+  char* from = bytesOf(step(q.head)) + state(q.head).moved;
+  char* to = bytesOf(step(q.spanEnd - 1)) + step(q.spanEnd - 1).bytes;
+  while (from < to) {
+    size_t done = 0;
+    LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)
+                    : q.link->recvSome(from, static_cast<size_t>(to - from), &done));
+    if (done == 0) break;
+    *moved = true;
+    from += done;
+    for (size_t i = q.head; done > 0 && i < q.spanEnd; ++i) {
+      StepState& st = state(i);
+      size_t take = std::min(done, step(i).bytes - st.moved);
+      st.moved += take;
+      done -= take;
+      st.done = st.moved == step(i).bytes;
+    }
+  }
+  if (step(q.head).bytes == 0) state(q.head).done = true;
   return Status::ok();
 }
 
