@@ -67,6 +67,7 @@ class Run {
   Status advanceStep(Queue& q, int index, bool* progressed);
   Status advanceOneShot(Queue& q, int index, bool* progressed);
   Status advanceSpan(Queue& q, bool* progressed);
+  Status advanceRecvReduce(Queue& q, int index, bool* progressed);
   Status idle(bool spin);
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
   // plans with unfinished steps.
@@ -239,36 +240,63 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
     case Step::Kind::kSend:
     case Step::Kind::kRecv:
       return advanceSpan(q, moved);
-    case Step::Kind::kRecvReduce: {
-      char* staging = q.staging->data();
-      while (st.moved < s.bytes) {
-        LOOM_TRY(link.recvSome(staging + st.moved, s.bytes - st.moved, &done));
-        if (done == 0) break;
-        st.moved += done;
-        *moved = true;
-      }
-      // Reduce whole elements as they arrive, once dst may be written.
-      if (s.writeAfter != Step::kNone && !state_[q.plan].steps[static_cast<size_t>(s.writeAfter)].done) {
-        q.waitsForStep = st.moved == s.bytes;
-        return Status::ok();
-      }
-      size_t es = typeSize(call.type);
-      size_t ready = st.moved - st.moved % es;
-      if (ready > st.reduced) {
-        size_t off = st.reduced;
-        kernels::reduce(static_cast<char*>(s.dst) + off, static_cast<const char*>(s.src) + off, staging + off,
-                        (ready - off) / es, call.type, call.op);
-        st.reduced = ready;
-        *moved = true;
-      }
+    case Step::Kind::kRecvReduce:
+      LOOM_TRY(advanceRecvReduce(q, index, moved));
       if (st.reduced < s.bytes) return Status::ok();
       break;
-    }
     case Step::Kind::kCopy:
     case Step::Kind::kOneShot:
       break;  // handled above
   }
   if (st.moved == s.bytes) finish();
+  return Status::ok();
+}
+
+// dst = src op incoming, whole elements at a time as they arrive. Once dst may be written,
+// bytes the link holds in mapped memory are reduced in place (no copy); others land in
+// staging first (sockets, a posted shared-memory send, a piece of an element at the FIFO's
+// wrap, or bytes that arrive before writeAfter allows the write).
+Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
+  Plan& plan = *state_[q.plan].plan;
+  const Step& s = plan.steps[static_cast<size_t>(index)];
+  StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
+  const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
+  const size_t es = typeSize(call.type);
+  char* staging = q.staging->data();
+  auto reduce = [&](const char* incoming, size_t bytes) {
+    size_t off = st.reduced;
+    kernels::reduce(static_cast<char*>(s.dst) + off, static_cast<const char*>(s.src) + off, incoming, bytes / es,
+                    call.type, call.op);
+    st.reduced += bytes;
+    *moved = true;
+  };
+  const bool writable = s.writeAfter == Step::kNone || state_[q.plan].steps[static_cast<size_t>(s.writeAfter)].done;
+  while (st.reduced < s.bytes) {
+    size_t staged = st.moved - st.moved % es;
+    if (writable && staged > st.reduced) {
+      reduce(staging + st.reduced, staged - st.reduced);
+      continue;
+    }
+    if (writable && st.moved == st.reduced) {
+      const void* data = nullptr;
+      size_t available = 0;
+      q.link->peek(&data, s.bytes - st.moved, &available);
+      available -= available % es;
+      if (available > 0) {
+        reduce(static_cast<const char*>(data), available);
+        q.link->consume(available);
+        st.moved += available;
+        continue;
+      }
+    }
+    if (st.moved == s.bytes) break;
+    size_t done = 0;
+    LOOM_TRY(q.link->recvSome(staging + st.moved, s.bytes - st.moved, &done));
+    if (done == 0) break;
+    st.moved += done;
+    *moved = true;
+  }
+  q.waitsForStep = !writable && st.moved == s.bytes;
   return Status::ok();
 }
 

@@ -184,6 +184,9 @@ class ShmTransport::ShmLink : public Link {
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
   int waitFd() const override { return -1; }
+  // FIFO bytes in place (a posted send is read with recvSome).
+  void peek(const void** data, size_t bytes, size_t* available) override;
+  void consume(size_t bytes) override;
   // After a failure the bytes in flight do not matter: close without waiting for the peer.
   void abandon() { abandoned_ = true; }
 
@@ -392,6 +395,22 @@ Status ShmTransport::ShmLink::receive(void* data, size_t bytes, size_t* done) {
     return Status::ok();
   }
   return readPeerSend(data, bytes, done);
+}
+
+void ShmTransport::ShmLink::peek(const void** data, size_t bytes, size_t* available) {
+  size_t ready = static_cast<size_t>(headSeen_ - tail_);
+  if (ready < bytes) {
+    headSeen_ = in_.head.load(std::memory_order_acquire);
+    ready = static_cast<size_t>(headSeen_ - tail_);
+  }
+  size_t offset = static_cast<size_t>(tail_) & mask_;
+  *data = inData_ + offset;
+  *available = std::min({bytes, ready, mask_ + 1 - offset});  // contiguous up to the ring's end
+}
+
+void ShmTransport::ShmLink::consume(size_t bytes) {
+  tail_ += bytes;
+  in_.tail.store(tail_, std::memory_order_release);
 }
 
 size_t ShmTransport::ShmLink::readFifo(void* data, size_t bytes) {

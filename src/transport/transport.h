@@ -29,6 +29,18 @@ class Link {
   // caller's next sendSome on this link passes the same remaining range, and the range
   // stays untouched until the link reports it done.
   virtual int waitFd() const = 0;
+
+  // Zero-copy receive, for links whose bytes arrive in memory this process maps (shared
+  // memory), so a reduction can read them in place: *data points at the next *available
+  // received bytes (at most `bytes`; 0 when none are ready this way, and then recvSome, which
+  // also reports a dead peer, is the way to wait). They stay valid until consume(n) takes
+  // the first n of them.
+  virtual void peek(const void** data, size_t bytes, size_t* available) {
+    *data = nullptr;
+    *available = 0;
+    (void)bytes;
+  }
+  virtual void consume(size_t bytes) { (void)bytes; }
 };
 
 // Makes links to the other ranks of one communicator, on demand. Connecting is split in
