@@ -41,6 +41,9 @@ Status readDataPathSettings(CommConfig* c) {
   long long slice = 0;
   LOOM_TRY(env::getInt("LOOM_SLICE_BYTES", 4096, 1LL << 30, &slice));
   c->sliceBytes = static_cast<size_t>(slice);
+  long long streaming = 0;
+  LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming));
+  c->streamingMinBytes = static_cast<size_t>(streaming);
   return Status::ok();
 }
 

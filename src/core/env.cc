@@ -58,6 +58,9 @@ const std::vector<Variable>& variables() {
       {"LOOM_SLICE_BYTES", "524288", kData,
        "Pipeline slice: collectives move and reduce data in pieces of at most this many bytes, "
        "so that sending one piece overlaps with reducing the next."},
+      {"LOOM_STREAMING_MIN_BYTES", "33554432", kData,
+       "Calls whose buffer is at least this large write received and reduced data with "
+       "non-temporal stores (past the cache, saving the read of each destination line); 0 never."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
       {"LOOM_SHM_DIR", "/dev/shm", kData,

@@ -68,6 +68,8 @@ class Run {
   Status advanceOneShot(Queue& q, int index, bool* progressed);
   Status advanceSpan(Queue& q, bool* progressed);
   Status advanceRecvReduce(Queue& q, int index, bool* progressed);
+  // Whether the step's call is large enough to write past the cache (LOOM_STREAMING_MIN_BYTES).
+  bool streams(const Plan& plan, size_t step) const;
   Status idle(bool spin);
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
   // plans with unfinished steps.
@@ -79,6 +81,8 @@ class Run {
   std::vector<PlanState> state_;
   std::vector<Queue> queues_;
   unsigned idlePasses_ = 0;
+  // Where a streaming reduction writes before its non-temporal copy out (cache-sized).
+  std::vector<char> streamScratch_;
 };
 
 std::string Run::describe(const Queue& q, int index) const {
@@ -252,6 +256,12 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
   return Status::ok();
 }
 
+bool Run::streams(const Plan& plan, size_t step) const {
+  size_t threshold = plan.comm->config().streamingMinBytes;
+  const CallInfo& call = plan.callOfStep(step);
+  return threshold > 0 && call.kind != CallInfo::Kind::kSend && call.count * typeSize(call.type) >= threshold;
+}
+
 // dst = src op incoming, whole elements at a time as they arrive. Once dst may be written,
 // bytes the link holds in mapped memory are reduced in place (no copy); others land in
 // staging first (sockets, a posted shared-memory send, a piece of an element at the FIFO's
@@ -263,10 +273,24 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
   const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
   const size_t es = typeSize(call.type);
   char* staging = q.staging->data();
+  const bool stream = streams(plan, static_cast<size_t>(index));
   auto reduce = [&](const char* incoming, size_t bytes) {
     size_t off = st.reduced;
-    kernels::reduce(static_cast<char*>(s.dst) + off, static_cast<const char*>(s.src) + off, incoming, bytes / es,
-                    call.type, call.op);
+    char* dst = static_cast<char*>(s.dst) + off;
+    const char* own = static_cast<const char*>(s.src) + off;
+    if (!stream) {
+      kernels::reduce(dst, own, incoming, bytes / es, call.type, call.op);
+    } else {
+      // Reduce a cache-sized piece at a time, then store it past the cache.
+      constexpr size_t kPiece = 32 << 10;
+      if (streamScratch_.size() < kPiece) streamScratch_.resize(kPiece);
+      for (size_t done = 0; done < bytes;) {
+        size_t n = std::min(kPiece - kPiece % es, bytes - done);
+        kernels::reduce(streamScratch_.data(), own + done, incoming + done, n / es, call.type, call.op);
+        kernels::copyStreaming(dst + done, streamScratch_.data(), n);
+        done += n;
+      }
+    }
     st.reduced += bytes;
     *moved = true;
   };
@@ -325,10 +349,18 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
   }
   char* from = bytesOf(step(q.head)) + state(q.head).moved;
   char* to = bytesOf(step(q.spanEnd - 1)) + step(q.spanEnd - 1).bytes;
+  const bool stream = !q.send && streams(*ps.plan, static_cast<size_t>(q.steps[q.head]));
   while (from < to) {
     size_t done = 0;
-    LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)
-                    : q.link->recvSome(from, static_cast<size_t>(to - from), &done));
+    const void* data = nullptr;
+    if (stream) q.link->peek(&data, static_cast<size_t>(to - from), &done);
+    if (done > 0) {
+      kernels::copyStreaming(from, data, done);
+      q.link->consume(done);
+    } else {
+      LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)
+                      : q.link->recvSome(from, static_cast<size_t>(to - from), &done));
+    }
     if (done == 0) break;
     *moved = true;
     from += done;

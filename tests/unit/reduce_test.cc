@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -692,3 +693,21 @@ TEST(Isa, NamesAndForcing) {
 
 }  // namespace
 }  // namespace loom::kernels
+
+// The non-temporal copy handles every alignment of either side and every length.
+TEST(CopyStreaming, MatchesMemcpyAtEveryOffsetAndLength) {
+  std::vector<unsigned char> src(4096 + 64), dst(4096 + 64);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t srcOff = 0; srcOff < 17; ++srcOff) {
+    for (size_t dstOff = 0; dstOff < 17; ++dstOff) {
+      for (size_t len : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63}, size_t{64}, size_t{65}, size_t{1000},
+                         size_t{4000}}) {
+        std::fill(dst.begin(), dst.end(), 0xEE);
+        loom::kernels::copyStreaming(dst.data() + dstOff, src.data() + srcOff, len);
+        ASSERT_EQ(std::memcmp(dst.data() + dstOff, src.data() + srcOff, len), 0) << srcOff << " " << dstOff << " " << len;
+        for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xEE);
+        for (size_t i = dstOff + len; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
+      }
+    }
+  }
+}
