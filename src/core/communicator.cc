@@ -105,6 +105,8 @@ Communicator::~Communicator() = default;
 
 bool Communicator::firstUseOf(CallInfo::Kind kind, Algorithm algorithm) {
   uint64_t bit = uint64_t{1} << ((static_cast<unsigned>(kind) * kNumAlgorithms + static_cast<unsigned>(algorithm)) % 64);
+  // Every call asks: a plain load answers the common case without a locked instruction.
+  if ((usedChoices_.load(std::memory_order_relaxed) & bit) != 0) return false;
   return (usedChoices_.fetch_or(bit) & bit) == 0;
 }
 

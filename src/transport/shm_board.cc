@@ -3,17 +3,21 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstring>
 
 #include "core/log.h"
 
 namespace loom::transport {
 
+// Round, header and the first 32 bytes of data share one cache line: a reader of a small
+// allreduce takes one miss per peer, not two.
 struct alignas(64) ShmBoard::Slot {
   std::atomic<uint64_t> round;
   uint8_t header[kHeaderBytes];
-  alignas(64) uint8_t data[kMaxBytes];
+  alignas(8) uint8_t data[kMaxBytes];
 };
+
 
 struct alignas(64) ShmBoard::RankArea {
   int32_t pid;
@@ -65,6 +69,7 @@ Status ShmBoard::create(Bootstrap& bootstrap, const std::string& dir, std::uniqu
 }
 
 void ShmBoard::post(uint64_t round, const uint8_t* header, const void* data, size_t bytes) {
+  static_assert(offsetof(Slot, data) == 32, "small data must share the round's cache line");
   Slot& s = slot(rank_, round);
   std::memcpy(s.header, header, kHeaderBytes);
   if (bytes > 0) std::memcpy(s.data, data, bytes);
