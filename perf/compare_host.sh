@@ -84,6 +84,11 @@ else
 fi
 mkdir -p "$out"
 rm -f "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign
+# Which Loom was measured: the commit, and whether src/ or include/ had changes on top.
+{
+  git rev-parse --short HEAD 2>/dev/null || echo unknown
+  git status --porcelain -- src include 2>/dev/null | wc -l
+} > "$out/loom_version"
 mpi_bin="$builddir/perf/peers/mpi_allreduce"
 mkdir -p "$(dirname "$mpi_bin")"
 mpicc -O2 -o "$mpi_bin" perf/peers/mpi_allreduce.c -lm
@@ -152,10 +157,10 @@ for ((r = 1; r <= runs; ++r)); do
 done
 echo "== memcpy baseline"
 if [ -n "$loom_bin" ]; then
-  "$loom_bin" --memcpy -b 128M -e 1G -f 8 > "$out/memcpy.txt"
+  taskset -c 0 "$loom_bin" --memcpy -b 1M -e 1G -f 2 > "$out/memcpy.txt"
 else  # the same figure from the kernel benchmark (it counts read + write: twice the copy)
   ninja -C "$builddir" perf/kernel_bench >/dev/null
-  "$builddir/perf/kernel_bench" 5 131072 1048576 > "$out/kernel_bench.txt"
+  taskset -c 0 "$builddir/perf/kernel_bench" 5 1048576 131072 16384 1024 > "$out/kernel_bench.txt"
 fi
 
 table_args=(--dir "$out" --pin "$pin")

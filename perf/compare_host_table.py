@@ -103,6 +103,8 @@ def memcpy_lines(directory):
     lines = []
     if os.path.exists(path):
         for nbytes, (time_us, gbps) in sorted(read_rows(path).items()):
+            if nbytes not in ISSUE_SIZES | {1 << 30}:
+                continue
             lines.append(f"one-thread memcpy of {size_label(nbytes)}: {gbps:.2f} GB/s copied "
                          f"({2 * gbps:.1f} GB/s of memory traffic, read + write)")
         return lines
@@ -164,6 +166,11 @@ def render(data, directory, pin):
     if lines:
         out.append("")
         out.extend(f"- {line}" for line in lines)
+    version_path = os.path.join(directory, "loom_version")
+    if os.path.exists(version_path):
+        commit, changed = (open(version_path).read().split() + ["?", "0"])[:2]
+        extra = f", with {changed} changed files in src/ and include/" if changed != "0" else ""
+        out.append(f"- Loom at commit {commit}{extra}")
     foreign_path = os.path.join(directory, "foreign.txt")
     if os.path.exists(foreign_path):
         seen = [line.split() for line in open(foreign_path) if line.strip()]

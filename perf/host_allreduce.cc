@@ -192,8 +192,8 @@ void printRow(size_t bytes, const Timing& t, int nranks) {
 
 int runMemcpy(const Options& o) {
   printHeader("memcpy", "one thread, std::memcpy",
-              "time = mean per call; algbw = busbw = bytes copied per second (memory traffic is "
-              "twice that)");
+              "time = median of 5 batches of the mean per call; algbw = busbw = bytes copied per "
+              "second (memory traffic is twice that)");
   std::vector<char> src(o.maxBytes, 1), dst(o.maxBytes, 0);
   for (size_t bytes : sizes(o)) {
     bool ok = true;
