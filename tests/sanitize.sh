@@ -21,6 +21,7 @@ ninja -C "$dir"
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 export TSAN_OPTIONS=halt_on_error=1
 status=0
-meson test -C "$dir" --num-processes 1 --print-errorlogs || status=$?
+# Sanitizers make everything several times slower than the timeouts in meson.build assume.
+meson test -C "$dir" --num-processes 1 --timeout-multiplier 4 --print-errorlogs || status=$?
 python3 tests/summarize.py "$dir" || status=$?
 exit $status
