@@ -146,7 +146,7 @@ def render(data, directory, pin):
         ratios = []
         for a, b, _ in RATIOS:
             r = ratio_from_time(data, a, b, n)
-            ratios.append("pending" if r is None else f"{r:.2f}")
+            ratios.append("pending" if r is None else f"{r:.2f}" if r < 10 else f"{r:.0f}")
         out.append(f"| {label} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     out.append("")
     out.append("| issue 3 target | Loom | peer | ratio | needed | |")
