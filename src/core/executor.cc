@@ -22,6 +22,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kHeaderBytes = kCallInfoWireBytes;
+// How long a pass that moved nothing keeps looking before it sleeps in poll.
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(100);
 
 // Progress of one step.
 struct StepState {
@@ -401,9 +403,11 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
 Status Run::idle(bool spin) {
   Clock::time_point now = Clock::now();
   Clock::time_point wake = Clock::time_point::max();
+  Clock::time_point lastProgress = Clock::time_point::min();
   for (size_t i = 0; i < state_.size(); ++i) {
     if (!pending(i)) continue;
     const PlanState& ps = state_[i];
+    lastProgress = std::max(lastProgress, ps.lastProgress);
     long long limitMs = ps.plan->comm->config().timeoutMs;
     Clock::time_point expiry = ps.lastProgress + std::chrono::milliseconds(limitMs);
     wake = std::min(wake, expiry);
@@ -417,6 +421,12 @@ Status Run::idle(bool spin) {
       if (q.plan != i || q.head == q.steps.size()) continue;
       return fail(error(loomTimeout, "%s timed out after %lld ms", describe(q, q.steps[q.head]).c_str(), limitMs), i);
     }
+  }
+  // A socket reply usually arrives within microseconds, and going to sleep in poll costs a
+  // wakeup that takes tens of microseconds on a virtual machine: look again for a while first.
+  if (!spin && now - lastProgress < kSpinBeforeSleep) {
+    sched_yield();
+    return Status::ok();
   }
   std::vector<pollfd> fds;
   if (!spin) {
