@@ -32,6 +32,12 @@ void copySlices(const CollectiveArgs& a, Plan& plan, const Range& range, bool fi
   }
 }
 
+// Channel c's part of block k, in a buffer of one block of `count` elements per rank.
+Range blockPart(size_t count, int channels, int c, int k) {
+  Range p = part(count, channels, c);
+  return {static_cast<size_t>(k) * count + p.begin, static_cast<size_t>(k) * count + p.end};
+}
+
 // The step that last wrote slice j of chunk k on channel c (kNone before any).
 class LastWrite {
  public:
@@ -45,57 +51,66 @@ class LastWrite {
   std::vector<int> index_;
 };
 
+// One pass around the ring: n-1 steps in which every rank forwards what it received the step
+// before. At step s this rank sends chunk firstSend - s, taken from source(s, slice), and
+// receives chunk firstSend - s - 1 with the step incoming(s, slice, channel) makes (peer and
+// channel filled in here). Steps go slice-major; `last` tracks what each slice waits for.
+template <class RangeOf, class Source, class Incoming>
+void ringPass(const CollectiveArgs& a, Plan& plan, LastWrite& last, size_t slices, int firstSend, RangeOf range,
+              Source source, Incoming incoming) {
+  const int n = a.nranks, next = mod(a.rank + 1, n), prev = mod(a.rank - 1, n);
+  const size_t se = a.sliceElems(), es = a.elemSize();
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendK = mod(firstSend - s, n), recvK = mod(firstSend - s - 1, n);
+    for (size_t j = 0; j < slices; ++j) {
+      for (int c = 0; c < a.channels; ++c) {
+        Range out = slice(range(c, sendK), se, j);
+        if (out.size() > 0) {
+          plan.add(linkStep(Step::Kind::kSend, next, c, source(s, out), nullptr, out.size() * es, last.at(c, sendK, j)));
+        }
+        Range in = slice(range(c, recvK), se, j);
+        if (in.size() > 0) {
+          Step st = incoming(s, in);
+          st.peer = prev;
+          st.channel = c;
+          st.bytes = in.size() * es;
+          last.at(c, recvK, j) = plan.add(st);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = a.nranks, r = a.rank;
   const bool avg = a.info.op == loomAvg;
   if (n == 1) {
     copySlices(a, plan, {0, a.info.count}, avg);
     return;
   }
   auto chunk = [&](int c, int k) { return part(part(a.info.count, a.channels, c), n, k); };
-  const size_t se = a.sliceElems(), es = a.elemSize(), slices = sliceCount(chunk(0, 0), se);
+  const size_t slices = sliceCount(chunk(0, 0), a.sliceElems());
   LastWrite last(a.channels, n, slices);
-
-  // Reduce-scatter: at step s, send chunk r-s (own data at s = 0, else what step s-1 reduced)
-  // and reduce chunk r-s-1 arriving from prev into recvbuff.
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendK = mod(r - s, n), recvK = mod(r - s - 1, n);
-    for (size_t j = 0; j < slices; ++j) {
-      for (int c = 0; c < a.channels; ++c) {
-        Range out = slice(chunk(c, sendK), se, j);
-        if (out.size() > 0) {
-          const void* src = s == 0 ? a.sendAt(out.begin) : a.recvAt(out.begin);
-          plan.add(linkStep(Step::Kind::kSend, next, c, src, nullptr, out.size() * es, last.at(c, sendK, j)));
-        }
-        Range in = slice(chunk(c, recvK), se, j);
-        if (in.size() > 0) {
-          Step st = linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(in.begin), a.recvAt(in.begin), in.size() * es);
-          st.finalize = avg && s == n - 2;
-          last.at(c, recvK, j) = plan.add(st);
-        }
-      }
-    }
-  }
-  // Allgather: chunk r+1 is complete here; pass complete chunks around the ring.
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendK = mod(r + 1 - s, n), recvK = mod(r - s, n);
-    for (size_t j = 0; j < slices; ++j) {
-      for (int c = 0; c < a.channels; ++c) {
-        Range out = slice(chunk(c, sendK), se, j);
-        if (out.size() > 0) {
-          plan.add(linkStep(Step::Kind::kSend, next, c, a.recvAt(out.begin), nullptr, out.size() * es,
-                            last.at(c, sendK, j)));
-        }
-        Range in = slice(chunk(c, recvK), se, j);
-        if (in.size() > 0) {
-          last.at(c, recvK, j) =
-              plan.add(linkStep(Step::Kind::kRecv, prev, c, nullptr, a.recvAt(in.begin), in.size() * es));
-        }
-      }
-    }
-  }
+  // Reduce-scatter: send own data at s = 0, else what step s-1 reduced; reduce what arrives
+  // into recvbuff. Afterwards chunk r+1 is complete here.
+  ringPass(a, plan, last, slices, r, chunk,
+           [&](int s, const Range& out) -> const void* { return s == 0 ? a.sendAt(out.begin) : a.recvAt(out.begin); },
+           [&](int s, const Range& in) {
+             Step st{Step::Kind::kRecvReduce};
+             st.src = a.sendAt(in.begin);
+             st.dst = a.recvAt(in.begin);
+             st.finalize = avg && s == n - 2;
+             return st;
+           });
+  // Allgather: pass the complete chunks around.
+  ringPass(a, plan, last, slices, r + 1, chunk, [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
+           [&](int, const Range& in) {
+             Step st{Step::Kind::kRecv};
+             st.dst = a.recvAt(in.begin);
+             return st;
+           });
 }
 
 // A chain from the root through the ring: root -> root+1 -> ... -> root-1.
@@ -144,12 +159,9 @@ void ringReduce(const CollectiveArgs& a, Plan& plan) {
 // recvbuff holds n blocks of `count`; block k comes from rank k. At step s a rank forwards
 // block r-s (its own at s = 0, straight from sendbuff) and receives block r-s-1.
 void ringAllGather(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = a.nranks, r = a.rank;
   const size_t count = a.info.count, se = a.sliceElems(), es = a.elemSize();
-  auto range = [&](int c, int k) {
-    Range p = part(count, a.channels, c);
-    return Range{k * count + p.begin, k * count + p.end};
-  };
+  auto range = [&](int c, int k) { return blockPart(count, a.channels, c, k); };
   const size_t slices = sliceCount(range(0, 0), se);
   // Own block into place (nothing to do in place: the copy skips dst == src).
   for (size_t j = 0; j < slices; ++j) {
@@ -160,30 +172,22 @@ void ringAllGather(const CollectiveArgs& a, Plan& plan) {
     }
   }
   LastWrite last(a.channels, n, slices);
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendK = mod(r - s, n), recvK = mod(r - s - 1, n);
-    for (size_t j = 0; j < slices; ++j) {
-      for (int c = 0; c < a.channels; ++c) {
-        Range out = slice(range(c, sendK), se, j);
-        if (out.size() > 0) {
-          const void* src = s == 0 ? a.sendAt(out.begin - r * count) : a.recvAt(out.begin);
-          plan.add(linkStep(Step::Kind::kSend, next, c, src, nullptr, out.size() * es, last.at(c, sendK, j)));
-        }
-        Range in = slice(range(c, recvK), se, j);
-        if (in.size() > 0) {
-          last.at(c, recvK, j) =
-              plan.add(linkStep(Step::Kind::kRecv, prev, c, nullptr, a.recvAt(in.begin), in.size() * es));
-        }
-      }
-    }
-  }
+  ringPass(a, plan, last, slices, r, range,
+           [&](int s, const Range& out) -> const void* {
+             return s == 0 ? a.sendAt(out.begin - r * count) : a.recvAt(out.begin);
+           },
+           [&](int, const Range& in) {
+             Step st{Step::Kind::kRecv};
+             st.dst = a.recvAt(in.begin);
+             return st;
+           });
 }
 
 // sendbuff holds n blocks of `count`; rank r ends with block r reduced. At step s a rank
 // sends block r-s-1 (own data at s = 0, else the partial it reduced at step s-1) and reduces
 // block r-s-2 arriving from prev; the last step's block is r itself, reduced into recvbuff.
 void ringReduceScatter(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank, next = mod(r + 1, n), prev = mod(r - 1, n);
+  const int n = a.nranks, r = a.rank;
   const bool avg = a.info.op == loomAvg;
   const size_t count = a.info.count, se = a.sliceElems(), es = a.elemSize();
   if (n == 1) {
@@ -191,32 +195,21 @@ void ringReduceScatter(const CollectiveArgs& a, Plan& plan) {
     return;
   }
   char* partial = n > 2 ? plan.scratch(static_cast<size_t>(n) * count * es) : nullptr;
-  auto range = [&](int c, int k) {
-    Range p = part(count, a.channels, c);
-    return Range{k * count + p.begin, k * count + p.end};
-  };
+  auto range = [&](int c, int k) { return blockPart(count, a.channels, c, k); };
   const size_t slices = sliceCount(range(0, 0), se);
   LastWrite last(a.channels, n, slices);
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendK = mod(r - s - 1, n), recvK = mod(r - s - 2, n);
-    for (size_t j = 0; j < slices; ++j) {
-      for (int c = 0; c < a.channels; ++c) {
-        Range out = slice(range(c, sendK), se, j);
-        if (out.size() > 0) {
-          const void* src = s == 0 ? a.sendAt(out.begin) : partial + out.begin * es;
-          plan.add(linkStep(Step::Kind::kSend, next, c, src, nullptr, out.size() * es, last.at(c, sendK, j)));
-        }
-        Range in = slice(range(c, recvK), se, j);
-        if (in.size() > 0) {
-          bool final = s == n - 2;
-          void* dst = final ? a.recvAt(in.begin - r * count) : partial + in.begin * es;
-          Step st = linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(in.begin), dst, in.size() * es);
-          st.finalize = avg && final;
-          last.at(c, recvK, j) = plan.add(st);
-        }
-      }
-    }
-  }
+  ringPass(a, plan, last, slices, r - 1, range,
+           [&](int s, const Range& out) -> const void* {
+             return s == 0 ? a.sendAt(out.begin) : partial + out.begin * es;
+           },
+           [&](int s, const Range& in) {
+             bool final = s == n - 2;
+             Step st{Step::Kind::kRecvReduce};
+             st.src = a.sendAt(in.begin);
+             st.dst = final ? a.recvAt(in.begin - r * count) : partial + in.begin * es;
+             st.finalize = avg && final;
+             return st;
+           });
 }
 
 }  // namespace loom

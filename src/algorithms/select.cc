@@ -1,7 +1,6 @@
 #include "algorithms/select.h"
 
-#include <cstring>
-#include <sstream>
+#include "core/env.h"
 
 namespace loom {
 namespace {
@@ -60,10 +59,7 @@ bool supports(CallInfo::Kind kind, Algorithm algorithm) {
 
 Status parseAlgorithmSetting(const std::string& value, AlgorithmSetting* out) {
   AlgorithmSetting setting;
-  std::stringstream items(value);
-  std::string item;
-  while (std::getline(items, item, ',')) {
-    if (item.empty()) continue;
+  for (const std::string& item : env::splitList(value)) {
     size_t eq = item.find('=');
     std::string algoName = eq == std::string::npos ? item : item.substr(eq + 1);
     Algorithm algorithm;

@@ -19,20 +19,15 @@ namespace {
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = false;
-  size_t start = 0;
-  while (start <= transports.size()) {
-    size_t comma = transports.find(',', start);
-    std::string name = transports.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& name : env::splitList(transports)) {
     if (name == "shm") {
       c->shm = true;
     } else if (name == "socket") {
       c->socket = true;
-    } else if (!name.empty()) {
+    } else {
       return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\": unknown transport \"%s\" (shm, socket)",
                    transports.c_str(), name.c_str());
     }
-    if (comma == std::string::npos) break;
-    start = comma + 1;
   }
   if (!c->shm && !c->socket) {
     return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket)", transports.c_str());

@@ -106,6 +106,18 @@ const Variable& lookup(const char* name) {
 }
 }  // namespace
 
+std::vector<std::string> splitList(const std::string& value) {
+  std::vector<std::string> items;
+  size_t start = 0;
+  while (start <= value.size()) {
+    size_t comma = value.find(',', start);
+    if (comma == std::string::npos) comma = value.size();
+    if (comma > start) items.push_back(value.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return items;
+}
+
 std::optional<std::string> get(const char* name) {
   lookup(name);
   const char* value = std::getenv(name);

@@ -36,6 +36,9 @@ std::string getOrDefault(const char* name);
 // value out of range is loomInvalidArgument naming the variable and the value.
 Status getInt(const char* name, long long min, long long max, long long* out);
 
+// The items of a comma-separated value ("a,b,,c" -> a, b, c; empty items dropped).
+std::vector<std::string> splitList(const std::string& value);
+
 // The table rendered as the Markdown of docs/ENVIRONMENT.md.
 std::string markdown();
 

@@ -54,7 +54,6 @@ struct PlanState {
   Plan* plan;
   std::vector<StepState> steps;
   Clock::time_point lastProgress;
-  bool finished = false;
 };
 
 class Run {
@@ -106,7 +105,7 @@ std::string Run::describe(const Queue& q, int index) const {
 
 Status Run::go() {
   for (Plan& p : plans_) {
-    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now(), false});
+    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now()});
     if (p.announceSeq != 0) announceCall(*p.comm, p.announceSeq, p.calls[p.announceCall]);
   }
   LOOM_TRY(connect());
@@ -386,7 +385,7 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   StepState& st = ps.steps[static_cast<size_t>(index)];
   OneShot op{&plan.callOfStep(static_cast<size_t>(index)), s.src, s.dst, s.bytes, s.round};
   if (st.headerMoved == 0) {
-    postOneShot(*plan.comm, op);
+    postOneShot(*plan.comm, op, 0);  // the plan announced its first call when it started
     st.headerMoved = kHeaderBytes;
     *moved = true;
   }

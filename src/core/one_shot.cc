@@ -12,9 +12,10 @@
 
 namespace loom {
 
-void postOneShot(Communicator& comm, const OneShot& op) {
+void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   uint8_t header[kCallInfoWireBytes];
   encodeCallInfo(*op.call, header);
+  if (announceSeq != 0) comm.board()->announce(announceSeq, header);
   comm.board()->post(op.round, header, op.src, op.bytes);
 }
 
@@ -66,9 +67,8 @@ Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call
 Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst) {
   using Clock = std::chrono::steady_clock;
   std::lock_guard<std::mutex> lock(comm.executionMutex());
-  announceCall(comm, seq, call);
   OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound()};
-  postOneShot(comm, op);
+  postOneShot(comm, op, seq);
   const Clock::time_point start = Clock::now();
   Clock::time_point lastCheck = start;
   for (unsigned spins = 0;; ++spins) {

@@ -20,8 +20,9 @@ struct OneShot {
   uint64_t round;
 };
 
-// Publishes this rank's part (never waits).
-void postOneShot(Communicator& comm, const OneShot& op);
+// Publishes this rank's part (never waits); with announceSeq != 0 also announces the call
+// under that number (see announceCall), from the same encoded header.
+void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
 // *done once every rank has posted and dst holds the result; a mismatched call is
 // loomInvalidUsage. `checkPeers`: also ask whether a missing rank's process has exited
 // (a system call: only after waiting a while).

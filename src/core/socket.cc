@@ -170,14 +170,7 @@ std::vector<std::pair<std::string, SocketAddress>> matchInterfaces(const std::st
   if (exclude) spec.erase(0, 1);
   bool exact = !spec.empty() && spec[0] == '=';
   if (exact) spec.erase(0, 1);
-  std::vector<std::string> patterns;
-  size_t start = 0;
-  while (start <= spec.size()) {
-    size_t comma = spec.find(',', start);
-    if (comma == std::string::npos) comma = spec.size();
-    if (comma > start) patterns.push_back(spec.substr(start, comma - start));
-    start = comma + 1;
-  }
+  std::vector<std::string> patterns = env::splitList(spec);
   auto matches = [&](const char* name) {
     for (const std::string& p : patterns) {
       if (exact ? p == name : std::strncmp(name, p.c_str(), p.size()) == 0) return true;

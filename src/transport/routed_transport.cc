@@ -11,24 +11,20 @@ const char* RoutedTransport::name() const {
   return shm_ ? "shm" : "socket";
 }
 
-void RoutedTransport::split(const std::vector<int>& peers, std::vector<int>* shm, std::vector<int>* socket) const {
-  for (int p : peers) (viaShm_[static_cast<size_t>(p)] ? shm : socket)->push_back(p);
+Status RoutedTransport::onEachRoute(const std::vector<int>& peers, const Deadline& deadline, Phase phase) {
+  std::vector<int> shm, socket;
+  for (int p : peers) (viaShm_[static_cast<size_t>(p)] ? shm : socket).push_back(p);
+  if (!shm.empty()) LOOM_TRY((shm_.get()->*phase)(shm, deadline));
+  if (!socket.empty()) LOOM_TRY((socket_.get()->*phase)(socket, deadline));
+  return Status::ok();
 }
 
 Status RoutedTransport::connectOut(const std::vector<int>& peers, const Deadline& deadline) {
-  std::vector<int> shm, socket;
-  split(peers, &shm, &socket);
-  if (!shm.empty()) LOOM_TRY(shm_->connectOut(shm, deadline));
-  if (!socket.empty()) LOOM_TRY(socket_->connectOut(socket, deadline));
-  return Status::ok();
+  return onEachRoute(peers, deadline, &Transport::connectOut);
 }
 
 Status RoutedTransport::acceptIn(const std::vector<int>& peers, const Deadline& deadline) {
-  std::vector<int> shm, socket;
-  split(peers, &shm, &socket);
-  if (!shm.empty()) LOOM_TRY(shm_->acceptIn(shm, deadline));
-  if (!socket.empty()) LOOM_TRY(socket_->acceptIn(socket, deadline));
-  return Status::ok();
+  return onEachRoute(peers, deadline, &Transport::acceptIn);
 }
 
 Link* RoutedTransport::link(int peer, int index) {

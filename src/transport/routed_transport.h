@@ -24,8 +24,9 @@ class RoutedTransport : public Transport {
   void closeAll() override;
 
  private:
-  // peers split by route.
-  void split(const std::vector<int>& peers, std::vector<int>* shm, std::vector<int>* socket) const;
+  using Phase = Status (Transport::*)(const std::vector<int>&, const Deadline&);
+  // Runs connectOut or acceptIn on each transport for the peers it serves.
+  Status onEachRoute(const std::vector<int>& peers, const Deadline& deadline, Phase phase);
 
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> socket_;

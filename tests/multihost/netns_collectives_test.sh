@@ -15,30 +15,13 @@
 set -u
 rankprog=$1
 loomrun=$2
-if [ "$(id -u)" != 0 ]; then echo "skipped: creating network namespaces needs root"; exit 77; fi
-if ! command -v ip >/dev/null; then echo "skipped: iproute2 (ip) is not installed"; exit 77; fi
-
-tag=$$
-nsA=lcolA$tag nsB=lcolB$tag vethA=lcA$tag vethB=lcB$tag
-out=$(mktemp -d)
-cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; rm -rf "$out"; }
-trap cleanup EXIT
-if ! ip netns add "$nsA" 2>"$out/netns_err"; then
-  echo "skipped: cannot create network namespaces: $(cat "$out/netns_err")"; exit 77
-fi
-set -e
-ip netns add "$nsB"
-ip link add "$vethA" type veth peer name "$vethB"
-ip link set "$vethA" netns "$nsA"
-ip link set "$vethB" netns "$nsB"
+# shellcheck source=netns_hosts.sh
+. "$(dirname "$0")/netns_hosts.sh"
 # Addresses of our own test hosts, which exist only inside these namespaces (so the ports
 # below cannot collide with anything outside them).
-ip -n "$nsA" addr add 10.231.8.1/24 dev "$vethA"
-ip -n "$nsB" addr add 10.231.8.2/24 dev "$vethB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vethA" up
-ip -n "$nsB" link set "$vethB" up
-set +e
+make_two_hosts lcol 10.231.8
+out=$(mktemp -d)
+trap 'remove_two_hosts; rm -rf "$out"' EXIT
 
 secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 failed=0

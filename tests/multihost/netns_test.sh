@@ -8,29 +8,9 @@
 set -u
 example=$1
 loomrun=$2
-if [ "$(id -u)" != 0 ]; then echo "skipped: creating network namespaces needs root"; exit 77; fi
-if ! command -v ip >/dev/null; then echo "skipped: iproute2 (ip) is not installed"; exit 77; fi
-
-tag=$$
-nsA=loomA$tag nsB=loomB$tag vethA=lmA$tag vethB=lmB$tag
-cleanup() { ip netns del "$nsA" 2>/dev/null; ip netns del "$nsB" 2>/dev/null; }
-trap cleanup EXIT
-if ! ip netns add "$nsA" 2>/tmp/netns_err.$tag; then
-  echo "skipped: cannot create network namespaces: $(cat /tmp/netns_err.$tag)"; rm -f /tmp/netns_err.$tag; exit 77
-fi
-rm -f /tmp/netns_err.$tag
-set -e
-ip netns add "$nsB"
-ip link add "$vethA" type veth peer name "$vethB"
-ip link set "$vethA" netns "$nsA"
-ip link set "$vethB" netns "$nsB"
-# Addresses of our own test hosts, which exist only inside these namespaces.
-ip -n "$nsA" addr add 10.231.7.1/24 dev "$vethA"
-ip -n "$nsB" addr add 10.231.7.2/24 dev "$vethB"
-for ns in "$nsA" "$nsB"; do ip -n "$ns" link set lo up; done
-ip -n "$nsA" link set "$vethA" up
-ip -n "$nsB" link set "$vethB" up
-set +e
+# shellcheck source=netns_hosts.sh
+. "$(dirname "$0")/netns_hosts.sh"
+make_two_hosts loom 10.231.7
 
 out=$(mktemp -d)
 secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')

@@ -262,44 +262,30 @@ void fillReduceExpected(unsigned char* dst, loomDataType_t type, loomRedOp_t op,
 
 // ---- Comparing ---------------------------------------------------------------------------
 
+template <class T>
+std::string integerText(const unsigned char* p) {
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return std::to_string(v);
+}
+
 std::string formatElement(const unsigned char* p, loomDataType_t type) {
-  char text[96];
   switch (type) {
-    case loomInt8: std::snprintf(text, sizeof text, "%d", static_cast<int8_t>(*p)); break;
-    case loomUint8: std::snprintf(text, sizeof text, "%u", *p); break;
-    case loomInt32: {
-      int32_t v;
-      std::memcpy(&v, p, 4);
-      std::snprintf(text, sizeof text, "%" PRId32, v);
-      break;
-    }
-    case loomUint32: {
-      uint32_t v;
-      std::memcpy(&v, p, 4);
-      std::snprintf(text, sizeof text, "%" PRIu32, v);
-      break;
-    }
-    case loomInt64: {
-      int64_t v;
-      std::memcpy(&v, p, 8);
-      std::snprintf(text, sizeof text, "%" PRId64, v);
-      break;
-    }
-    case loomUint64: {
-      uint64_t v;
-      std::memcpy(&v, p, 8);
-      std::snprintf(text, sizeof text, "%" PRIu64, v);
-      break;
-    }
+    case loomInt8: return integerText<int8_t>(p);
+    case loomUint8: return integerText<uint8_t>(p);
+    case loomInt32: return integerText<int32_t>(p);
+    case loomUint32: return integerText<uint32_t>(p);
+    case loomInt64: return integerText<int64_t>(p);
+    case loomUint64: return integerText<uint64_t>(p);
     default: {
+      char text[96];
       uint64_t bits = 0;
       std::memcpy(&bits, p, typeSize(type));
       std::snprintf(text, sizeof text, "%.17g (0x%0*" PRIx64 ")", loadFloat(p, type),
                     static_cast<int>(2 * typeSize(type)), bits);
-      break;
+      return text;
     }
   }
-  return text;
 }
 
 // "" when equal; else how many elements differ and the first one, with `explain(index)`
