@@ -37,25 +37,35 @@ Status parseInt(const char* name, const std::string& text, long long min, long l
 
 }  // namespace
 
-Status readLaunchEnv(LaunchEnv* out) {
-  LaunchEnv e;
-  const Source* found = nullptr;
+Status readLaunchRank(LaunchRank* out, bool* found) {
+  const Source* source = nullptr;
   for (const Source& s : kSources) {
     if (env::get(s.rank) && env::get(s.size)) {
-      found = &s;
+      source = &s;
       break;
     }
   }
-  if (found == nullptr) {
+  *found = source != nullptr;
+  if (source == nullptr) return Status::ok();
+  LaunchRank r;
+  r.source = source->name;
+  LOOM_TRY(parseInt(source->size, *env::get(source->size), 1, 1 << 24, &r.worldSize));
+  LOOM_TRY(parseInt(source->rank, *env::get(source->rank), 0, r.worldSize - 1, &r.rank));
+  if (std::optional<std::string> local = env::get(source->localRank)) {
+    LOOM_TRY(parseInt(source->localRank, *local, 0, r.worldSize - 1, &r.localRank));
+  }
+  *out = r;
+  return Status::ok();
+}
+
+Status readLaunchEnv(LaunchEnv* out) {
+  LaunchEnv e;
+  bool found = false;
+  LOOM_TRY(readLaunchRank(&e, &found));
+  if (!found) {
     return error(loomInvalidUsage,
                  "loomCommInitFromEnv: no rank and world size in the environment; set LOOM_RANK and "
                  "LOOM_WORLD_SIZE (loomrun does), or run under torchrun, mpirun or srun");
-  }
-  e.source = found->name;
-  LOOM_TRY(parseInt(found->size, *env::get(found->size), 1, 1 << 24, &e.worldSize));
-  LOOM_TRY(parseInt(found->rank, *env::get(found->rank), 0, e.worldSize - 1, &e.rank));
-  if (std::optional<std::string> local = env::get(found->localRank)) {
-    LOOM_TRY(parseInt(found->localRank, *local, 0, e.worldSize - 1, &e.localRank));
   }
 
   std::optional<std::string> host = env::get("LOOM_MASTER_ADDR");

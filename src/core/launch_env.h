@@ -10,11 +10,20 @@
 
 namespace loom {
 
-struct LaunchEnv {
+// Where this process sits in its job, from the first launcher whose rank and size variables
+// are set.
+struct LaunchRank {
   int rank = -1;
   int worldSize = 0;
-  int localRank = -1;         // -1 when the launcher does not say
-  std::string source;         // "loomrun", "torchrun", "Open MPI", "Slurm"
+  int localRank = -1;  // -1 when the launcher does not say
+  std::string source;  // "loomrun", "torchrun", "Open MPI", "Slurm"
+};
+
+// *found is false, and *out untouched, when no launcher's variables are set; malformed
+// values are an error.
+Status readLaunchRank(LaunchRank* out, bool* found);
+
+struct LaunchEnv : LaunchRank {
   std::string masterHost;
   int masterPort = 0;
   Secret secret;

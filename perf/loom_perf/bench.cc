@@ -1,0 +1,333 @@
+#include "bench.h"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include "collectives.h"
+#include "datatypes.h"
+#include "fatal.h"
+
+namespace loomperf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// --min-time never lengthens a timed loop past this many iterations.
+constexpr long kMaxIters = 1L << 24;
+
+struct FreeDeleter {
+  void operator()(unsigned char* p) const { std::free(p); }
+};
+using HostBuffer = std::unique_ptr<unsigned char[], FreeDeleter>;
+
+// Page-aligned, and written once here so that its pages belong to the NUMA node of the
+// thread that uses them.
+HostBuffer allocateTouched(size_t bytes) {
+  const size_t rounded = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
+  auto* p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
+  if (p == nullptr) fatal("cannot allocate %zu bytes of host memory", rounded);
+  std::memset(p, 0, rounded);
+  return HostBuffer(p);
+}
+
+struct StreamDeleter {
+  void operator()(void* s) const { loomStreamDestroy(s); }
+};
+using OwnedStream = std::unique_ptr<void, StreamDeleter>;
+
+struct RankState {
+  loomComm_t comm;
+  int rank;
+  OwnedStream stream;  // null with -y 1: each call completes before it returns
+  HostBuffer send;
+  HostBuffer recv;
+};
+
+// Each row's out-of-place and in-place modes.
+struct Point {
+  loomDataType_t type;
+  loomRedOp_t op;
+  int root;
+  Layout layout;
+};
+
+class Sweep {
+ public:
+  Sweep(const Options& o, const ThreadRanks& t, Report* report);
+  long long run(const std::string& algorithm);
+
+ private:
+  std::vector<Call> callsFor(const Point& p, bool inPlace) const;
+  void start(const std::vector<Call>& calls);
+  void complete();
+  // One value per rank of this thread, reduced over every rank of the job.
+  double acrossRanks(const std::vector<double>& values, loomRedOp_t op);
+  double acrossRanks(double value, loomRedOp_t op) {
+    return acrossRanks(std::vector<double>(ranks_.size(), value), op);
+  }
+  void barrier() { acrossRanks(0.0, loomSum); }
+  double combineTimes(double seconds);  // -a
+  void warmUp(loomDataType_t type, loomRedOp_t op, int root);
+  ModeResult measure(const Point& p, bool inPlace, int* iters);
+  long long checkOnce(const Point& p, const std::vector<Call>& calls);
+
+  const Options& o_;
+  const int nranks_;
+  Report* report_;
+  std::vector<RankState> ranks_;
+  int rep_ = 0;
+};
+
+Sweep::Sweep(const Options& o, const ThreadRanks& t, Report* report)
+    : o_(o), nranks_(t.nranks), report_(report) {
+  // Both buffers hold the larger side: in place, reducescatter's input fills the receive one.
+  size_t bytes = 0;
+  for (loomDataType_t type : o.types) {
+    const size_t ts = typeSize(type);
+    const Layout l = layoutFor(o.collective, o.maxBytes / ts, ts, nranks_);
+    bytes = std::max({bytes, l.sendCount * ts, l.recvCount * ts});
+  }
+  for (size_t k = 0; k < t.comms.size(); ++k) {
+    loomStream_t stream = nullptr;
+    if (!o.nullStream) require(loomStreamCreate(&stream), t.comms[k], "loomStreamCreate");
+    ranks_.push_back({t.comms[k], t.ranks[k], OwnedStream(stream), allocateTouched(bytes),
+                      allocateTouched(bytes)});
+  }
+}
+
+std::vector<Call> Sweep::callsFor(const Point& p, bool inPlace) const {
+  const size_t ts = typeSize(p.type);
+  std::vector<Call> calls;
+  for (const RankState& r : ranks_) {
+    const size_t rank = static_cast<size_t>(r.rank);
+    Call c{o_.collective, p.type, p.op, p.root, p.layout.paramCount, r.send.get(), r.recv.get()};
+    if (inPlace) {
+      c.send = r.recv.get() + p.layout.sendInPlaceOffset * rank * ts;
+      c.recv = r.recv.get() + p.layout.recvInPlaceOffset * rank * ts;
+    }
+    calls.push_back(c);
+  }
+  return calls;
+}
+
+void Sweep::start(const std::vector<Call>& calls) {
+  // A group only where one is needed: several ranks or -m calls per iteration.
+  const bool grouped = calls.size() > 1 || o_.aggIters > 1;
+  if (grouped) loomGroupStart();
+  for (size_t k = 0; k < calls.size(); ++k)
+    for (int a = 0; a < o_.aggIters; ++a)
+      require(launch(calls[k], ranks_[k].comm, ranks_[k].stream.get()), ranks_[k].comm,
+              collectiveName(o_.collective));
+  if (grouped) require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
+}
+
+void Sweep::complete() {
+  for (RankState& r : ranks_)
+    if (r.stream) require(loomStreamSynchronize(r.stream.get()), r.comm, "loomStreamSynchronize");
+}
+
+double Sweep::acrossRanks(const std::vector<double>& values, loomRedOp_t op) {
+  std::vector<double> v = values;
+  loomGroupStart();
+  for (size_t k = 0; k < ranks_.size(); ++k)
+    require(loomAllReduce(&v[k], &v[k], 1, loomFloat64, op, ranks_[k].comm, nullptr),
+            ranks_[k].comm, "loomAllReduce (loom-perf's own)");
+  require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
+  return v[0];
+}
+
+double Sweep::combineTimes(double seconds) {
+  switch (o_.average) {
+    case Average::kRank0: {
+      std::vector<double> v;
+      for (const RankState& r : ranks_) v.push_back(r.rank == 0 ? seconds : 0.0);
+      return acrossRanks(v, loomSum);
+    }
+    case Average::kMin: return acrossRanks(seconds, loomMin);
+    case Average::kMax: return acrossRanks(seconds, loomMax);
+    default: return acrossRanks(seconds, loomSum) / nranks_;
+  }
+}
+
+// nccl-tests' warm-up: -w calls of every power-of-two size up to -e, out of place.
+void Sweep::warmUp(loomDataType_t type, loomRedOp_t op, int root) {
+  if (o_.warmupIters <= 0) return;
+  const size_t ts = typeSize(type);
+  for (size_t bytes = std::max<size_t>(o_.minBytes, 1); bytes <= o_.maxBytes; bytes *= 2) {
+    const std::vector<Call> calls =
+        callsFor({type, op, root, layoutFor(o_.collective, bytes / ts, ts, nranks_)}, false);
+    for (int i = 0; i < o_.warmupIters; ++i) start(calls);
+    complete();
+  }
+}
+
+ModeResult Sweep::measure(const Point& p, bool inPlace, int* iters) {
+  ModeResult m;
+  m.measured = true;
+  const std::vector<Call> calls = callsFor(p, inPlace);
+  // One call, finished, then every rank in step: the timed loop starts together.
+  start(calls);
+  complete();
+  barrier();
+  long n = std::max(o_.iters, 1);
+  double seconds = 0;
+  for (;;) {
+    const auto t0 = Clock::now();
+    for (long i = 0; i < n; ++i) {
+      start(calls);
+      if (o_.blocking) complete();
+    }
+    complete();
+    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (o_.minTime <= 0) break;
+    const double slowest = acrossRanks(seconds, loomMax);
+    if (slowest >= o_.minTime || n >= kMaxIters) break;
+    n = std::min(kMaxIters, static_cast<long>(std::ceil(n * 1.2 * o_.minTime / std::max(slowest, 1e-9))));
+    barrier();
+  }
+  *iters = static_cast<int>(n);
+  const double perCall = combineTimes(seconds / static_cast<double>(n * o_.aggIters));
+  const size_t ts = typeSize(p.type);
+  m.timeUs = perCall * 1e6;
+  m.algBw = perCall > 0 ? algorithmBytes(o_.collective, p.layout, ts, nranks_) / perCall / 1e9 : 0;
+  m.busBw = m.algBw * busBandwidthFactor(o_.collective, nranks_);
+  m.checked = o_.check > 0;
+  for (int c = 0; c < o_.check && m.wrong == 0; ++c) m.wrong = checkOnce(p, calls);
+  return m;
+}
+
+long long Sweep::checkOnce(const Point& p, const std::vector<Call>& calls) {
+  ++rep_;
+  std::vector<CheckCase> cases;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    cases.push_back({calls[k], p.layout, ranks_[k].rank, nranks_, rep_});
+    poisonOutput(cases.back());
+    fillInput(cases.back());
+  }
+  // The checked call runs alone (nccl-tests' -m does not apply to it).
+  const bool grouped = calls.size() > 1;
+  if (grouped) loomGroupStart();
+  for (size_t k = 0; k < calls.size(); ++k)
+    require(launch(calls[k], ranks_[k].comm, ranks_[k].stream.get()), ranks_[k].comm,
+            collectiveName(o_.collective));
+  if (grouped) require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
+  complete();
+  // The fault switch changes the result of one rank whose result is checked.
+  const int corruptRank = o_.collective == Collective::kReduce ? p.root : 0;
+  double wrong = 0;
+  for (const CheckCase& c : cases) {
+    if (o_.testCorrupt && c.rank == corruptRank) corruptOutput(c);
+    wrong += static_cast<double>(countWrong(c));
+  }
+  return static_cast<long long>(acrossRanks(wrong, loomSum));
+}
+
+long long Sweep::run(const std::string& algorithm) {
+  const std::vector<size_t> sizes = sweepSizes(o_);
+  const std::vector<loomRedOp_t> noOp{static_cast<loomRedOp_t>(-1)};
+  std::vector<int> roots{-1};
+  if (takesRoot(o_.collective)) {
+    roots = {o_.root};
+    if (o_.root == -1) {
+      roots.clear();
+      for (int r = 0; r < nranks_; ++r) roots.push_back(r);
+    }
+  }
+  long long wrong = 0;
+  for (int cycle = 0; o_.runCycles == 0 || cycle < o_.runCycles; ++cycle) {
+    for (loomDataType_t type : o_.types) {
+      for (loomRedOp_t op : takesOp(o_.collective) ? o_.ops : noOp) {
+        for (int root : roots) {
+          barrier();
+          warmUp(type, op, root);
+          for (size_t bytes : sizes) {
+            const size_t ts = typeSize(type);
+            const Point p{type, op, root, layoutFor(o_.collective, bytes / ts, ts, nranks_)};
+            Row row;
+            row.algorithm = algorithm;
+            row.bytes = std::max(p.layout.sendCount, p.layout.recvCount) * ts;
+            row.count = p.layout.paramCount;
+            row.type = typeName(type);
+            row.op = opName(op);
+            row.root = root;
+            if (report_) report_->progress(row.type + " " + row.op, row.bytes);
+            row.outOfPlace = measure(p, false, &row.iters);
+            int inPlaceIters = 0;
+            if (hasInPlace(o_.collective)) row.inPlace = measure(p, true, &inPlaceIters);
+            wrong += row.outOfPlace.wrong + row.inPlace.wrong;
+            if (report_) report_->addRow(row);
+          }
+        }
+      }
+    }
+  }
+  return wrong;
+}
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "cpu";
+}
+
+std::string cpusOfThisThread() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return "?";
+  std::string out;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (!CPU_ISSET(c, &set)) continue;
+    int last = c;
+    while (last + 1 < CPU_SETSIZE && CPU_ISSET(last + 1, &set)) ++last;
+    out += (out.empty() ? "" : ",") + std::to_string(c) + (last > c ? "-" + std::to_string(last) : "");
+    c = last;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> describeRanks(const ThreadRanks& t) {
+  constexpr size_t kLine = 256;
+  char host[64] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::string cpus = cpusOfThisThread(), model = cpuModel();
+  std::vector<std::vector<char>> lines(t.comms.size(), std::vector<char>(kLine * t.nranks));
+  std::vector<std::vector<char>> mine(t.comms.size(), std::vector<char>(kLine));
+  loomGroupStart();
+  for (size_t k = 0; k < t.comms.size(); ++k) {
+    std::snprintf(mine[k].data(), kLine, "#  Rank %2d Group %2d Pid %6d on %10s device host [cpus %s] %s",
+                  t.ranks[k], 0, static_cast<int>(getpid()), host, cpus.c_str(), model.c_str());
+    require(loomAllGather(mine[k].data(), lines[k].data(), kLine, loomInt8, t.comms[k], nullptr),
+            t.comms[k], "loomAllGather (loom-perf's own)");
+  }
+  require(loomGroupEnd(), t.comms[0], "loomGroupEnd");
+  std::vector<std::string> out;
+  for (size_t k = 0; k < t.comms.size(); ++k) {
+    if (t.ranks[k] != 0) continue;
+    for (int r = 0; r < t.nranks; ++r) out.emplace_back(lines[k].data() + kLine * r);
+  }
+  return out;
+}
+
+long long runSweep(const Options& o, const ThreadRanks& t, const std::string& algorithm,
+                   Report* report) {
+  Sweep sweep(o, t, report);
+  return sweep.run(algorithm);
+}
+
+}  // namespace loomperf
