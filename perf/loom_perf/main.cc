@@ -177,5 +177,9 @@ int main(int argc, char** argv) {
     wrong += wrongOf[0];
   }
   if (job.process == 0) report.finish();
+  // Nobody exits before rank 0 has printed everything: launchers such as loomrun stop the
+  // whole job when one rank exits with a failure.
+  if (job.processComm)
+    require(loomBarrier(job.processComm.get(), nullptr), job.processComm.get(), "loomBarrier at exit");
   return wrong > 0 ? 1 : 0;
 }
