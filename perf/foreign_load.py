@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Runs a command and says how much of the machine other processes used meanwhile, so that
-perf/compare_host.sh can rerun a measurement that shared the cpus with something else.
+perf/compare.sh can rerun a measurement that shared the cpus with something else.
 
     perf/foreign_load.py REPORT_FILE command [args...]
 

@@ -233,7 +233,7 @@ long long Sweep::checkOnce(const Point& p, const std::vector<Call>& calls) {
 
 long long Sweep::run(const std::string& algorithm) {
   const std::vector<size_t> sizes = sweepSizes(o_);
-  const std::vector<loomRedOp_t> noOp{static_cast<loomRedOp_t>(-1)};
+  const std::vector<loomRedOp_t> noOp{loomSum};  // a placeholder: the call takes no op
   std::vector<int> roots{-1};
   if (takesRoot(o_.collective)) {
     roots = {o_.root};
@@ -257,7 +257,7 @@ long long Sweep::run(const std::string& algorithm) {
             row.bytes = std::max(p.layout.sendCount, p.layout.recvCount) * ts;
             row.count = p.layout.paramCount;
             row.type = typeName(type);
-            row.op = opName(op);
+            row.op = takesOp(o_.collective) ? opName(op) : "none";
             row.root = root;
             if (report_) report_->progress(row.type + " " + row.op, row.bytes);
             row.outOfPlace = measure(p, false, &row.iters);

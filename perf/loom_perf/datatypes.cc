@@ -50,7 +50,7 @@ void put(void* buffer, size_t i, T v) {
 
 const char* typeName(loomDataType_t type) { return info(type).name; }
 size_t typeSize(loomDataType_t type) { return info(type).size; }
-const char* opName(loomRedOp_t op) { return op >= 0 && op < loomNumOps ? kOps[op] : "none"; }
+const char* opName(loomRedOp_t op) { return kOps[op]; }
 
 bool isFloating(loomDataType_t type) {
   return type == loomFloat16 || type == loomFloat32 || type == loomFloat64 || type == loomBfloat16;

@@ -100,9 +100,10 @@ void Report::printHeader(const std::vector<std::string>& rankLines) {
               "agg iters: %d validation: %d graph: 0\n",
               o.threads, o.ranksPerThread, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
               o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.check);
-  std::printf("# Loom: %d ranks, host memory, %s, LOOM_TRANSPORTS=%s%s\n", nranks_,
-              o.nullStream ? "NULL stream" : "a host stream per rank", transports ? transports : "(default)",
-              o.minTime > 0 ? (", timed loops of at least " + number(o.minTime) + " s").c_str() : "");
+  std::printf("# Loom: %d ranks, host memory, %s, LOOM_TRANSPORTS=%s", nranks_,
+              o.nullStream ? "NULL stream" : "a host stream per rank", transports ? transports : "(default)");
+  if (o.minTime > 0) std::printf(", timed loops of at least %g s", o.minTime);
+  std::printf("\n");
   if (o.blocking) std::printf("# Blocking Enabled: wait for completion after each call\n");
   if (!hasInPlace(o.collective))
     std::printf("# in-place: none (Loom defines no in-place %s), printed as -\n", collectiveName(o.collective));

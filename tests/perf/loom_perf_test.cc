@@ -302,6 +302,16 @@ TEST(LoomPerf, BadArgumentsSayWhatIsWrong) {
   EXPECT_TRUE(has(cuda.out, "no CUDA data path")) << cuda.out;
 }
 
+TEST(LoomPerf, ProgressLineOnlyOnATerminal) {
+  if (run("command -v script").status != 0) GTEST_SKIP() << "skipped: script(1) is not installed (util-linux)";
+  // script(1) gives loom-perf a terminal; the progress line goes to stderr there.
+  const Result tty = run("script -qec \"" + perf() + " allreduce -t 2 -b 1K -e 4K -f 4 -n 2\" /dev/null");
+  EXPECT_EQ(tty.status, 0) << tty.out;
+  EXPECT_TRUE(has(tty.out, "[1/2] allreduce float sum 1024 B")) << tty.out;
+  const Result pipe = run(perf() + " allreduce -t 2 -b 1K -e 4K -f 4 -n 2");
+  EXPECT_FALSE(has(pipe.out, "[1/2]")) << pipe.out;
+}
+
 // ---- JSON, CSV and the plot --------------------------------------------------------------
 
 TEST(LoomPerf, JsonCsvAndPlotHoldTheTable) {

@@ -1,0 +1,238 @@
+#!/usr/bin/env bash
+# Loom's collectives beside Open MPI's and Gloo's on this host, per transport, with one core's
+# memcpy bandwidth as the physical limit. Every program prints nccl-tests' table (Loom's
+# loom-perf, perf/peers/mpi_collective.c, perf/peers/gloo_collective.py, perf/peers/memcpy_bw.c)
+# under the same sweep and timing flags; perf/compare_table.py turns them into ratio tables.
+#
+#   perf/compare.sh [--collectives allreduce,broadcast] [--ranks N] [--sweep "-b 8 -e 128M -f 2"]
+#                   [--transports shm,tcp] [--runs R] [--min-time S] [--markdown FILE]
+#                   [--plot FILE.svg] [--out DIR] [--builddir DIR] [--pin LIST]
+#                   [--wait-idle S] [--retries K] [--no-install]
+#
+#   --collectives L  allreduce, broadcast or both (default both)
+#   --ranks N        ranks of every program (default 2)
+#   --sweep ARGS     sizes, nccl-tests' flags (default "-b 8 -e 128M -f 2"); every program also
+#                    gets "-n 20 -w 5 -c 1 --min-time S"
+#   --transports L   shm (Loom LOOM_TRANSPORTS=shm, Open MPI's vader BTL), tcp (Loom
+#                    LOOM_TRANSPORTS=socket, Open MPI's tcp BTL over loopback), or both (default).
+#                    Gloo has TCP only: it runs once per collective and shows in both tables
+#   --runs R         rounds (default 3); each round runs every program once, in turn, so that
+#                    drift hits all of them alike; the tables show the best round per size and
+#                    the spread over rounds. memcpy_bw runs once, after the rounds
+#   --min-time S     lengthen each timed loop to S seconds (default 0.2)
+#   --markdown FILE  also write the tables as markdown to FILE
+#   --plot FILE.svg  in-place busbw against size, one line per program (Loom, Open MPI, Gloo),
+#                    drawn by BUILDDIR/perf/loom-plot from the best rounds; with several
+#                    collectives or transports, one file each: FILE-COLLECTIVE-TRANSPORT.svg
+#   --out DIR        keep each program's raw output there (default BUILDDIR/compare)
+#   --builddir DIR   Loom's release build (default build-perf; made if missing)
+#   --pin LIST       programs whose rank r runs on cpu r only: a comma list of loom, mpi, gloo,
+#                    or all, or none (default: all). memcpy_bw always runs on cpu 0
+#   --wait-idle S    before each program, wait up to S seconds for the other processes on the
+#                    machine to use under 10% of the cpus (default 0: do not wait)
+#   --retries K      run a program again, up to K more times, when other processes used over
+#                    10% of the cpus while it ran (perf/foreign_load.py; default 2)
+#   --no-install     do not apt-get what is missing (python3-torch, openmpi-bin, libopenmpi-dev)
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+collectives=allreduce,broadcast
+ranks=2
+sweep="-b 8 -e 128M -f 2"
+transports=shm,tcp
+runs=3
+min_time=0.2
+markdown=""
+plot=""
+out=""
+builddir=build-perf
+pin=all
+wait_idle=0
+retries=2
+install=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --collectives) collectives="$2"; shift 2 ;;
+    --ranks) ranks="$2"; shift 2 ;;
+    --sweep) sweep="$2"; shift 2 ;;
+    --transports) transports="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    --min-time) min_time="$2"; shift 2 ;;
+    --markdown) markdown="$2"; shift 2 ;;
+    --plot) plot="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --builddir) builddir="$2"; shift 2 ;;
+    --pin) pin="$2"; shift 2 ;;
+    --wait-idle) wait_idle="$2"; shift 2 ;;
+    --retries) retries="$2"; shift 2 ;;
+    --no-install) install=0; shift ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+check_list() {  # check_list OPTION VALUE ALLOWED...
+  local option="$1" value="$2" item; shift 2
+  for item in ${value//,/ }; do
+    [[ " $* " == *" $item "* ]] || { echo "compare.sh: $option: unknown '$item' ($*)" >&2; exit 2; }
+  done
+}
+check_list --collectives "$collectives" allreduce broadcast
+check_list --transports "$transports" shm tcp
+check_list --pin "$pin" all none loom mpi gloo
+out="${out:-$builddir/compare}"
+python=/usr/bin/python3   # Debian's, where python3-torch lives (not a pyenv one first in PATH)
+
+# --- packages -------------------------------------------------------------------------------
+missing=()
+for pkg in python3-torch openmpi-bin libopenmpi-dev; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$install" = 0 ]; then
+    echo "compare.sh: missing Debian packages: ${missing[*]} (drop --no-install)" >&2
+    exit 1
+  fi
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  echo "== installing ${missing[*]}"
+  $sudo apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# --- builds ---------------------------------------------------------------------------------
+if [ ! -f "$builddir/build.ninja" ]; then
+  meson setup "$builddir" --buildtype=release -Dtests=false >/dev/null
+fi
+ninja -C "$builddir" tools/loomrun/loomrun perf/loom-perf perf/loom-plot >/dev/null
+loom_bin="$builddir/perf/loom-perf"
+plot_bin="$builddir/perf/loom-plot"
+peers="$builddir/perf/peers"
+mkdir -p "$peers"
+for peer in mpi_collective memcpy_bw; do
+  if [ ! -x "$peers/$peer" ] || [ "perf/peers/$peer.c" -nt "$peers/$peer" ] \
+      || [ perf/peers/nccl_table.h -nt "$peers/$peer" ]; then
+    mpicc -O2 -Wall -Wextra -o "$peers/$peer" "perf/peers/$peer.c" -lm
+  fi
+done
+
+mkdir -p "$out"
+rm -rf "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign "$out"/best
+# Which Loom was measured: the commit, and whether src/ or include/ had changes on top.
+{
+  git rev-parse --short HEAD 2>/dev/null || echo unknown
+  git status --porcelain -- src include 2>/dev/null | wc -l
+} > "$out/loom_version"
+{
+  lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Socket\(s\)|L[23] cache):' \
+    | sed 's/  */ /g'
+  echo "Memory: $(free -g | awk '/^Mem:/ { print $2 }') GiB"
+  echo "Kernel: $(uname -sr); Debian $(cat /etc/debian_version 2>/dev/null || echo '?')"
+  echo "Open MPI: $(mpirun --version 2>/dev/null | head -1)"
+  echo "torch: $($python -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+  echo "C compiler: $(cc --version | head -1)"
+} > "$out/machine"
+echo "== machine"
+cat "$out/machine"
+
+# --- commands -------------------------------------------------------------------------------
+pinned() { [ "$pin" = all ] || [[ ",$pin," == *",$1,"* ]]; }
+loom_pin="" gloo_pin=""
+pinned loom && loom_pin=--pin
+pinned gloo && gloo_pin=--pin
+mpirun="mpirun --allow-run-as-root -n $ranks"
+if pinned mpi; then mpirun+=" --bind-to core"; else mpirun+=" --bind-to none"; fi
+# pml ob1 is the one that uses the BTLs named here (UCX's would ignore them).
+declare -A mpi_transport=(
+  [shm]="--mca pml ob1 --mca btl self,vader"
+  [tcp]="--mca pml ob1 --mca btl self,tcp --mca btl_tcp_if_include lo"
+)
+declare -A loom_transport=([shm]=shm [tcp]=socket)
+timing="$sweep -n 20 -w 5 -c 1 --min-time $min_time"
+# Each entry: the name of its outputs (COLLECTIVE.TRANSPORT.PROGRAM), then the command (run
+# through eval, so that the sweep splits into words).
+declare -A cmd
+order=()
+for coll in ${collectives//,/ }; do
+  for t in ${transports//,/ }; do
+    cmd[$coll.$t.loom]="env LOOM_TRANSPORTS=${loom_transport[$t]} $builddir/tools/loomrun/loomrun"
+    cmd[$coll.$t.loom]+=" -n $ranks --timeout 900 $loom_bin $coll $timing $loom_pin"
+    order+=("$coll.$t.loom")
+    cmd[$coll.$t.mpi]="$mpirun ${mpi_transport[$t]} $peers/mpi_collective $coll $timing"
+    order+=("$coll.$t.mpi")
+  done
+  cmd[$coll.gloo]="$python perf/peers/gloo_collective.py $coll -N $ranks $timing $gloo_pin"
+  order+=("$coll.gloo")
+done
+cmd[memcpy]="taskset -c 0 $peers/memcpy_bw $timing"
+echo "== commands"
+for name in "${order[@]}" memcpy; do
+  echo "${cmd[$name]}" > "$out/$name.cmd"
+  echo "$name: ${cmd[$name]}"
+done
+
+# --- runs -----------------------------------------------------------------------------------
+# Share of the cpus busy over one second (all processes, ours are not running then).
+busy_percent() {
+  local a b
+  read -r -a a < /proc/stat; sleep 1; read -r -a b < /proc/stat
+  local total=0 idle=$(( (b[4] + b[5]) - (a[4] + a[5]) ))
+  for i in 1 2 3 4 5 6 7 8; do total=$(( total + b[i] - a[i] )); done
+  echo $(( total > 0 ? 100 * (total - idle) / total : 0 ))
+}
+wait_for_idle() {
+  local busy waited=0
+  busy=$(busy_percent)
+  while [ "$busy" -ge 10 ] && [ "$waited" -lt "$wait_idle" ]; do
+    sleep 4; waited=$((waited + 5)); busy=$(busy_percent)
+  done
+  echo "$busy"
+}
+# run NAME ROUND LABEL: the program, again while other processes took over 10% of the cpus.
+run() {
+  local name="$1" r="$2" label="$3" try busy foreign
+  for ((try = 0; try <= retries; ++try)); do
+    busy=$(wait_for_idle)
+    echo -n "== $label: $name (cpus busy before it: $busy%"
+    if ! eval perf/foreign_load.py "$out/foreign" "${cmd[$name]}" \
+        > "$out/$name.$r.txt" 2> "$out/$name.$r.err"; then
+      echo ")"
+      echo "compare.sh: $name failed (round $r); its output is in $out/$name.$r.{txt,err}:" >&2
+      tail -5 "$out/$name.$r.err" >&2
+      exit 1
+    fi
+    foreign=$(cat "$out/foreign")
+    echo ", other processes while it ran: $foreign%)"
+    [ "$foreign" -le 10 ] && break
+    [ "$try" -lt "$retries" ] && echo "   busy machine: running it again"
+  done
+  echo "$name $r $foreign" >> "$out/foreign.txt"
+}
+for ((r = 1; r <= runs; ++r)); do
+  for name in "${order[@]}"; do run "$name" "$r" "round $r/$runs"; done
+done
+run memcpy 1 once
+
+# --- tables and plots -----------------------------------------------------------------------
+table_args=(--dir "$out" --collectives "$collectives" --transports "$transports" --ranks "$ranks"
+            --pin "$pin" --best "$out/best")
+[ -n "$markdown" ] && table_args+=(--markdown "$markdown")
+$python perf/compare_table.py "${table_args[@]}"
+
+[ -n "$plot" ] || exit 0
+pairs=0
+for coll in ${collectives//,/ }; do for t in ${transports//,/ }; do pairs=$((pairs + 1)); done; done
+for coll in ${collectives//,/ }; do
+  for t in ${transports//,/ }; do
+    file="$plot"
+    [ "$pairs" -gt 1 ] && file="${plot%.svg}-$coll-$t.svg"
+    series=()
+    # No memcpy line: loom-plot draws one mode for every file, and memcpy_bw has no in-place.
+    for s in "Loom=$coll.$t.loom" "Open MPI=$coll.$t.mpi" "Gloo (TCP)=$coll.gloo"; do
+      [ -f "$out/best/${s#*=}.txt" ] && series+=("${s%%=*}=$out/best/${s#*=}.txt")
+    done
+    plot_cmd=("$plot_bin" -o "$file" --title "$coll, $t, $ranks ranks, float32, in-place" --mode ip
+              "${series[@]}")
+    echo "== plot: $(printf '%q ' "${plot_cmd[@]}")"
+    "${plot_cmd[@]}"
+  done
+done
