@@ -107,8 +107,9 @@ def ratio_cell(numerator, denominator):
 def render_legend(runs):
     spread = ", (+x%): how much slower the slowest round was" if runs > 1 else ""
     return [
-        f"Every figure comes from a program's **in-place** column, the only mode all three "
-        f"measure (MPI_Bcast and torch.distributed's calls have one buffer). Time: µs per call "
+        f"The main tables come from each program's **in-place** column, the only mode all three "
+        f"measure (MPI_Bcast and torch.distributed's calls have one buffer); the out-of-place "
+        f"tables put Loom beside Open MPI where both measure that mode. Time: µs per call "
         f"(mean over ranks) in the best of {runs} round{'s' * (runs > 1)}{spread}. busbw: GB/s "
         f"(GB = 1e9), nccl-tests' bus bandwidth. MPI/Loom and Gloo/Loom: peer time / Loom time "
         f"(> 1: Loom is faster). Loom/memcpy: Loom's busbw / one core's memcpy bandwidth at "
@@ -136,6 +137,24 @@ def render_table(args, coll, transport, loom, mpi, gloo, memcpy, runs):
             cells.append(ratio_cell(get(mpi, 0), get(loom, 0)))
             cells.append(ratio_cell(get(gloo, 0), get(loom, 0)))
             cells.append(ratio_cell(get(loom, 1), get(memcpy, 1)))
+        out.append(f"| {size_label(n)} | " + " | ".join(cells) + " |")
+    out.append("")
+    return out
+
+
+def render_out_of_place(args, coll, transport, loom, mpi, runs):
+    """Loom beside Open MPI out of place, where both measure it (Gloo cannot: torch's calls
+    have one buffer)."""
+    if not loom or not mpi:
+        return []
+    title, how = TRANSPORTS[transport]
+    out = [f"### {coll}, {title}, out of place (Loom and Open MPI)", "",
+           f"{args.ranks} ranks, float32, separate send and receive buffers; {how}.", "",
+           "| size | Loom µs | Open MPI µs | Loom GB/s | Open MPI GB/s | MPI/Loom |",
+           "|---:|" + "---:|" * 5]
+    for n in sorted(set(loom) & set(mpi)):
+        cells = [time_cell(loom, n, runs), time_cell(mpi, n, runs), bw_cell(loom, n), bw_cell(mpi, n),
+                 ratio_cell(mpi[n][0], loom[n][0])]
         out.append(f"| {size_label(n)} | " + " | ".join(cells) + " |")
     out.append("")
     return out
@@ -235,6 +254,11 @@ def main():
             loom = load(f"{coll}.{t}.loom", "ip", factor)
             mpi = load(f"{coll}.{t}.mpi", "ip", factor)
             out += render_table(args, coll, t, loom, mpi, gloo, memcpy, max(runs, 1))
+            # The best-round files for loom-plot hold in-place rows: read these without --best.
+            oop = {k: best_of_rounds(paths[k], "oop", factor) if paths[k] else None
+                   for k in (f"{coll}.{t}.loom", f"{coll}.{t}.mpi")}
+            out += render_out_of_place(args, coll, t, oop[f"{coll}.{t}.loom"], oop[f"{coll}.{t}.mpi"],
+                                       max(runs, 1))
     out += render_notes(args, keys)
     text = "\n".join(out) + "\n"
     sys.stdout.write(text)
