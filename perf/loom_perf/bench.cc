@@ -67,7 +67,8 @@ class Sweep {
 
  private:
   std::vector<Call> callsFor(const Point& p, bool inPlace) const;
-  void start(const std::vector<Call>& calls);
+  // Issues `repeat` calls on each rank, as one group where there is more than one call.
+  void start(const std::vector<Call>& calls, int repeat);
   void complete();
   // One value per rank of this thread, reduced over every rank of the job.
   double acrossRanks(const std::vector<double>& values, loomRedOp_t op);
@@ -119,12 +120,11 @@ std::vector<Call> Sweep::callsFor(const Point& p, bool inPlace) const {
   return calls;
 }
 
-void Sweep::start(const std::vector<Call>& calls) {
-  // A group only where one is needed: several ranks or -m calls per iteration.
-  const bool grouped = calls.size() > 1 || o_.aggIters > 1;
+void Sweep::start(const std::vector<Call>& calls, int repeat) {
+  const bool grouped = calls.size() > 1 || repeat > 1;
   if (grouped) loomGroupStart();
   for (size_t k = 0; k < calls.size(); ++k)
-    for (int a = 0; a < o_.aggIters; ++a)
+    for (int a = 0; a < repeat; ++a)
       require(launch(calls[k], ranks_[k].comm, ranks_[k].stream.get()), ranks_[k].comm,
               collectiveName(o_.collective));
   if (grouped) require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
@@ -165,7 +165,7 @@ void Sweep::warmUp(loomDataType_t type, loomRedOp_t op, int root) {
   for (size_t bytes = std::max<size_t>(o_.minBytes, 1); bytes <= o_.maxBytes; bytes *= 2) {
     const std::vector<Call> calls =
         callsFor({type, op, root, layoutFor(o_.collective, bytes / ts, ts, nranks_)}, false);
-    for (int i = 0; i < o_.warmupIters; ++i) start(calls);
+    for (int i = 0; i < o_.warmupIters; ++i) start(calls, o_.aggIters);
     complete();
   }
 }
@@ -175,7 +175,7 @@ ModeResult Sweep::measure(const Point& p, bool inPlace, int* iters) {
   m.measured = true;
   const std::vector<Call> calls = callsFor(p, inPlace);
   // One call, finished, then every rank in step: the timed loop starts together.
-  start(calls);
+  start(calls, o_.aggIters);
   complete();
   barrier();
   long n = std::max(o_.iters, 1);
@@ -183,7 +183,7 @@ ModeResult Sweep::measure(const Point& p, bool inPlace, int* iters) {
   for (;;) {
     const auto t0 = Clock::now();
     for (long i = 0; i < n; ++i) {
-      start(calls);
+      start(calls, o_.aggIters);
       if (o_.blocking) complete();
     }
     complete();
@@ -213,13 +213,7 @@ long long Sweep::checkOnce(const Point& p, const std::vector<Call>& calls) {
     poisonOutput(cases.back());
     fillInput(cases.back());
   }
-  // The checked call runs alone (nccl-tests' -m does not apply to it).
-  const bool grouped = calls.size() > 1;
-  if (grouped) loomGroupStart();
-  for (size_t k = 0; k < calls.size(); ++k)
-    require(launch(calls[k], ranks_[k].comm, ranks_[k].stream.get()), ranks_[k].comm,
-            collectiveName(o_.collective));
-  if (grouped) require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
+  start(calls, 1);  // the checked call runs alone: -m does not apply to it
   complete();
   // The fault switch changes the result of one rank whose result is checked.
   const int corruptRank = o_.collective == Collective::kReduce ? p.root : 0;
