@@ -69,13 +69,14 @@ const std::vector<Variable>& variables() {
       {"LOOM_SHM_FIFO_BYTES", "262144", kData,
        "Bytes of each one-way shared-memory FIFO (a power of two, 4096 or more); a pair of ranks "
        "maps two."},
-      {"LOOM_SHM_CMA", "0", kData,
-       "1: a shared-memory receiver copies messages of LOOM_SHM_CMA_MIN_BYTES or more straight "
+      {"LOOM_SHM_CMA", "1", kData,
+       "1 (default): a shared-memory receiver that copies a message of LOOM_SHM_CMA_MIN_BYTES or "
+       "more (not one it reduces, nor one of LOOM_STREAMING_MIN_BYTES or more) reads it straight "
        "out of the sender's buffer (cross-memory attach, process_vm_readv; a plain copy between "
-       "threads of one process) instead of through the FIFO. 0 (default): always through the "
-       "FIFO, where reductions read the bytes in place; measured faster (docs/RESULTS.md)."},
-      {"LOOM_SHM_CMA_MIN_BYTES", "65536", kData,
-       "Smallest message that LOOM_SHM_CMA copies straight from the sender's buffer."},
+       "threads of one process): one copy instead of two. 0: always through the FIFO."},
+      {"LOOM_SHM_CMA_MIN_BYTES", "1048576", kData,
+       "Smallest send that LOOM_SHM_CMA offers for a direct read (smaller ones are cheaper "
+       "through the FIFO; docs/RESULTS.md)."},
       {"LOOM_RANK", "", kLaunch, "Rank of this process (loomrun sets it)."},
       {"LOOM_WORLD_SIZE", "", kLaunch, "Number of ranks (loomrun sets it)."},
       {"LOOM_LOCAL_RANK", "", kLaunch, "Rank among the ranks of this host (informational)."},

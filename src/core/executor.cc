@@ -305,6 +305,7 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
     if (writable && st.moved == st.reduced) {
       const void* data = nullptr;
       size_t available = 0;
+      q.link->preferMapped();
       q.link->peek(&data, s.bytes - st.moved, &available);
       available -= available % es;
       if (available > 0) {
@@ -354,7 +355,11 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
   while (from < to) {
     size_t done = 0;
     const void* data = nullptr;
-    if (stream) q.link->peek(&data, static_cast<size_t>(to - from), &done);
+    if (stream) {
+      // Past the cache, the FIFO copied out with non-temporal stores beats a direct copy.
+      q.link->preferMapped();
+      q.link->peek(&data, static_cast<size_t>(to - from), &done);
+    }
     if (done > 0) {
       kernels::copyStreaming(from, data, done);
       q.link->consume(done);

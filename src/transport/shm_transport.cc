@@ -46,8 +46,10 @@ namespace {
 //
 // A posted send is a large message the reader copies straight from the writer's memory:
 // the writer publishes {address, length, offset = head} and puts nothing more in the FIFO
-// until the reader has read it all (directRead counts the bytes) or refused it (the
-// writer then streams the rest through the FIFO at the same offset).
+// until the reader has read it all (directRead counts the bytes), refused it (the kernel
+// will not let it read: the writer streams the rest through the FIFO at the same offset,
+// and every later send too) or declined it (it wants to reduce the bytes from the FIFO:
+// the writer streams the rest of this send and keeps posting later ones).
 constexpr size_t kCacheLine = 64;
 constexpr uint64_t kMagic = 0x314d48534d4f4f4cull;  // "LOOMSHM1"
 
@@ -72,10 +74,11 @@ struct Fifo {
   uint64_t address;
   uint64_t length;
   uint64_t offset;
-  // Reader: bytes of posted sends read, ever; the sequence number of one refused; copies
-  // from the writer's memory in progress.
+  // Reader: bytes of posted sends read, ever; the sequence numbers of the last send refused
+  // and declined; copies from the writer's memory in progress.
   alignas(kCacheLine) Counter directRead;
   Counter refused;
+  Counter declined;
   Flag copying;
 };
 
@@ -187,6 +190,8 @@ class ShmTransport::ShmLink : public Link {
   // FIFO bytes in place (a posted send is read with recvSome).
   void peek(const void** data, size_t bytes, size_t* available) override;
   void consume(size_t bytes) override;
+  // Declines a posted send that is next in the stream, so that it comes through the FIFO.
+  void preferMapped() override;
   // After a failure the bytes in flight do not matter: close without waiting for the peer.
   void abandon() { abandoned_ = true; }
 
@@ -215,7 +220,10 @@ class ShmTransport::ShmLink : public Link {
   Status receive(void* data, size_t bytes, size_t* done);
   bool takePeerSend();
   Status readPeerSend(void* data, size_t bytes, size_t* done);
+  // Tells the writer to stream the rest of the send being read through the FIFO: for good
+  // (refuse: the kernel will not let this rank read) or for this send only (decline).
   void refusePeerSend();
+  void declinePeerSend();
 
   void identifyPeer();
   // Called when a call moved nothing: an error once the peer closed or died.
@@ -249,6 +257,7 @@ class ShmTransport::ShmLink : public Link {
   uint64_t tailSeen_ = 0;  // the reader's tail when last looked at
   uint64_t postedCount_ = 0;
   std::optional<PostedSend> posted_;
+  size_t declinedLeft_ = 0;  // bytes of a declined send still to write into the FIFO
 
   // Reading.
   bool readPeerMemory_;    // until the kernel refuses, or the peer turns out foreign
@@ -315,6 +324,11 @@ Status ShmTransport::ShmLink::sendSome(const void* data, size_t bytes, size_t* d
   *done = 0;
   if (posted_) return continuePosted(data, bytes, done);
   if (bytes == 0) return Status::ok();
+  if (declinedLeft_ > 0) {
+    *done = writeFifo(data, std::min(bytes, declinedLeft_));
+    declinedLeft_ -= *done;
+    return *done > 0 ? Status::ok() : stalled();
+  }
   if (postLarge_ && bytes >= settings_.directMinBytes) {
     post(data, bytes);
     return Status::ok();
@@ -357,15 +371,22 @@ Status ShmTransport::ShmLink::continuePosted(const void* data, size_t bytes, siz
                  "next send must pass what is left until it is done, not %zu bytes at %p",
                  peer_, p.length, static_cast<const void*>(p.base), p.length - p.reported, bytes, data);
   }
-  // `refused` first: the reader stores directRead before it, so the count is final then.
+  // `refused` and `declined` first: the reader stores directRead before them, so the count
+  // is final then.
   bool refused = out_.refused.load(std::memory_order_acquire) == p.seq;
+  bool declined = out_.declined.load(std::memory_order_acquire) == p.seq;
   size_t read = static_cast<size_t>(out_.directRead.load(std::memory_order_acquire) - p.readBefore);
   *done = read - p.reported;
   p.reported = read;
-  if (*done > 0 || refused) tsanAcquire(p.base);
+  if (*done > 0 || refused || declined) tsanAcquire(p.base);
   if (refused) {
     LOOM_INFO("shm: rank %d cannot read this process's memory; sending through the FIFO from now on", peer_);
     postLarge_ = false;
+    posted_.reset();
+    return Status::ok();
+  }
+  if (declined) {
+    declinedLeft_ = p.length - read;
     posted_.reset();
     return Status::ok();
   }
@@ -406,6 +427,12 @@ void ShmTransport::ShmLink::peek(const void** data, size_t bytes, size_t* availa
   size_t offset = static_cast<size_t>(tail_) & mask_;
   *data = inData_ + offset;
   *available = std::min({bytes, ready, mask_ + 1 - offset});  // contiguous up to the ring's end
+}
+
+void ShmTransport::ShmLink::preferMapped() {
+  if (headSeen_ != tail_) return;  // FIFO bytes come first
+  headSeen_ = in_.head.load(std::memory_order_acquire);
+  if (headSeen_ == tail_ && (reading_ || takePeerSend())) declinePeerSend();
 }
 
 void ShmTransport::ShmLink::consume(size_t bytes) {
@@ -482,10 +509,15 @@ Status ShmTransport::ShmLink::readPeerSend(void* data, size_t bytes, size_t* don
   return Status::ok();
 }
 
-// Asks the writer to stream the rest of its posted send through the FIFO.
 void ShmTransport::ShmLink::refusePeerSend() {
   handled_ = reading_->seq;
   in_.refused.store(reading_->seq, std::memory_order_release);
+  reading_.reset();
+}
+
+void ShmTransport::ShmLink::declinePeerSend() {
+  handled_ = reading_->seq;
+  in_.declined.store(reading_->seq, std::memory_order_release);
   reading_.reset();
 }
 

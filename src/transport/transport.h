@@ -41,6 +41,12 @@ class Link {
     (void)bytes;
   }
   virtual void consume(size_t bytes) { (void)bytes; }
+  // The next bytes received will be reduced. A link that would deliver the peer's next large
+  // send by copying it straight out of the peer's memory into the recvSome buffer (shared
+  // memory's cross-memory attach, one copy for a plain receive) has the peer stream that
+  // send where peek shows it instead: a reduction reads it there in place, where a direct
+  // copy would need a staging buffer and a second pass.
+  virtual void preferMapped() {}
 };
 
 // Makes links to the other ranks of one communicator, on demand. Connecting is split in

@@ -126,7 +126,7 @@ constexpr size_t kDirectMin = 16384;
 // Sends `out` while receiving in->size() bytes over one link, both cut into random pieces:
 // most of a few bytes to a few KiB, one in four from 20 KB to 320 KB (read from the
 // sender's memory when direct reads are on). A send's piece is kept until it is done, as
-// the Link contract asks.
+// the Link contract asks. One receive in three reads in place, as a reduction does.
 void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>* in, uint32_t seed) {
   std::mt19937 rng(seed);
   auto piece = [&] { return rng() % 4 == 0 ? 20000 + rng() % 300000 : 1 + rng() % 3000; };
@@ -143,7 +143,19 @@ void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>*
     }
     if (received < in->size()) {
       size_t done = 0;
-      ASSERT_STATUS_OK(link->recvSome(in->data() + received, std::min(in->size() - received, piece()), &done));
+      const size_t want = std::min(in->size() - received, piece());
+      if (rng() % 3 == 0) {
+        // As a reduction receives: it asks for the bytes in mapped memory (a posted send of
+        // the peer is declined and streamed through the FIFO) and reads them in place.
+        const void* data = nullptr;
+        link->preferMapped();
+        link->peek(&data, want, &done);
+        if (done > 0) {
+          std::memcpy(in->data() + received, data, done);
+          link->consume(done);
+        }
+      }
+      if (done == 0) ASSERT_STATUS_OK(link->recvSome(in->data() + received, want, &done));
       received += done;
       moved |= done > 0;
     }
