@@ -402,7 +402,15 @@ LOOM_API loomResult_t loomGroupStart(void) {
   return loomSuccess;
 }
 
-LOOM_API loomResult_t loomGroupEnd(void) { return report(loom::group::end(), nullptr, "loomGroupEnd"); }
+LOOM_API loomResult_t loomGroupEnd(void) {
+  std::vector<Communicator*> comms;
+  loomResult_t result = report(loom::group::end(&comms), nullptr, "loomGroupEnd");
+  // loomGetLastError(comm) of every communicator in the group says why, too.
+  if (result != loomSuccess) {
+    for (Communicator* c : comms) c->setLastError(tLastError);
+  }
+  return result;
+}
 
 namespace {
 loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t count,

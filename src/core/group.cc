@@ -93,13 +93,18 @@ void start() { ++tGroup.depth; }
 
 bool active() { return tGroup.depth > 0; }
 
-Status end() {
+Status end(std::vector<Communicator*>* comms) {
+  comms->clear();
   if (tGroup.depth == 0) {
     return error(loomInvalidUsage, "loomGroupEnd without a matching loomGroupStart");
   }
   if (--tGroup.depth > 0) return Status::ok();
   std::vector<Recorded> calls = std::move(tGroup.calls);
   tGroup.calls.clear();
+  for (const Recorded& r : calls) {
+    Communicator* comm = commOf(r.call);
+    if (std::find(comms->begin(), comms->end(), comm) == comms->end()) comms->push_back(comm);
+  }
   return launch(std::move(calls));
 }
 

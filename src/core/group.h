@@ -20,8 +20,10 @@ using Call = std::variant<P2POp, CollectiveCall>;
 
 void start();
 // Launches what the group recorded: calls on the NULL stream run before End returns, calls
-// on a host stream are enqueued on it. loomInvalidUsage without a matching start.
-Status end();
+// on a host stream are enqueued on it. loomInvalidUsage without a matching start. *comms
+// gets the communicators the launched calls use (none when an inner End only closes a
+// nesting level), so that a failure can be recorded on each.
+Status end(std::vector<Communicator*>* comms);
 bool active();
 
 // Records the call in the open group, or runs it now as a group of one.
