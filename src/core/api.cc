@@ -31,12 +31,21 @@ namespace {
 // The last error seen by this thread: loomGetLastError(NULL) returns it.
 thread_local std::string tLastError;
 
+// At INFO, a failure shows what led to it on the communicator.
+void logRecentCalls(Communicator* comm) {
+  if (!loom::log::enabled(loom::log::Level::kInfo)) return;
+  const std::vector<std::string> calls = comm->callLog().lines();
+  LOOM_INFO("the last %zu calls on this communicator, oldest first:", calls.size());
+  for (const std::string& line : calls) LOOM_INFO("  %s", line.c_str());
+}
+
 loomResult_t report(const Status& s, Communicator* comm = nullptr, const char* call = nullptr) {
   if (s.isOk()) return loomSuccess;
   std::string message = call ? std::string(call) + ": " + s.message() : s.message();
   tLastError = message;
   if (comm != nullptr) comm->setLastError(message);
   LOOM_WARN("%s (%s)", message.c_str(), loomGetErrorString(s.code()));
+  if (comm != nullptr) logRecentCalls(comm);
   return s.code();
 }
 
@@ -407,7 +416,10 @@ LOOM_API loomResult_t loomGroupEnd(void) {
   loomResult_t result = report(loom::group::end(&comms), nullptr, "loomGroupEnd");
   // loomGetLastError(comm) of every communicator in the group says why, too.
   if (result != loomSuccess) {
-    for (Communicator* c : comms) c->setLastError(tLastError);
+    for (Communicator* c : comms) {
+      c->setLastError(tLastError);
+      logRecentCalls(c);
+    }
   }
   return result;
 }
@@ -426,6 +438,7 @@ loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t
     HostStream* stream = nullptr;
     LOOM_TRY(lookupStream(streamHandle, &stream));
     LOOM_TRY(comm.usable());
+    comm.callLog().recordPointToPoint(call, peer, bytes);
     return loom::group::submit(loom::P2POp{direction, &comm, peer, buffer, bytes}, stream);
   });
 }
@@ -451,6 +464,9 @@ LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) 
     HostStream* stream = nullptr;
     LOOM_TRY(lookupStream(streamHandle, &stream));
     LOOM_TRY(comm.usable());
+    loom::CallInfo barrier;
+    barrier.kind = loom::CallInfo::Kind::kBarrier;
+    comm.callLog().recordCollective(barrier, 0);
     Communicator* c = &comm;
     return enqueueOrRun(c, stream, [c] { return loom::runBarrier(*c); });
   });
@@ -542,7 +558,9 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     info.op = reduces ? static_cast<loomRedOp_t>(op) : loomSum;
     info.root = rooted ? root : -1;
     info.count = count;
-    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff, comm.nextCallSeq()}, stream);
+    const uint64_t seq = comm.nextCallSeq();
+    comm.callLog().recordCollective(info, seq);
+    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff, seq}, stream);
   });
 }
 

@@ -12,6 +12,7 @@
 
 #include "algorithms/select.h"
 #include "core/bootstrap.h"
+#include "core/call_log.h"
 #include "core/socket.h"
 #include "core/status.h"
 #include "core/unique_id.h"
@@ -84,6 +85,8 @@ class Communicator {
   // Where received bytes wait to be reduced, per link; kept between calls (under
   // executionMutex) so that steady-state calls allocate nothing.
   std::vector<char>& stagingFor(const transport::Link* link) { return staging_[link]; }
+  // The last calls made on this communicator, printed at INFO when one fails.
+  CallLog& callLog() { return callLog_; }
   // Numbers collective calls in call order (the same on every rank): see ShmBoard::announce.
   uint64_t nextCallSeq() { return ++callSeq_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
@@ -98,6 +101,7 @@ class Communicator {
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::ShmBoard> board_;
   CancelSignal cancel_;
+  CallLog callLog_;
   CommConfig config_;
   int rank_;
   int nranks_;

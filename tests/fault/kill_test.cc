@@ -18,6 +18,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -51,6 +54,7 @@ struct Trial {
   int victim;
   const char* transports;  // LOOM_TRANSPORTS for the ranks ("" : default)
   uint64_t seed;
+  std::string logDir;  // non-empty: the ranks log at INFO to logDir/log.<pid>
 };
 
 // One call of the loop, the same on every rank: collective i of a sequence drawn from seed.
@@ -78,8 +82,17 @@ loomResult_t oneCall(loomComm_t comm, int rank, int n, uint64_t seed, uint64_t i
   }
 }
 
-[[noreturn]] void runRank(const Trial& t, int rank, loomUniqueId id, int startedFd, int reportFd) {
+// A rank's environment, set in the child before its first Loom call.
+void setTrialEnv(const Trial& t) {
   if (t.transports[0] != '\0') ::setenv("LOOM_TRANSPORTS", t.transports, 1);
+  if (!t.logDir.empty()) {
+    ::setenv("LOOM_DEBUG", "INFO", 1);
+    ::setenv("LOOM_DEBUG_FILE", (t.logDir + "/log.%p").c_str(), 1);
+  }
+}
+
+[[noreturn]] void runRank(const Trial& t, int rank, loomUniqueId id, int startedFd, int reportFd) {
+  setTrialEnv(t);
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.timeoutMs = kLoomTimeoutMs;
   config.initTimeoutMs = 20000;
@@ -144,6 +157,7 @@ void runTrial(const Trial& t, Outcome* out) {
   pid_t first = ::fork();
   ASSERT_GE(first, 0);
   if (first == 0) {
+    setTrialEnv(t);
     loomUniqueId id;
     if (loomGetUniqueId(&id) != loomSuccess || ::write(idPipe[1], &id, sizeof id) != sizeof id) ::_exit(2);
     runRank(t, 0, id, startedPipe[1], reportPipe[1]);
@@ -218,6 +232,29 @@ double percentile(std::vector<double> v, double p) {
   return v[static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5)];
 }
 
+// At LOOM_DEBUG=INFO a failure prints the communicator's last calls: each survivor's log
+// lists the numbered collectives that led to it, the failed one last.
+TEST(KillOneRank, SurvivorsLogTheirLastCalls) {
+  char dir[] = "/tmp/loom-kill-test-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  Trial t{4, 1, "", 77, dir};
+  Outcome o;
+  runTrial(t, &o);
+  int logs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string log = text.str();
+    const size_t at = log.find("calls on this communicator, oldest first:");
+    if (at == std::string::npos) continue;  // the victim's log ends before any failure
+    ++logs;
+    EXPECT_NE(log.find("  #", at), std::string::npos) << log.substr(at, 2000);
+  }
+  EXPECT_EQ(logs, 3) << "one per survivor (logs in " << dir << ")";
+  if (!HasFailure()) std::filesystem::remove_all(dir);
+}
+
 TEST(KillOneRank, EverySurvivorGetsARemoteErrorWithinSeconds) {
   const bool full = std::getenv("LOOM_TEST_FULL") != nullptr;
   const int trials = full ? 300 : 60;
@@ -229,6 +266,7 @@ TEST(KillOneRank, EverySurvivorGetsARemoteErrorWithinSeconds) {
     t.victim = (i / 7 + i) % t.nranks;
     t.transports = i % 2 == 0 ? "" : "socket";
     t.seed = 1000 + static_cast<uint64_t>(i);
+    t.logDir.clear();
     Outcome o;
     runTrial(t, &o);
     all.insert(all.end(), o.latencyMs.begin(), o.latencyMs.end());

@@ -1,0 +1,33 @@
+#include "core/call_log.h"
+
+#include "core/status.h"
+
+namespace loom {
+
+void CallLog::recordCollective(const CallInfo& info, uint64_t seq) { add({info, seq, nullptr, -1}); }
+
+void CallLog::recordPointToPoint(const char* call, int peer, uint64_t bytes) {
+  CallInfo info;
+  info.count = bytes;
+  add({info, 0, call, peer});
+}
+
+void CallLog::add(const Entry& e) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  entries_[recorded_ % kEntries] = e;
+  ++recorded_;
+}
+
+std::vector<std::string> CallLog::lines() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::string> out;
+  for (uint64_t i = recorded_ > kEntries ? recorded_ - kEntries : 0; i < recorded_; ++i) {
+    const Entry& e = entries_[i % kEntries];
+    out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, static_cast<unsigned long long>(e.info.count), e.peer)
+                 : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info.describe().c_str())
+                         : "    " + e.info.describe());
+  }
+  return out;
+}
+
+}  // namespace loom

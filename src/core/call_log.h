@@ -1,0 +1,41 @@
+// The last calls made on a communicator, for the log of a failure: what torch's DETAIL mode
+// users ask for when a job dies ("which collective, and what came before it?"). Recording
+// copies a few words under a mutex; the lines are built only when printed.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/plan.h"
+
+namespace loom {
+
+class CallLog {
+ public:
+  static constexpr size_t kEntries = 16;
+
+  // A collective, numbered as the communicator numbers them (0: not numbered, a barrier).
+  void recordCollective(const CallInfo& info, uint64_t seq);
+  // A loomSend or loomRecv (`call`, a string literal) of `bytes` with `peer`.
+  void recordPointToPoint(const char* call, int peer, uint64_t bytes);
+  // Oldest first, one line each: "#12 loomAllReduce(count 10, float32, sum)".
+  std::vector<std::string> lines() const;
+
+ private:
+  struct Entry {
+    CallInfo info;
+    uint64_t seq;      // collectives
+    const char* call;  // point-to-point (nullptr for a collective)
+    int peer;
+  };
+  void add(const Entry& e);
+
+  mutable std::mutex mutex_;
+  std::array<Entry, kEntries> entries_{};
+  uint64_t recorded_ = 0;
+};
+
+}  // namespace loom
