@@ -67,20 +67,25 @@ void encodeCallInfo(const CallInfo& info, uint8_t* out) {
   std::memcpy(out + 16, &count, 8);
 }
 
-Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer) {
-  if (std::memcmp(in, kMagic, 4) != 0) {
-    return error(loomRemoteError, "rank %d sent bytes that are not a Loom message", peer);
-  }
-  CallInfo got;
-  got.kind = static_cast<CallInfo::Kind>(in[4]);
-  got.type = static_cast<loomDataType_t>(in[5]);
-  got.op = static_cast<loomRedOp_t>(in[6]);
+bool decodeCallInfo(const uint8_t* in, CallInfo* out) {
+  if (std::memcmp(in, kMagic, 4) != 0) return false;
+  out->kind = static_cast<CallInfo::Kind>(in[4]);
+  out->type = static_cast<loomDataType_t>(in[5]);
+  out->op = static_cast<loomRedOp_t>(in[6]);
   int32_t root;
   std::memcpy(&root, in + 8, 4);
-  got.root = root;
+  out->root = root;
   uint64_t count;
   std::memcpy(&count, in + 16, 8);
-  got.count = count;
+  out->count = count;
+  return true;
+}
+
+Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer) {
+  CallInfo got;
+  if (!decodeCallInfo(in, &got)) {
+    return error(loomRemoteError, "rank %d sent bytes that are not a Loom message", peer);
+  }
   if (got == expected) return Status::ok();
   if (got.kind == CallInfo::Kind::kSend && expected.kind == CallInfo::Kind::kSend) {
     return error(loomInvalidUsage, "mismatched calls: rank %d sent %llu bytes but this rank's loomRecv expects %llu",

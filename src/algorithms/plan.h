@@ -56,6 +56,8 @@ struct CallInfo {
 // mismatch is loomInvalidUsage naming both calls.
 constexpr size_t kCallInfoWireBytes = 24;
 void encodeCallInfo(const CallInfo& info, uint8_t* out);
+// False when the bytes are not a wire CallInfo.
+bool decodeCallInfo(const uint8_t* in, CallInfo* out);
 Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer);
 
 const char* typeName(loomDataType_t type);
@@ -82,7 +84,7 @@ struct Step {
   int writeAfter = kNone;  // kRecvReduce only, see above
   bool finalize = false;   // after this step, dst holds a final loomAvg sum: divide by nranks
   bool header = false;     // a CallInfo header goes before the payload (set by markHeaders)
-  uint64_t round = 0;      // kOneShot: the board round
+  uint64_t round = 0;      // kOneShot: the board round, taken when the plan starts running
 };
 
 // A step over the link to `peer` (channel picks among the peer's links).

@@ -46,7 +46,9 @@ Choice chooseFor(const CollectiveCall& call) {
 }
 
 bool runsAlone(const CollectiveCall& call) {
-  return call.comm->board() != nullptr && chooseFor(call).algorithm == Algorithm::kOneShot;
+  // LOOM_CHECK's exchange runs before a plan, so a checked call always makes one.
+  return call.comm->board() != nullptr && !call.comm->config().check &&
+         chooseFor(call).algorithm == Algorithm::kOneShot;
 }
 
 Status runAlone(const CollectiveCall& call) {
@@ -93,7 +95,6 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
     step.src = call.send;
     step.dst = call.recv;
     step.bytes = bytes;
-    step.round = comm.board()->nextRound();
     step.finalize = call.info.op == loomAvg;
     plan.add(step);
     return;

@@ -15,7 +15,7 @@ namespace loom {
 
 namespace {
 
-// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_SLICE_BYTES.
+// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_CHECK, LOOM_SLICE_BYTES.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = false;
@@ -33,6 +33,9 @@ Status readDataPathSettings(CommConfig* c) {
     return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket)", transports.c_str());
   }
   LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &c->algorithms));
+  long long check = 0;
+  LOOM_TRY(env::getInt("LOOM_CHECK", 0, 1, &check));
+  c->check = check != 0;
   long long slice = 0;
   LOOM_TRY(env::getInt("LOOM_SLICE_BYTES", 4096, 1LL << 30, &slice));
   c->sliceBytes = static_cast<size_t>(slice);

@@ -32,6 +32,7 @@ struct CommConfig {
   AlgorithmSetting algorithms;  // LOOM_ALGO
   size_t sliceBytes = 0;        // LOOM_SLICE_BYTES
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
+  bool check = false;           // LOOM_CHECK
 };
 
 // Validates a user config (NULL allowed: all defaults) and fills unset fields from the

@@ -50,6 +50,11 @@ const std::vector<Variable>& variables() {
        "Transports a communicator may use, comma-separated: shm (ranks on one host) and "
        "socket (TCP). A pair of ranks on one host uses shm when it is listed, otherwise "
        "socket; ranks on different hosts always use socket. Read at communicator creation."},
+      {"LOOM_CHECK", "0", kData,
+       "1: before each launch of collectives (a call, or a group), the ranks of the communicator "
+       "exchange what they are about to call and every rank returns loomInvalidUsage naming the "
+       "ranks and the field (collective, count, type, op, root) that differ, before any data "
+       "moves. Costs one small allgather per launch. Read at communicator creation."},
       {"LOOM_ALGO", "", kData,
        "Forces an algorithm: ring, tree, rd (recursive doubling), oneshot (shared memory, "
        "one host) or pairwise, for every collective that has it; or per collective as "

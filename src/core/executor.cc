@@ -106,6 +106,10 @@ std::string Run::describe(const Queue& q, int index) const {
 Status Run::go() {
   for (Plan& p : plans_) {
     state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now()});
+    // Board rounds are taken when a plan runs, not when it is built: a plan that never runs
+    // (LOOM_CHECK stopped it) must not shift this rank's rounds against the others'.
+    for (Step& s : p.steps)
+      if (s.kind == Step::Kind::kOneShot) s.round = p.comm->board()->nextRound();
     if (p.announceSeq != 0) announceCall(*p.comm, p.announceSeq, p.calls[p.announceCall]);
   }
   LOOM_TRY(connect());

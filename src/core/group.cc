@@ -4,6 +4,7 @@
 #include <map>
 #include <vector>
 
+#include "core/call_check.h"
 #include "core/communicator.h"
 #include "core/executor.h"
 #include "core/host_stream.h"
@@ -57,7 +58,8 @@ Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out) {
 
 // Runs plans with their communicators held in use (see CommUse) from now until they finish.
 Status runHeld(std::vector<Plan>& plans) {
-  Status s = execute(plans);
+  Status s = checkCalls(plans);  // LOOM_CHECK: the ranks agree on the calls before data moves
+  if (s.isOk()) s = execute(plans);
   for (Plan& p : plans) p.comm->release();
   return s;
 }

@@ -349,6 +349,92 @@ INSTANTIATE_TEST_SUITE_P(
              "_" + std::to_string(std::get<3>(info.param));
     });
 
+// ---- LOOM_CHECK=1: every rank gets the same loomInvalidUsage, and the communicator lives ---
+
+const char* differingField(Mismatch m) {
+  switch (m) {
+    case Mismatch::kCount:
+    case Mismatch::kAllGatherCount: return "the count differ";
+    case Mismatch::kCollective: return "the collective, root differ";  // allreduce has no root
+    case Mismatch::kRoot: return "the root differ";
+    case Mismatch::kDatatype: return "the type differ";
+    case Mismatch::kOp: return "the op differ";
+  }
+  return "?";
+}
+
+class CheckedCalls : public testing::TestWithParam<std::tuple<Mode, int, Mismatch>> {};
+
+TEST_P(CheckedCalls, MismatchIsInvalidUsageOnEveryRankNamingRanksAndField) {
+  auto [mode, nranks, mismatch] = GetParam();
+  ::setenv("LOOM_CHECK", "1", 1);  // read when the communicators are made (forks inherit it)
+  SharedRecords records(nranks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  loomtest::runRanks(nranks, mode, [&, m = mismatch](loomComm_t comm, int rank) {
+    const size_t count = 1000;
+    std::vector<float> send(count * 4, 1.0f), recv(count * 4, 0.0f);
+    record(records[rank], comm, [&] { return mismatchedCall(m, count, comm, rank, send, recv); });
+    // Nothing moved: the communicator still works, with the right result.
+    LOOM_EXPECT_OK(loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr), comm);
+    EXPECT_EQ(recv[count - 1], static_cast<float>(nranks));
+  });
+  ::unsetenv("LOOM_CHECK");
+  const std::string others = nranks == 2 ? "rank 1 called" : "ranks 1, 2 called";
+  for (int r = 0; r < nranks; ++r) {
+    const RankRecord& rec = records[r];
+    EXPECT_EQ(rec.result, loomInvalidUsage) << "rank " << r << records.summary();
+    const std::string message = rec.message;
+    EXPECT_NE(message.find("LOOM_CHECK: mismatched calls: "), std::string::npos) << message;
+    EXPECT_NE(message.find(differingField(mismatch)), std::string::npos) << message;
+    // Rank 0 is the odd one: it and the others are named, whichever rank reports.
+    EXPECT_NE(message.find("rank 0 called"), std::string::npos) << message;
+    EXPECT_NE(message.find(others), std::string::npos) << message;
+    EXPECT_EQ(rec.asyncError, loomSuccess) << "rank " << r << ": the communicator should stay usable";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, CheckedCalls,
+    testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
+                     testing::Values(Mismatch::kCount, Mismatch::kCollective, Mismatch::kRoot,
+                                     Mismatch::kDatatype, Mismatch::kOp, Mismatch::kAllGatherCount)),
+    [](const auto& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
+             mismatchName(std::get<2>(info.param));
+    });
+
+// In a group the ranks compare the whole launch: its length and each call.
+TEST(CheckedCalls, GroupsDifferInLengthOrInALaterCall) {
+  ::setenv("LOOM_CHECK", "1", 1);
+  SharedRecords longer(3), later(3);
+  ASSERT_TRUE(longer.ok() && later.ok()) << "mmap failed";
+  loomtest::runRanks(3, Mode::kThreads, [&](loomComm_t comm, int rank) {
+    std::vector<float> a(100, 1.0f), b(100, 0.0f), c(100, 0.0f);
+    record(longer[rank], comm, [&] {
+      loomGroupStart();
+      loomAllReduce(a.data(), b.data(), 100, loomFloat32, loomSum, comm, nullptr);
+      if (rank == 2) loomBroadcast(a.data(), c.data(), 100, loomFloat32, 0, comm, nullptr);
+      return loomGroupEnd();
+    });
+    record(later[rank], comm, [&] {
+      loomGroupStart();
+      loomAllReduce(a.data(), b.data(), 100, loomFloat32, loomSum, comm, nullptr);
+      loomBroadcast(a.data(), c.data(), 100, loomFloat32, rank == 2 ? 1 : 0, comm, nullptr);
+      return loomGroupEnd();
+    });
+  });
+  ::unsetenv("LOOM_CHECK");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(longer[r].result, loomInvalidUsage) << longer.summary();
+    EXPECT_NE(std::string(longer[r].message).find("ranks 0, 1 launched 1 collective(s) together here, rank 2 2"),
+              std::string::npos)
+        << longer[r].message;
+    EXPECT_EQ(later[r].result, loomInvalidUsage) << later.summary();
+    EXPECT_NE(std::string(later[r].message).find("loomBroadcast(count 100, float32, root 1)"), std::string::npos)
+        << later[r].message;
+  }
+}
+
 // ---- A rank that dies --------------------------------------------------------------------
 
 class DeadRank : public testing::TestWithParam<Collective> {};
