@@ -44,6 +44,9 @@ struct CallInfo {
   loomRedOp_t op = loomSum;
   int root = -1;
   uint64_t count = 0;  // elements (bytes for point-to-point)
+  // The communicator's number for a collective (0: none), for messages; not compared and
+  // not sent: ranks number their calls alike only when they agree on them.
+  uint64_t seq = 0;
 
   bool operator==(const CallInfo& o) const {
     return kind == o.kind && type == o.type && op == o.op && root == o.root && count == o.count;

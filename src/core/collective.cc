@@ -88,7 +88,9 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   } else {
     LOOM_TRACE("%s: %s (%s)", call.info.describe().c_str(), algorithmName(choice.algorithm), choice.why);
   }
-  plan.beginCall(call.info);
+  CallInfo numbered = call.info;
+  numbered.seq = call.seq;
+  plan.beginCall(numbered);
   size_t first = plan.steps.size();
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr) {
     Step step{Step::Kind::kOneShot};

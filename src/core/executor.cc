@@ -92,14 +92,18 @@ std::string Run::describe(const Queue& q, int index) const {
   const StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
   const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
   bool send = s.kind == Step::Kind::kSend;
+  // "call #12 loomAllReduce(...)": the number says which of the calls it was.
+  const std::string what = call.seq ? format("call #%llu %s", static_cast<unsigned long long>(call.seq),
+                                             call.describe().c_str())
+                                    : call.describe();
   if (s.kind == Step::Kind::kOneShot) {
-    return format("%s: waiting for every rank's part on the shared-memory board", call.describe().c_str());
+    return format("%s: waiting for every rank's part on the shared-memory board", what.c_str());
   }
   if (call.kind == CallInfo::Kind::kSend) {
     return format("%s %s rank %d (%zu of %zu bytes %s)", send ? "loomSend" : "loomRecv", send ? "to" : "from", s.peer,
                   st.moved, s.bytes, send ? "sent" : "received");
   }
-  return format("%s: %s rank %d (%zu of %zu bytes of this step %s)", call.describe().c_str(),
+  return format("%s: %s rank %d (%zu of %zu bytes of this step %s)", what.c_str(),
                 send ? "sending to" : "receiving from", s.peer, st.moved, s.bytes, send ? "sent" : "received");
 }
 

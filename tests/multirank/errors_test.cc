@@ -134,6 +134,28 @@ TEST_P(Runtime, SilentPeerIsATimeoutNamingIt) {
   }, options);
 }
 
+// A collective's timeout names the call by its number, the peer and how far it got.
+TEST_P(Runtime, CollectiveTimeoutNamesCallPeerAndProgress) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 1000;
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<float> a(100000, 1.0f), b(100000, 0.0f);
+    for (int i = 0; i < 2; ++i)
+      LOOM_EXPECT_OK(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), comm);
+    if (rank == 1) {  // alive but silent from its third call on
+      std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+      return;
+    }
+    EXPECT_EQ(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), loomTimeout);
+    std::string m = lastError(comm);
+    EXPECT_NE(m.find("call #3 loomAllReduce(count 100000, float32, sum): "), std::string::npos) << m;
+    EXPECT_TRUE(m.find("receiving from rank 1 (") != std::string::npos ||
+                m.find("sending to rank 1 (") != std::string::npos) << m;
+    EXPECT_NE(m.find(" bytes of this step "), std::string::npos) << m;
+    EXPECT_NE(m.find("timed out after 1000 ms"), std::string::npos) << m;
+  }, options);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, Runtime, testing::Values(loomtest::Mode::kThreads, loomtest::Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
