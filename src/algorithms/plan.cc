@@ -69,6 +69,11 @@ void encodeCallInfo(const CallInfo& info, uint8_t* out) {
 
 bool decodeCallInfo(const uint8_t* in, CallInfo* out) {
   if (std::memcmp(in, kMagic, 4) != 0) return false;
+  // Enum fields out of range are malformed (and no valid value of their type).
+  if (in[4] < static_cast<uint8_t>(CallInfo::Kind::kSend) || in[4] > static_cast<uint8_t>(CallInfo::Kind::kAllToAll) ||
+      in[5] >= loomNumTypes || in[6] >= loomNumOps) {
+    return false;
+  }
   out->kind = static_cast<CallInfo::Kind>(in[4]);
   out->type = static_cast<loomDataType_t>(in[5]);
   out->op = static_cast<loomRedOp_t>(in[6]);

@@ -27,6 +27,23 @@ void encode(const Secret& secret, const Hello& hello, uint8_t out[kHelloBytes]) 
 }
 }  // namespace
 
+const char* parseHello(const uint8_t in[kHelloBytes], const Secret& secret, Purpose purpose, Hello* out) {
+  uint16_t version = 0;
+  std::memcpy(&version, in + 4, 2);
+  uint32_t got = 0;
+  std::memcpy(&got, in + 24, 4);
+  if (std::memcmp(in, kMagic, 4) != 0) return "not a Loom handshake";
+  if (!secret.matches(in + 8)) return "wrong secret (another job, or a stranger)";
+  if (version != kVersion) return "handshake from another Loom version";
+  if (got != static_cast<uint32_t>(purpose)) return "handshake meant for another kind of port";
+  out->purpose = purpose;
+  std::memcpy(&out->rank, in + 28, 4);
+  std::memcpy(&out->nranks, in + 32, 4);
+  std::memcpy(&out->link, in + 36, 4);
+  std::memcpy(&out->commId, in + 40, 8);
+  return nullptr;
+}
+
 Status connectAndGreet(const SocketAddress& address, const Secret& secret, const Hello& hello,
                        const Deadline& deadline, int cancelFd, Fd* out) {
   Fd fd;
@@ -94,26 +111,13 @@ bool Acceptor::advance(Pending& p, Connection* out, bool* accepted) {
     }
     return false;
   }
-  uint16_t version = 0;
-  std::memcpy(&version, p.bytes + 4, 2);
-  uint32_t purpose = 0;
-  std::memcpy(&purpose, p.bytes + 24, 4);
-  if (std::memcmp(p.bytes, kMagic, 4) != 0) {
-    drop(p, "not a Loom handshake");
-  } else if (!secret_.matches(p.bytes + 8)) {
-    drop(p, "wrong secret (another job, or a stranger)");
-  } else if (version != kVersion) {
-    drop(p, "handshake from another Loom version");
-  } else if (purpose != static_cast<uint32_t>(purpose_)) {
-    drop(p, "handshake meant for another kind of port");
+  Hello hello;
+  if (const char* why = parseHello(p.bytes, secret_, purpose_, &hello)) {
+    drop(p, why);
   } else {
     out->fd = std::move(p.fd);
     out->peer = p.peer;
-    out->hello.purpose = purpose_;
-    std::memcpy(&out->hello.rank, p.bytes + 28, 4);
-    std::memcpy(&out->hello.nranks, p.bytes + 32, 4);
-    std::memcpy(&out->hello.link, p.bytes + 36, 4);
-    std::memcpy(&out->hello.commId, p.bytes + 40, 8);
+    out->hello = hello;
     *accepted = true;
   }
   return true;

@@ -31,6 +31,11 @@ struct Hello {
 
 constexpr size_t kHelloBytes = 48;
 
+// Reads a received hello: nullptr and *out filled when it is well formed, carries the
+// secret and is for `purpose`; otherwise why it is not (for the log). Pure: the fuzz
+// target calls it on arbitrary bytes.
+const char* parseHello(const uint8_t in[kHelloBytes], const Secret& secret, Purpose purpose, Hello* out);
+
 // Connects to `address` (retrying until the deadline) and presents the secret and hello.
 Status connectAndGreet(const SocketAddress& address, const Secret& secret, const Hello& hello,
                        const Deadline& deadline, int cancelFd, Fd* out);
