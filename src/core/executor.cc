@@ -73,8 +73,12 @@ class Run {
   bool streams(const Plan& plan, size_t step) const;
   Status idle(bool spin);
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
-  // plans with unfinished steps.
-  Status fail(const Status& s, size_t origin);
+  // plans with unfinished steps, and closes their links, telling peers `causeRank`: the rank
+  // whose failure this is (-1: none, or not a peer's failure).
+  Status fail(const Status& s, size_t origin, int causeRank = -1);
+  // The rank behind a failure of queue q's link: the one its peer named when it closed,
+  // else the peer itself (it died, closed or went silent).
+  int causeOf(const Queue& q, const Status& s) const;
   bool pending(size_t plan) const;
   std::string describe(const Queue& q, int index) const;
 
@@ -123,7 +127,7 @@ Status Run::go() {
     for (Queue& q : queues_) {
       if (q.head == q.steps.size()) continue;
       Status s = advance(q, &progressed);
-      if (!s.isOk()) return fail(s, q.plan);
+      if (!s.isOk()) return fail(s, q.plan, causeOf(q, s));
       if (q.head < q.steps.size()) {
         pending = true;
         spin = spin || (!q.waitsForStep && (q.link == nullptr || q.link->waitFd() < 0));
@@ -431,7 +435,8 @@ Status Run::idle(bool spin) {
     if (now < expiry) continue;
     for (const Queue& q : queues_) {
       if (q.plan != i || q.head == q.steps.size()) continue;
-      return fail(error(loomTimeout, "%s timed out after %lld ms", describe(q, q.steps[q.head]).c_str(), limitMs), i);
+      return fail(error(loomTimeout, "%s timed out after %lld ms", describe(q, q.steps[q.head]).c_str(), limitMs), i,
+                  q.link ? state_[i].plan->steps[static_cast<size_t>(q.steps[q.head])].peer : -1);
     }
   }
   // A socket reply usually arrives within microseconds, and going to sleep in poll costs a
@@ -468,14 +473,22 @@ Status Run::idle(bool spin) {
   return Status::ok();
 }
 
-Status Run::fail(const Status& s, size_t origin) {
+Status Run::fail(const Status& s, size_t origin, int causeRank) {
   for (size_t i = 0; i < state_.size(); ++i) {
     if (i != origin && !pending(i)) continue;
     bool own = origin >= plans_.size() || plans_[i].comm == plans_[origin].comm;
     plans_[i].comm->fail(own ? s : s.withContext("another communicator of this group failed"));
-    plans_[i].comm->transport().closeAll();
+    // Another communicator's peer is no rank of this one.
+    plans_[i].comm->transport().closeAll(own ? causeRank : -1);
+    if (own && plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(causeRank);
   }
   return s;
+}
+
+int Run::causeOf(const Queue& q, const Status& s) const {
+  if (s.code() != loomRemoteError || q.link == nullptr || q.head == q.steps.size()) return -1;
+  const int named = q.link->closedBecauseOf();
+  return named >= 0 ? named : state_[q.plan].plan->steps[static_cast<size_t>(q.steps[q.head])].peer;
 }
 
 bool Run::pending(size_t plan) const {

@@ -64,6 +64,16 @@ Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call
   return Status::ok();
 }
 
+namespace {
+// As the executor does on a failure: the communicator keeps the error and its links close,
+// telling peers which rank's failure this is (what the board recorded, if anything).
+Status failWith(Communicator& comm, const Status& s) {
+  comm.fail(s);
+  comm.transport().closeAll(comm.board()->ownCause());
+  return s;
+}
+}  // namespace
+
 Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst) {
   using Clock = std::chrono::steady_clock;
   std::lock_guard<std::mutex> lock(comm.executionMutex());
@@ -80,26 +90,20 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
     bool check = slow && now - lastCheck > std::chrono::milliseconds(1);
     Status s = finishOneShot(comm, op, check, &done);
     if (s.isOk() && check) s = checkAnnouncements(comm, seq, call);
-    if (!s.isOk() || done) {
-      if (!s.isOk()) comm.fail(s);
-      return s;
-    }
+    if (!s.isOk()) return failWith(comm, s);
+    if (done) return s;
     if (!slow) continue;
     sched_yield();
     if (!check) continue;
     lastCheck = now;
     pollfd cancel{comm.cancelFd(), POLLIN, 0};
     if (::poll(&cancel, 1, 0) > 0) {
-      Status aborted = error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)");
-      comm.fail(aborted);
-      return aborted;
+      return failWith(comm, error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
     }
     long long limitMs = comm.config().timeoutMs;
     if (now - start > std::chrono::milliseconds(limitMs)) {
-      Status timeout = error(loomTimeout, "%s: waiting for every rank's part on the shared-memory board timed out after %lld ms",
-                             call.describe().c_str(), limitMs);
-      comm.fail(timeout);
-      return timeout;
+      return failWith(comm, error(loomTimeout, "%s: waiting for every rank's part on the shared-memory board timed out after %lld ms",
+                                  call.describe().c_str(), limitMs));
     }
   }
 }

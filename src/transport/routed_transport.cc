@@ -31,9 +31,9 @@ Link* RoutedTransport::link(int peer, int index) {
   return viaShm_[static_cast<size_t>(peer)] ? shm_->link(peer, 0) : socket_->link(peer, index);
 }
 
-void RoutedTransport::closeAll() {
-  if (shm_) shm_->closeAll();
-  if (socket_) socket_->closeAll();
+void RoutedTransport::closeAll(int causeRank) {
+  if (shm_) shm_->closeAll(causeRank);
+  if (socket_) socket_->closeAll(causeRank);
 }
 
 }  // namespace loom::transport

@@ -21,7 +21,7 @@ class RoutedTransport : public Transport {
   // The socket transport's count; a shared-memory peer has one link, which every index maps to.
   int linksPerPeer() const override { return socket_ ? socket_->linksPerPeer() : 1; }
   Link* link(int peer, int index) override;
-  void closeAll() override;
+  void closeAll(int causeRank) override;
 
  private:
   using Phase = Status (Transport::*)(const std::vector<int>&, const Deadline&);

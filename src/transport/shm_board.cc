@@ -22,6 +22,9 @@ struct alignas(64) ShmBoard::Slot {
 struct alignas(64) ShmBoard::RankArea {
   int32_t pid;
   uint64_t pidNamespace;
+  // 1 + the rank whose failure made this rank give up (0: it has not), so that the ranks
+  // that see it exit name the first failure.
+  std::atomic<uint32_t> failedBecauseOf;
   // Written header first, sequence last; read sequence, header, sequence again.
   alignas(64) std::atomic<uint64_t> announceSeq;
   uint8_t announceHeader[kHeaderBytes];
@@ -100,12 +103,25 @@ bool ShmBoard::announced(int q, uint64_t seq, uint8_t* out) const {
   return a.announceSeq.load(std::memory_order_relaxed) == seq;
 }
 
-Status ShmBoard::checkAlive() const {
+void ShmBoard::markFailed(int causeRank) {
+  if (causeRank >= 0) area(rank_).failedBecauseOf.store(static_cast<uint32_t>(causeRank) + 1, std::memory_order_release);
+}
+
+int ShmBoard::ownCause() const {
+  return static_cast<int>(area(rank_).failedBecauseOf.load(std::memory_order_relaxed)) - 1;
+}
+
+Status ShmBoard::checkAlive() {
   for (int q = 0; q < nranks_; ++q) {
     const PeerProcess& p = peers_[static_cast<size_t>(q)];
-    if (q != rank_ && !p.alive()) {
-      return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce", q, p.pid());
+    if (q == rank_ || p.alive()) continue;
+    const int cause = static_cast<int>(area(q).failedBecauseOf.load(std::memory_order_acquire)) - 1;
+    markFailed(cause >= 0 ? cause : q);
+    if (cause >= 0) {
+      return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce, after it failed because rank %d failed",
+                   q, p.pid(), cause);
     }
+    return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce", q, p.pid());
   }
   return Status::ok();
 }

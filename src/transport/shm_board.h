@@ -40,8 +40,14 @@ class ShmBoard {
   bool posted(int q, uint64_t round) const;
   const uint8_t* header(int q, uint64_t round) const;
   const void* data(int q, uint64_t round) const;
-  // loomRemoteError naming the first rank whose process has exited.
-  Status checkAlive() const;
+  // loomRemoteError naming the first rank whose process has exited (and the rank whose
+  // failure made it give up, when it said), which it also records as this rank's cause.
+  Status checkAlive();
+  // Records, for the ranks that will see this one exit, the rank whose failure made it give
+  // up (-1: none known: nothing is recorded).
+  void markFailed(int causeRank);
+  // What this rank recorded with markFailed (-1: nothing).
+  int ownCause() const;
   // Rounds are numbered per communicator, in call order (the same on every rank).
   uint64_t nextRound() { return ++rounds_; }
 

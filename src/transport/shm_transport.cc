@@ -64,6 +64,7 @@ struct alignas(kCacheLine) End {
   uint64_t pidNamespace;  // inode of /proc/self/ns/pid (0: unknown)
   Flag attached;
   Flag closed;  // its link is gone: calls that wait on it fail instead
+  Flag cause;   // written before `closed`: 1 + the rank whose failure closed it (0: none)
 };
 
 struct Fifo {
@@ -192,8 +193,15 @@ class ShmTransport::ShmLink : public Link {
   void consume(size_t bytes) override;
   // Declines a posted send that is next in the stream, so that it comes through the FIFO.
   void preferMapped() override;
-  // After a failure the bytes in flight do not matter: close without waiting for the peer.
-  void abandon() { abandoned_ = true; }
+  // After a failure the bytes in flight do not matter: close without waiting for the peer,
+  // telling it which rank's failure (-1: none known) made this one give up.
+  void abandon(int causeRank) {
+    abandoned_ = true;
+    if (causeRank >= 0) ownEnd_.cause.store(static_cast<uint32_t>(causeRank) + 1, std::memory_order_relaxed);
+  }
+  int closedBecauseOf() const override {
+    return static_cast<int>(peerEnd_.cause.load(std::memory_order_acquire)) - 1;
+  }
 
  private:
   // A send of this rank that the peer reads from this process's memory.
@@ -546,6 +554,12 @@ Status ShmTransport::ShmLink::stalled() {
 }
 
 Status ShmTransport::ShmLink::closedError() const {
+  // `closed` was seen with acquire, so a cause written before it is visible.
+  const int cause = closedBecauseOf();
+  if (cause >= 0) {
+    return error(loomRemoteError, "shm link with rank %d: the peer closed its end because rank %d failed", peer_,
+                 cause);
+  }
   return error(loomRemoteError, "shm link with rank %d: the peer closed its end", peer_);
 }
 
@@ -568,9 +582,9 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, 
 
 ShmTransport::~ShmTransport() = default;
 
-void ShmTransport::closeAll() {
+void ShmTransport::closeAll(int causeRank) {
   for (auto& link : links_) {
-    if (link) link->abandon();
+    if (link) link->abandon(causeRank);
     link.reset();
   }
 }

@@ -44,8 +44,9 @@ class ShmTransport : public Transport {
   // One link per peer; `index` is ignored. Links never block, have no waitFd (-1) and are
   // driven by one thread at a time.
   Link* link(int peer, int index) override;
-  // Destroys the links: each marks its end closed and waits out a copy from this process.
-  void closeAll() override;
+  // Destroys the links: each records the cause, marks its end closed and waits out a copy
+  // from this process.
+  void closeAll(int causeRank) override;
 
   // Tests only: from now on every read of a peer's memory by this transport's links fails
   // with `err` (0: back to normal), as process_vm_readv does in a locked-down container.

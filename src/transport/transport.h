@@ -47,6 +47,9 @@ class Link {
   // send where peek shows it instead: a reduction reads it there in place, where a direct
   // copy would need a staging buffer and a second pass.
   virtual void preferMapped() {}
+  // Once the link reported that the peer closed its end: the rank whose failure made the
+  // peer give up, when the peer said (see Transport::closeAll); -1 otherwise.
+  virtual int closedBecauseOf() const { return -1; }
 };
 
 // Makes links to the other ranks of one communicator, on demand. Connecting is split in
@@ -68,8 +71,10 @@ class Transport {
   virtual Link* link(int peer, int index) = 0;
   // After a failure: closes every link, so that peers stop (and no longer start) reading
   // this process's buffers, which the caller may free once the failed call returns. Later
-  // calls find no links; the communicator is unusable by then anyway.
-  virtual void closeAll() {}
+  // calls find no links; the communicator is unusable by then anyway. `causeRank`: the rank
+  // whose failure made this one give up (-1: none known), told to peers where the transport
+  // can (shared memory), so that their errors name the first failure, not this rank.
+  virtual void closeAll(int causeRank) { (void)causeRank; }
 };
 
 }  // namespace loom::transport

@@ -195,12 +195,19 @@ void runTrial(const Trial& t, Outcome* out) {
   EXPECT_EQ(static_cast<int>(reports.size()), allStarted ? t.nranks - 1 : 0)
       << "a survivor did not report an error within " << kReportDeadlineMs << " ms of the kill: a hang";
   const std::string victim = "rank " + std::to_string(t.victim);
+  const int namedBefore = out->namedVictim;
   for (const Report& r : reports) {
     EXPECT_EQ(r.result, loomRemoteError) << "rank " << r.rank << ": " << loomGetErrorString(static_cast<loomResult_t>(r.result))
                                          << ": " << r.message;
     EXPECT_NE(std::string(r.message).find("rank "), std::string::npos) << "rank " << r.rank << ": " << r.message;
     EXPECT_LT(r.destroyNs, 5000000000LL) << "rank " << r.rank << ": loomCommDestroy took " << r.destroyNs / 1e6 << " ms";
-    if (std::string(r.message).find(victim) != std::string::npos) ++out->namedVictim;
+    if (std::string(r.message).find(victim) != std::string::npos) {
+      ++out->namedVictim;
+    } else if (t.transports[0] == '\0') {
+      // Over shared memory a rank that gives up tells its peers why (the cause in its end of
+      // the segment), so every survivor names the first failure.
+      ADD_FAILURE() << "rank " << r.rank << " does not name the killed " << victim << ": " << r.message;
+    }
   }
   // Everyone leaves: survivors by themselves, leftovers (a hang) by force.
   for (pid_t pid : pids) {
@@ -209,6 +216,13 @@ void runTrial(const Trial& t, Outcome* out) {
     pid_t done = 0;
     while ((done = ::waitpid(pid, &status, WNOHANG)) == 0 && nowNs() < until) ::usleep(2000);
     if (done == 0) {
+      // A hang: show where it is stuck, when gdb is there to ask.
+      if (std::getenv("LOOM_KILL_TEST_STACKS") != nullptr) {
+        std::fflush(nullptr);
+        const std::string gdb = "gdb -p " + std::to_string(pid) +
+                                " -batch -ex 'thread apply all bt 12' 2>/dev/null | grep -E '^#|^Thread' | head -60";
+        if (std::system(gdb.c_str()) != 0) std::printf("(no stack: gdb failed)\n");
+      }
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
       ADD_FAILURE() << "pid " << pid << " still ran 10 s after the trial";
@@ -221,9 +235,10 @@ void runTrial(const Trial& t, Outcome* out) {
   ::close(reportPipe[0]);
   double worst = 0;
   for (double ms : out->latencyMs) worst = std::max(worst, ms);
-  std::printf("trial: %d ranks, victim %d, %s: %zu/%d survivors got loomRemoteError, slowest %.1f ms after the kill\n",
+  std::printf("trial: %d ranks, victim %d, %s: %zu/%d survivors got loomRemoteError (%d naming it), slowest %.1f ms "
+              "after the kill\n",
               t.nranks, t.victim, t.transports[0] ? t.transports : "default transports", reports.size(),
-              t.nranks - 1, worst);
+              t.nranks - 1, out->namedVictim - namedBefore, worst);
 }
 
 double percentile(std::vector<double> v, double p) {
