@@ -10,6 +10,8 @@
 #include "core/env.h"
 #include "core/log.h"
 
+#include "transport/peer_process.h"
+
 namespace loom {
 namespace {
 
@@ -18,14 +20,15 @@ constexpr uint32_t kBarrierTag = Bootstrap::kFirstInternalTag + 2;
 // Bootstrap messages are control data; a larger header means a bug or a hostile peer.
 constexpr uint64_t kMaxMessageBytes = 1ull << 30;
 constexpr size_t kHostNameBytes = 64;
-constexpr size_t kPeerInfoBytes = SocketAddress::kWireBytes + 16 + kHostNameBytes;
+constexpr size_t kPeerInfoBytes = SocketAddress::kWireBytes + 24 + kHostNameBytes;
 
 void encodePeer(const PeerInfo& p, uint8_t* out) {
   std::memset(out, 0, kPeerInfoBytes);
   p.bootstrapAddress.toWire(out);
   std::memcpy(out + SocketAddress::kWireBytes, &p.hostHash, 8);
   std::memcpy(out + SocketAddress::kWireBytes + 8, &p.pid, 4);
-  std::strncpy(reinterpret_cast<char*>(out + SocketAddress::kWireBytes + 16), p.hostName.c_str(),
+  std::memcpy(out + SocketAddress::kWireBytes + 16, &p.pidNamespace, 8);
+  std::strncpy(reinterpret_cast<char*>(out + SocketAddress::kWireBytes + 24), p.hostName.c_str(),
                kHostNameBytes - 1);
 }
 
@@ -33,7 +36,8 @@ Status decodePeer(const uint8_t* in, PeerInfo* p) {
   LOOM_TRY(SocketAddress::fromWire(in, &p->bootstrapAddress));
   std::memcpy(&p->hostHash, in + SocketAddress::kWireBytes, 8);
   std::memcpy(&p->pid, in + SocketAddress::kWireBytes + 8, 4);
-  const char* name = reinterpret_cast<const char*>(in + SocketAddress::kWireBytes + 16);
+  std::memcpy(&p->pidNamespace, in + SocketAddress::kWireBytes + 16, 8);
+  const char* name = reinterpret_cast<const char*>(in + SocketAddress::kWireBytes + 24);
   p->hostName.assign(name, strnlen(name, kHostNameBytes - 1));
   return Status::ok();
 }
@@ -100,7 +104,8 @@ Status Bootstrap::connect(const UniqueId& id, int rank, int nranks, const HostId
   b->peers_[static_cast<size_t>((rank + 1) % nranks)].bootstrapAddress = reply.next;
 
   // Ring allgather of everyone's PeerInfo.
-  PeerInfo self{b->address(), host.hash, host.name, static_cast<int32_t>(::getpid())};
+  PeerInfo self{b->address(), host.hash, host.name, static_cast<int32_t>(::getpid()),
+                transport::PeerProcess::ownPidNamespace()};
   std::vector<uint8_t> table(kPeerInfoBytes * static_cast<size_t>(nranks));
   encodePeer(self, table.data() + kPeerInfoBytes * static_cast<size_t>(rank));
   LOOM_TRY(b->allGather(table.data(), kPeerInfoBytes).withContext("bootstrap allgather"));

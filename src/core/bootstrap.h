@@ -28,6 +28,7 @@ struct PeerInfo {
   uint64_t hostHash = 0;
   std::string hostName;
   int32_t pid = 0;
+  uint64_t pidNamespace = 0;  // inode of its /proc/self/ns/pid (0: unknown)
 };
 
 class Bootstrap {

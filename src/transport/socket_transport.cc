@@ -4,6 +4,10 @@
 #include "core/log.h"
 
 namespace loom::transport {
+namespace {
+// Connecting waits in slices of this long, checking between them that the peer still lives.
+constexpr long long kLivenessSliceMs = 100;
+}  // namespace
 
 class SocketTransport::SocketLink : public Link {
  public:
@@ -29,7 +33,16 @@ SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, 
       cancelFd_(cancelFd),
       linksPerPeer_(linksPerPeer),
       addresses_(static_cast<size_t>(bootstrap.nranks())),
-      links_(static_cast<size_t>(bootstrap.nranks() * linksPerPeer)) {}
+      links_(static_cast<size_t>(bootstrap.nranks() * linksPerPeer)),
+      processes_(static_cast<size_t>(bootstrap.nranks())) {
+  const PeerInfo& self = bootstrap.peers()[static_cast<size_t>(rank_)];
+  for (int r = 0; r < nranks_; ++r) {
+    const PeerInfo& p = bootstrap.peers()[static_cast<size_t>(r)];
+    if (r != rank_ && p.hostHash == self.hostHash && p.pidNamespace != 0 && p.pidNamespace == self.pidNamespace) {
+      processes_[static_cast<size_t>(r)].identify(p.pid, p.pidNamespace);
+    }
+  }
+}
 
 SocketTransport::~SocketTransport() = default;
 
@@ -62,8 +75,15 @@ Status SocketTransport::connectOut(const std::vector<int>& peers, const Deadline
     for (int index = 0; index < linksPerPeer_; ++index) {
       Fd fd;
       Hello hello{Purpose::kTransport, rank_, nranks_, commId_, index};
-      LOOM_TRY(connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello, deadline, cancelFd_, &fd)
-                   .withContext(format("socket transport: connecting to rank %d", peer)));
+      for (;;) {
+        Status s = connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello,
+                                   deadline.earlier(Deadline::afterMs(kLivenessSliceMs)), cancelFd_, &fd);
+        if (s.isOk()) break;
+        if (s.code() != loomTimeout || deadline.expired()) {
+          return s.withContext(format("socket transport: connecting to rank %d", peer));
+        }
+        LOOM_TRY(checkAlive(peer));
+      }
       linkSlot(peer, index) = std::make_unique<SocketLink>(std::move(fd));
     }
     LOOM_TRACE("socket transport: %d connection(s) to rank %d at %s", linksPerPeer_, peer,
@@ -76,8 +96,14 @@ Status SocketTransport::acceptIn(const std::vector<int>& peers, const Deadline& 
   for (int peer : peers) {
     while (!connected(peer)) {
       Acceptor::Connection conn;
-      LOOM_TRY(acceptor_.next(deadline, cancelFd_, &conn)
-                   .withContext(format("socket transport: waiting for rank %d to connect", peer)));
+      Status s = acceptor_.next(deadline.earlier(Deadline::afterMs(kLivenessSliceMs)), cancelFd_, &conn);
+      if (!s.isOk()) {
+        if (s.code() != loomTimeout || deadline.expired()) {
+          return s.withContext(format("socket transport: waiting for rank %d to connect", peer));
+        }
+        LOOM_TRY(checkAlive(peer));
+        continue;
+      }
       const Hello& h = conn.hello;
       if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= rank_ || h.link < 0 ||
           h.link >= linksPerPeer_ || linkSlot(h.rank, h.link)) {
@@ -104,5 +130,12 @@ bool SocketTransport::connected(int peer) {
 }
 
 Link* SocketTransport::link(int peer, int index) { return linkSlot(peer, index).get(); }
+
+Status SocketTransport::checkAlive(int peer) const {
+  const PeerProcess& p = processes_[static_cast<size_t>(peer)];
+  if (!p.identified() || p.alive()) return Status::ok();
+  return error(loomRemoteError, "socket transport: rank %d (pid %d) exited before its connection to this rank was made",
+               peer, p.pid());
+}
 
 }  // namespace loom::transport

@@ -9,6 +9,7 @@
 
 #include "core/bootstrap.h"
 #include "core/handshake.h"
+#include "transport/peer_process.h"
 #include "transport/transport.h"
 
 namespace loom::transport {
@@ -31,6 +32,9 @@ class SocketTransport : public Transport {
   SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer);
   std::unique_ptr<SocketLink>& linkSlot(int peer, int index);
   bool connected(int peer);
+  // loomRemoteError once a peer this rank can watch (same host and pid namespace) has
+  // exited: waiting to connect to it would otherwise last until the deadline.
+  Status checkAlive(int peer) const;
 
   Acceptor acceptor_;
   Secret secret_;
@@ -41,6 +45,7 @@ class SocketTransport : public Transport {
   int linksPerPeer_;
   std::vector<SocketAddress> addresses_;
   std::vector<std::unique_ptr<SocketLink>> links_;
+  std::vector<PeerProcess> processes_;  // identified where the peer can be watched
 };
 
 }  // namespace loom::transport

@@ -179,6 +179,28 @@ TEST(Runtime, DeadPeerIsARemoteErrorWithinSeconds) {
   }, options);
 }
 
+// Over TCP links are made on first use: a rank that dies before its links to the others
+// exist must not leave them waiting to connect until the deadline (60 s here).
+TEST(Runtime, PeerDeadBeforeItsSocketLinksExistIsARemoteError) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 60000;
+  ::setenv("LOOM_TRANSPORTS", "socket", 1);
+  loomtest::runRanks(3, loomtest::Mode::kProcesses, [](loomComm_t comm, int rank) {
+    if (rank == 2) ::_exit(0);  // no link to anyone yet
+    std::vector<float> a(1000, 1.0f), b(1000, 0.0f);
+    auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), loomRemoteError);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(s, 5.0);
+    // Rank 2 itself, or (over TCP the cause does not travel) a neighbour that gave up on it.
+    std::string m = lastError(comm);
+    EXPECT_TRUE(m.find("rank 2 (pid") != std::string::npos || m.find("closed the connection") != std::string::npos ||
+                m.find("reset the connection") != std::string::npos)
+        << m;
+  }, options);
+  ::unsetenv("LOOM_TRANSPORTS");
+}
+
 TEST(Runtime, AbortFromAnotherThreadUnblocksAWait) {
   std::vector<loomComm_t> comms(2);
   ::setenv("LOOM_TIMEOUT_MS", "60000", 1);
