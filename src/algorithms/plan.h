@@ -47,6 +47,9 @@ struct CallInfo {
   // The communicator's number for a collective (0: none), for messages; not compared and
   // not sent: ranks number their calls alike only when they agree on them.
   uint64_t seq = 0;
+  // In place on this rank (send and receive share one buffer), for the executor's choice
+  // of stores; not compared and not sent either.
+  bool inPlace = false;
 
   bool operator==(const CallInfo& o) const {
     return kind == o.kind && type == o.type && op == o.op && root == o.root && count == o.count;

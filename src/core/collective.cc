@@ -90,6 +90,12 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   }
   CallInfo numbered = call.info;
   numbered.seq = call.seq;
+  // Where sendbuff sits in recvbuff in place (NCCL's offsets for allgather, reducescatter).
+  const size_t share = static_cast<size_t>(call.info.count) * typeSize(call.info.type) * static_cast<size_t>(comm.rank());
+  const char* send = static_cast<const char*>(call.send);
+  const char* recv = static_cast<const char*>(call.recv);
+  numbered.inPlace = send == recv || (call.info.kind == CallInfo::Kind::kAllGather && send == recv + share) ||
+                     (call.info.kind == CallInfo::Kind::kReduceScatter && recv == send + share);
   plan.beginCall(numbered);
   size_t first = plan.steps.size();
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr) {
