@@ -65,7 +65,8 @@ const std::vector<Variable>& variables() {
        "so that sending one piece overlaps with reducing the next."},
       {"LOOM_STREAMING_MIN_BYTES", "33554432", kData,
        "Calls whose buffer is at least this large write received and reduced data with "
-       "non-temporal stores (past the cache, saving the read of each destination line); 0 never."},
+       "non-temporal stores (past the cache, saving the read of each destination line); in-place "
+       "calls from twice this size, and never for an in-place reduction; 0 never."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
       {"LOOM_SHM_DIR", "/dev/shm", kData,
