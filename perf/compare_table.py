@@ -76,9 +76,7 @@ def size_label(n):
 
 
 def time_cell(data, nbytes, runs):
-    if data is None:
-        return "pending"
-    if nbytes not in data:
+    if not data or nbytes not in data:
         return "–"
     time_us, _, spread, _ = data[nbytes]
     decimals = 2 if time_us < 10 else 1 if time_us < 1000 else 0
@@ -87,9 +85,7 @@ def time_cell(data, nbytes, runs):
 
 
 def bw_cell(data, nbytes):
-    if data is None:
-        return "pending"
-    if nbytes not in data:
+    if not data or nbytes not in data:
         return "–"
     busbw = data[nbytes][1]
     if busbw < 0.01:
@@ -131,12 +127,9 @@ def render_table(args, coll, transport, loom, mpi, gloo, memcpy, runs):
             return data[n][field] if data and n in data else None
         cells = [time_cell(d, n, runs) for d in (loom, mpi, gloo)]
         cells += [bw_cell(d, n) for d in (loom, mpi, gloo)]
-        if loom is None:
-            cells += ["pending"] * 3
-        else:
-            cells.append(ratio_cell(get(mpi, 0), get(loom, 0)))
-            cells.append(ratio_cell(get(gloo, 0), get(loom, 0)))
-            cells.append(ratio_cell(get(loom, 1), get(memcpy, 1)))
+        cells.append(ratio_cell(get(mpi, 0), get(loom, 0)))
+        cells.append(ratio_cell(get(gloo, 0), get(loom, 0)))
+        cells.append(ratio_cell(get(loom, 1), get(memcpy, 1)))
         out.append(f"| {size_label(n)} | " + " | ".join(cells) + " |")
     out.append("")
     return out

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "algorithms/plan.h"
+
 // The kernels' own fp16/bf16 conversions, in a namespace of loom-perf's (float16.h is built
 // once per instruction set, each in its own namespace).
 #define LOOM_KERNELS_ISA perf
@@ -11,22 +13,20 @@
 namespace loomperf {
 namespace {
 
+// nccl-tests' names differ from Loom's own ("half", not "float16"); sizes and op names are
+// Loom's (algorithms/plan.h).
 struct TypeInfo {
   loomDataType_t type;
   const char* name;   // nccl-tests'
-  const char* alias;  // Loom's own spelling, also accepted
-  size_t size;
+  const char* alias;  // a short spelling, also accepted
 };
 
 constexpr TypeInfo kTypes[] = {
-    {loomInt8, "int8", "char", 1},        {loomUint8, "uint8", "u8", 1},
-    {loomInt32, "int32", "int", 4},       {loomUint32, "uint32", "u32", 4},
-    {loomInt64, "int64", "long", 8},      {loomUint64, "uint64", "u64", 8},
-    {loomFloat16, "half", "fp16", 2},     {loomFloat32, "float", "fp32", 4},
-    {loomFloat64, "double", "fp64", 8},   {loomBfloat16, "bfloat16", "bf16", 2},
+    {loomInt8, "int8", "char"},       {loomUint8, "uint8", "u8"},       {loomInt32, "int32", "int"},
+    {loomUint32, "uint32", "u32"},    {loomInt64, "int64", "long"},     {loomUint64, "uint64", "u64"},
+    {loomFloat16, "half", "fp16"},    {loomFloat32, "float", "fp32"},   {loomFloat64, "double", "fp64"},
+    {loomBfloat16, "bfloat16", "bf16"},
 };
-
-constexpr const char* kOps[] = {"sum", "prod", "max", "min", "avg"};
 
 const TypeInfo& info(loomDataType_t type) {
   for (const TypeInfo& t : kTypes)
@@ -49,8 +49,8 @@ void put(void* buffer, size_t i, T v) {
 }  // namespace
 
 const char* typeName(loomDataType_t type) { return info(type).name; }
-size_t typeSize(loomDataType_t type) { return info(type).size; }
-const char* opName(loomRedOp_t op) { return kOps[op]; }
+size_t typeSize(loomDataType_t type) { return loom::typeSize(type); }
+const char* opName(loomRedOp_t op) { return loom::opName(op); }
 
 bool isFloating(loomDataType_t type) {
   return type == loomFloat16 || type == loomFloat32 || type == loomFloat64 || type == loomBfloat16;
@@ -68,7 +68,7 @@ bool parseType(const char* name, loomDataType_t* out) {
 
 bool parseOp(const char* name, loomRedOp_t* out) {
   for (int op = 0; op < loomNumOps; ++op) {
-    if (std::strcmp(name, kOps[op]) == 0) {
+    if (std::strcmp(name, loom::opName(static_cast<loomRedOp_t>(op))) == 0) {
       *out = static_cast<loomRedOp_t>(op);
       return true;
     }

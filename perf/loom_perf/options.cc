@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "core/env.h"
 #include "datatypes.h"
 
 namespace loomperf {
@@ -109,21 +110,6 @@ int bad(const char* format, const char* value) {
   std::fprintf(stderr, format, value);
   std::fputs(" (loom-perf --help lists the options)\n", stderr);
   return 2;
-}
-
-std::vector<std::string> splitCommas(const char* text) {
-  std::vector<std::string> out;
-  std::string item;
-  for (const char* p = text;; ++p) {
-    if (*p == ',' || *p == '\0') {
-      if (!item.empty()) out.push_back(item);
-      item.clear();
-      if (*p == '\0') break;
-    } else {
-      item += *p;
-    }
-  }
-  return out;
 }
 
 enum LongOnly { kDevice = 256, kAlgo, kMinTime, kPin, kCsv, kPlot, kTestCorrupt };
@@ -259,7 +245,7 @@ int parseOptions(int argc, char** argv, Options* out) {
         }
         break;
       case kAlgo:
-        o.algorithms = splitCommas(optarg);
+        o.algorithms = loom::env::splitList(optarg);
         if (o.algorithms.empty()) return bad("--algo '%s': name at least one algorithm", optarg);
         break;
       case kMinTime: {

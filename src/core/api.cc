@@ -558,9 +558,10 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     info.op = reduces ? static_cast<loomRedOp_t>(op) : loomSum;
     info.root = rooted ? root : -1;
     info.count = count;
-    const uint64_t seq = comm.nextCallSeq();
-    comm.callLog().recordCollective(info, seq);
-    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff, seq}, stream);
+    info.inPlace = inPlace;
+    info.seq = comm.nextCallSeq();
+    comm.callLog().recordCollective(info, info.seq);
+    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream);
   });
 }
 

@@ -102,8 +102,9 @@ Status checkCalls(std::vector<Plan>& plans) {
     CallInfo info;
     info.kind = CallInfo::Kind::kAllGather;
     info.count = sizeof(Fingerprint);
-    // seq 0: not announced on the one-shot board; the call headers still check it.
-    CollectiveCall gather{p.comm, info, &mine.back(), all.back().data(), 0};
+    // seq 0 (info's default): not announced on the one-shot board; the call headers still
+    // check it.
+    CollectiveCall gather{p.comm, info, &mine.back(), all.back().data()};
     checks.emplace_back();
     checks.back().comm = p.comm;
     appendCollective(checks.back(), gather);

@@ -57,13 +57,13 @@ Status runAlone(const CollectiveCall& call) {
     LOOM_INFO("comm %016llx: %s uses oneshot (%s), straight on the board", static_cast<unsigned long long>(comm.commId()),
               call.info.describe().c_str(), chooseFor(call).why);
   }
-  return runOneShot(comm, call.seq, call.info, call.send, call.recv);
+  return runOneShot(comm, call.info.seq, call.info, call.send, call.recv);
 }
 
 void appendCollective(Plan& plan, const CollectiveCall& call) {
   Communicator& comm = *call.comm;
   if (plan.announceSeq == 0) {
-    plan.announceSeq = call.seq;
+    plan.announceSeq = call.info.seq;
     plan.announceCall = plan.calls.size();
   }
   const CommConfig& config = comm.config();
@@ -88,15 +88,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   } else {
     LOOM_TRACE("%s: %s (%s)", call.info.describe().c_str(), algorithmName(choice.algorithm), choice.why);
   }
-  CallInfo numbered = call.info;
-  numbered.seq = call.seq;
-  // Where sendbuff sits in recvbuff in place (NCCL's offsets for allgather, reducescatter).
-  const size_t share = static_cast<size_t>(call.info.count) * typeSize(call.info.type) * static_cast<size_t>(comm.rank());
-  const char* send = static_cast<const char*>(call.send);
-  const char* recv = static_cast<const char*>(call.recv);
-  numbered.inPlace = send == recv || (call.info.kind == CallInfo::Kind::kAllGather && send == recv + share) ||
-                     (call.info.kind == CallInfo::Kind::kReduceScatter && recv == send + share);
-  plan.beginCall(numbered);
+  plan.beginCall(call.info);
   size_t first = plan.steps.size();
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr) {
     Step step{Step::Kind::kOneShot};

@@ -13,8 +13,7 @@ struct CollectiveCall {
   Communicator* comm;
   CallInfo info;
   const void* send;
-  void* recv;
-  uint64_t seq = 0;  // this communicator's collective calls, counted in call order
+  void* recv;  // info.seq numbers the communicator's collective calls, in call order
 };
 
 // Appends the call's steps to plan (plan.comm == call.comm), headers marked.

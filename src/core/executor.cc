@@ -69,7 +69,8 @@ class Run {
   Status advanceOneShot(Queue& q, int index, bool* progressed);
   Status advanceSpan(Queue& q, bool* progressed);
   Status advanceRecvReduce(Queue& q, int index, bool* progressed);
-  // Whether the step's call is large enough to write past the cache (LOOM_STREAMING_MIN_BYTES).
+  // Whether the step writes past the cache: a large call (LOOM_STREAMING_MIN_BYTES), not an
+  // in-place reduction.
   bool streams(const Plan& plan, size_t step) const;
   Status idle(bool spin);
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
@@ -270,6 +271,10 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
 }
 
 bool Run::streams(const Plan& plan, size_t step) const {
+  // A reduction in place has just read each destination line into the cache: storing past
+  // the cache would throw that away (measured 30% slower).
+  const Step& s = plan.steps[step];
+  if (s.kind == Step::Kind::kRecvReduce && s.dst == s.src) return false;
   size_t threshold = plan.comm->config().streamingMinBytes;
   const CallInfo& call = plan.callOfStep(step);
   // The threshold is for an out-of-place call's two buffers; in place there is one, which
@@ -289,9 +294,7 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
   const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
   const size_t es = typeSize(call.type);
   char* staging = q.staging->data();
-  // In place the reduction has just read each destination line into the cache: storing
-  // past the cache would throw that away (measured 30% slower), so only out of place.
-  const bool stream = streams(plan, static_cast<size_t>(index)) && s.dst != s.src;
+  const bool stream = streams(plan, static_cast<size_t>(index));
   auto reduce = [&](const char* incoming, size_t bytes) {
     size_t off = st.reduced;
     char* dst = static_cast<char*>(s.dst) + off;

@@ -228,10 +228,10 @@ class ShmTransport::ShmLink : public Link {
   Status receive(void* data, size_t bytes, size_t* done);
   bool takePeerSend();
   Status readPeerSend(void* data, size_t bytes, size_t* done);
-  // Tells the writer to stream the rest of the send being read through the FIFO: for good
-  // (refuse: the kernel will not let this rank read) or for this send only (decline).
-  void refusePeerSend();
-  void declinePeerSend();
+  // Tells the writer to stream the rest of the send being read through the FIFO, writing
+  // its sequence number to `answer`: in_.refused for good (the kernel will not let this
+  // rank read), in_.declined for this send only.
+  void answerPeerSend(Counter& answer);
 
   void identifyPeer();
   // Called when a call moved nothing: an error once the peer closed or died.
@@ -420,7 +420,7 @@ Status ShmTransport::ShmLink::receive(void* data, size_t bytes, size_t* done) {
   *done = readFifo(data, bytes);
   if (*done > 0 || (!reading_ && !takePeerSend())) return Status::ok();
   if (!readPeerMemory_) {
-    refusePeerSend();
+    answerPeerSend(in_.refused);
     return Status::ok();
   }
   return readPeerSend(data, bytes, done);
@@ -440,7 +440,7 @@ void ShmTransport::ShmLink::peek(const void** data, size_t bytes, size_t* availa
 void ShmTransport::ShmLink::preferMapped() {
   if (headSeen_ != tail_) return;  // FIFO bytes come first
   headSeen_ = in_.head.load(std::memory_order_acquire);
-  if (headSeen_ == tail_ && (reading_ || takePeerSend())) declinePeerSend();
+  if (headSeen_ == tail_ && (reading_ || takePeerSend())) answerPeerSend(in_.declined);
 }
 
 void ShmTransport::ShmLink::consume(size_t bytes) {
@@ -493,7 +493,7 @@ Status ShmTransport::ShmLink::readPeerSend(void* data, size_t bytes, size_t* don
               "through the FIFO from now on",
               peer_, std::strerror(err));
     readPeerMemory_ = false;
-    refusePeerSend();
+    answerPeerSend(in_.refused);
     return Status::ok();
   }
   if (err == ESRCH) return exitedError();
@@ -517,15 +517,9 @@ Status ShmTransport::ShmLink::readPeerSend(void* data, size_t bytes, size_t* don
   return Status::ok();
 }
 
-void ShmTransport::ShmLink::refusePeerSend() {
+void ShmTransport::ShmLink::answerPeerSend(Counter& answer) {
   handled_ = reading_->seq;
-  in_.refused.store(reading_->seq, std::memory_order_release);
-  reading_.reset();
-}
-
-void ShmTransport::ShmLink::declinePeerSend() {
-  handled_ = reading_->seq;
-  in_.declined.store(reading_->seq, std::memory_order_release);
+  answer.store(reading_->seq, std::memory_order_release);
   reading_.reset();
 }
 

@@ -9,6 +9,18 @@ namespace {
 constexpr long long kLivenessSliceMs = 100;
 }  // namespace
 
+template <typename Attempt>
+Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const char* what, Attempt attempt) const {
+  for (;;) {
+    Status s = attempt(deadline.earlier(Deadline::afterMs(kLivenessSliceMs)));
+    if (s.isOk()) return s;
+    if (s.code() != loomTimeout || deadline.expired()) {
+      return s.withContext(format("socket transport: %s rank %d", what, peer));
+    }
+    LOOM_TRY(checkAlive(peer));
+  }
+}
+
 class SocketTransport::SocketLink : public Link {
  public:
   explicit SocketLink(Fd fd) : fd_(std::move(fd)) {}
@@ -75,15 +87,9 @@ Status SocketTransport::connectOut(const std::vector<int>& peers, const Deadline
     for (int index = 0; index < linksPerPeer_; ++index) {
       Fd fd;
       Hello hello{Purpose::kTransport, rank_, nranks_, commId_, index};
-      for (;;) {
-        Status s = connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello,
-                                   deadline.earlier(Deadline::afterMs(kLivenessSliceMs)), cancelFd_, &fd);
-        if (s.isOk()) break;
-        if (s.code() != loomTimeout || deadline.expired()) {
-          return s.withContext(format("socket transport: connecting to rank %d", peer));
-        }
-        LOOM_TRY(checkAlive(peer));
-      }
+      LOOM_TRY(watchingPeer(peer, deadline, "connecting to", [&](const Deadline& slice) {
+        return connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello, slice, cancelFd_, &fd);
+      }));
       linkSlot(peer, index) = std::make_unique<SocketLink>(std::move(fd));
     }
     LOOM_TRACE("socket transport: %d connection(s) to rank %d at %s", linksPerPeer_, peer,
@@ -96,14 +102,9 @@ Status SocketTransport::acceptIn(const std::vector<int>& peers, const Deadline& 
   for (int peer : peers) {
     while (!connected(peer)) {
       Acceptor::Connection conn;
-      Status s = acceptor_.next(deadline.earlier(Deadline::afterMs(kLivenessSliceMs)), cancelFd_, &conn);
-      if (!s.isOk()) {
-        if (s.code() != loomTimeout || deadline.expired()) {
-          return s.withContext(format("socket transport: waiting for rank %d to connect", peer));
-        }
-        LOOM_TRY(checkAlive(peer));
-        continue;
-      }
+      LOOM_TRY(watchingPeer(peer, deadline, "waiting for a connection from", [&](const Deadline& slice) {
+        return acceptor_.next(slice, cancelFd_, &conn);
+      }));
       const Hello& h = conn.hello;
       if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= rank_ || h.link < 0 ||
           h.link >= linksPerPeer_ || linkSlot(h.rank, h.link)) {

@@ -35,6 +35,10 @@ class SocketTransport : public Transport {
   // loomRemoteError once a peer this rank can watch (same host and pid namespace) has
   // exited: waiting to connect to it would otherwise last until the deadline.
   Status checkAlive(int peer) const;
+  // attempt(slice) until it succeeds, fails otherwise than by its slice running out, or the
+  // deadline passes, with checkAlive(peer) between slices; errors say `what` rank peer.
+  template <typename Attempt>
+  Status watchingPeer(int peer, const Deadline& deadline, const char* what, Attempt attempt) const;
 
   Acceptor acceptor_;
   Secret secret_;

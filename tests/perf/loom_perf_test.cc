@@ -96,6 +96,18 @@ std::vector<Row> rowsOf(const std::string& out, std::string* bad) {
 
 bool has(const std::string& out, const std::string& text) { return out.find(text) != std::string::npos; }
 
+size_t countOf(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; ++at) ++n;
+  return n;
+}
+
+std::string readFile(const std::string& path) {
+  std::stringstream text;
+  text << std::ifstream(path).rdbuf();
+  return text.str();
+}
+
 // ---- Every collective, as processes and as threads ------------------------------------
 
 struct TableCase {
@@ -254,11 +266,8 @@ TEST(LoomPerf, MinTimeLengthensTheTimedLoop) {
   const std::string json = std::string(dir) + "/r.json";
   const Result r = run(loomrun(2) + perf() + " allreduce -b 8 -e 8 -n 1 --min-time 0.05 --json " + json);
   ASSERT_EQ(r.status, 0) << r.out;
-  std::ifstream in(json);
-  std::stringstream text;
-  text << in.rdbuf();
   std::smatch m;
-  const std::string s = text.str();
+  const std::string s = readFile(json);
   ASSERT_TRUE(std::regex_search(s, m, std::regex("\"iterations\": ([0-9]+)"))) << s;
   EXPECT_GT(std::stol(m[1]), 1) << "an 8-byte allreduce takes far less than 50 ms";
   run(std::string("rm -rf ") + dir);
@@ -365,19 +374,14 @@ TEST(LoomPerf, JsonCsvAndPlotHoldTheTable) {
     EXPECT_NEAR(std::stod(m[5]), rows[i].oop.busbw, 0.0051 + 0.001 * rows[i].oop.busbw);
     EXPECT_EQ(std::stol(m[6]), rows[i].oop.wrong);
   }
-  std::stringstream all;
-  all << std::ifstream(d + "/r.json").rdbuf();
-  EXPECT_TRUE(has(all.str(), "\"out_of_bounds\": {\"count\": 0, \"okay\": true}")) << all.str();
+  const std::string all = readFile(d + "/r.json");
+  EXPECT_TRUE(has(all, "\"out_of_bounds\": {\"count\": 0, \"okay\": true}")) << all;
 
   // The plot: an SVG with one line per algorithm, each with a point per size.
-  std::stringstream svg;
-  svg << std::ifstream(d + "/r.svg").rdbuf();
-  const std::string s = svg.str();
+  const std::string s = readFile(d + "/r.svg");
   EXPECT_EQ(s.rfind("<svg ", 0), 0u);
   EXPECT_TRUE(has(s, "</svg>"));
-  size_t lines = 0, points = 0;
-  for (size_t at = 0; (at = s.find("<polyline", at)) != std::string::npos; ++at) ++lines;
-  for (size_t at = 0; (at = s.find("<circle", at)) != std::string::npos; ++at) ++points;
+  const size_t lines = countOf(s, "<polyline"), points = countOf(s, "<circle");
   EXPECT_EQ(lines, 2u);
   EXPECT_EQ(points, 6u);
   EXPECT_TRUE(has(s, ">ring float sum<")) << s;
@@ -394,14 +398,10 @@ TEST(LoomPlot, DrawsTablesAndRefusesForeignText) {
   Result r = run(plot + " -o " + d + "/p.svg --title T --mode ip a=" + d + "/a.txt b=" + d + "/b.txt");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "b.txt: no ip rows")) << r.out;  // alltoall has no in-place column
-  std::stringstream svg;
-  svg << std::ifstream(d + "/p.svg").rdbuf();
-  const std::string s = svg.str();
+  const std::string s = readFile(d + "/p.svg");
   EXPECT_TRUE(has(s, ">a<"));
   EXPECT_TRUE(has(s, ">T<"));
-  size_t lines = 0, points = 0;
-  for (size_t at = 0; (at = s.find("<polyline", at)) != std::string::npos; ++at) ++lines;
-  for (size_t at = 0; (at = s.find("<circle", at)) != std::string::npos; ++at) ++points;
+  const size_t lines = countOf(s, "<polyline"), points = countOf(s, "<circle");
   EXPECT_EQ(lines, 2u);
   EXPECT_EQ(points, 6u) << "a point per size of a.txt, none of b.txt";
   std::ofstream(d + "/junk.txt") << "hello world\n";
