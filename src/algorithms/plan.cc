@@ -111,6 +111,7 @@ void Plan::beginCall(const CallInfo& info) { calls.push_back(info); }
 void Plan::Free::operator()(char* p) const { std::free(p); }
 
 char* Plan::scratch(size_t bytes) {
+  if (scratchSource != nullptr) return scratchSource->get(bytes);
   // malloc, not new char[](): scratch is written before it is read, and zeroing a large
   // buffer would cost as much as the collective's own pass over it.
   char* p = static_cast<char*>(std::malloc(bytes == 0 ? 1 : bytes));

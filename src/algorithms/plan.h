@@ -116,6 +116,15 @@ inline Step copyStep(const void* src, void* dst, size_t bytes, bool finalize) {
   return s;
 }
 
+// Where a plan's scratch memory comes from when it is not host memory (a device
+// communicator's plans need device memory). What get() returns stays valid until the
+// source is reset by its owner; it throws std::bad_alloc when it has none.
+class ScratchSource {
+ public:
+  virtual ~ScratchSource() = default;
+  virtual char* get(size_t bytes) = 0;
+};
+
 // One call, or several calls on one communicator launched together (a group): their steps
 // are concatenated in call order, each call's steps with that call's header info.
 struct Plan {
@@ -136,8 +145,12 @@ struct Plan {
   const CallInfo& callOfStep(size_t step) const { return calls[callOf[step]]; }
 
   // Scratch memory the steps point into (partial results a rank must not keep in the
-  // user's buffers); lives as long as the plan.
+  // user's buffers); host memory that lives as long as the plan, or from scratchSource.
   char* scratch(size_t bytes);
+  ScratchSource* scratchSource = nullptr;
+  // The buffers are device memory (a device communicator's direct path): no one-shot board
+  // steps, whose board is host memory, and the device slice size.
+  bool deviceMemory = false;
 
  private:
   struct Free {

@@ -7,7 +7,9 @@
 
 #include "algorithms/plan.h"
 #include "core/bootstrap_root.h"
+#include "core/collective.h"
 #include "core/communicator.h"
+#include "core/device_queue.h"
 #include "core/env.h"
 #include "core/group.h"
 #include "core/host_stream.h"
@@ -70,6 +72,13 @@ Status lookupStream(loomStream_t handle, HostStream** out) {
   }
   *out = static_cast<HostStream*>(handle);
   return Status::ok();
+}
+
+// A device communicator's stream is the caller's cudaStream_t (NULL too), passed through as
+// it is; a host communicator's must be NULL or a live host stream.
+Status resolveStream(const Communicator& comm, loomStream_t handle, HostStream** out) {
+  *out = nullptr;
+  return comm.device() >= 0 ? Status::ok() : lookupStream(handle, out);
 }
 
 // A C caller may pass any int where an enum is expected, and loading an enum object that
@@ -436,10 +445,11 @@ loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t
       return loom::error(loomInvalidArgument, "peer %d is out of range [0, %d)", peer, comm.nranks());
     }
     HostStream* stream = nullptr;
-    LOOM_TRY(lookupStream(streamHandle, &stream));
+    LOOM_TRY(resolveStream(comm, streamHandle, &stream));
+    if (comm.device() >= 0) LOOM_TRY(comm.deviceQueue().checkBuffer(send ? "sendbuff" : "recvbuff", buffer, bytes));
     LOOM_TRY(comm.usable());
     comm.callLog().recordPointToPoint(call, peer, bytes);
-    return loom::group::submit(loom::P2POp{direction, &comm, peer, buffer, bytes}, stream);
+    return loom::group::submit(loom::P2POp{direction, &comm, peer, buffer, bytes}, stream, streamHandle);
   });
 }
 }  // namespace
@@ -462,11 +472,12 @@ LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) 
       return loom::error(loomInvalidUsage, "loomBarrier cannot be called inside a loomGroupStart/End group");
     }
     HostStream* stream = nullptr;
-    LOOM_TRY(lookupStream(streamHandle, &stream));
+    LOOM_TRY(resolveStream(comm, streamHandle, &stream));
     LOOM_TRY(comm.usable());
     loom::CallInfo barrier;
     barrier.kind = loom::CallInfo::Kind::kBarrier;
     comm.callLog().recordCollective(barrier, 0);
+    if (comm.device() >= 0) return comm.deviceQueue().enqueueBarrier(streamHandle);
     Communicator* c = &comm;
     return enqueueOrRun(c, stream, [c] { return loom::runBarrier(*c); });
   });
@@ -503,8 +514,6 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
       return loom::error(loomInvalidArgument, "root %d is out of range [0, %d)", root, n);
     }
     // Elements in each buffer on this rank, and where in place puts sendbuff.
-    size_t sendElems = count, recvElems = count;
-    const char* inPlaceAt = static_cast<const char*>(recvbuff);
     size_t elem = loom::typeSize(static_cast<loomDataType_t>(type));
     bool wide = kind == CallInfo::Kind::kAllGather || kind == CallInfo::Kind::kReduceScatter ||
                 kind == CallInfo::Kind::kAllToAll;
@@ -512,26 +521,13 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
       return loom::error(loomInvalidArgument, "count %zu x %d ranks of %zu-byte elements overflows size_t", count, n,
                          elem);
     }
-    switch (kind) {
-      case CallInfo::Kind::kBroadcast:
-        if (rank != root) sendElems = 0;
-        break;
-      case CallInfo::Kind::kReduce:
-        if (rank != root) recvElems = 0;
-        break;
-      case CallInfo::Kind::kAllGather:
-        recvElems = count * static_cast<size_t>(n);
-        if (recvbuff != nullptr) inPlaceAt = static_cast<const char*>(recvbuff) + static_cast<size_t>(rank) * count * elem;
-        break;
-      case CallInfo::Kind::kReduceScatter:
-        sendElems = count * static_cast<size_t>(n);
-        break;
-      case CallInfo::Kind::kAllToAll:
-        sendElems = recvElems = count * static_cast<size_t>(n);
-        inPlaceAt = nullptr;
-        break;
-      default:
-        break;
+    size_t sendElems = 0, recvElems = 0;
+    loom::bufferElems(kind, count, rank, root, n, &sendElems, &recvElems);
+    const char* inPlaceAt = static_cast<const char*>(recvbuff);
+    if (kind == CallInfo::Kind::kAllGather && recvbuff != nullptr) {
+      inPlaceAt = static_cast<const char*>(recvbuff) + static_cast<size_t>(rank) * count * elem;
+    } else if (kind == CallInfo::Kind::kAllToAll) {
+      inPlaceAt = nullptr;
     }
     size_t sendBytes = 0, recvBytes = 0;
     LOOM_TRY(checkBuffer("sendbuff", sendbuff, sendElems, type, &sendBytes));
@@ -550,7 +546,11 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
                          kind == CallInfo::Kind::kAllToAll ? " (all-to-all has no in-place form)" : "");
     }
     HostStream* stream = nullptr;
-    LOOM_TRY(lookupStream(streamHandle, &stream));
+    LOOM_TRY(resolveStream(comm, streamHandle, &stream));
+    if (comm.device() >= 0) {
+      LOOM_TRY(comm.deviceQueue().checkBuffer("sendbuff", sendbuff, sendBytes));
+      LOOM_TRY(comm.deviceQueue().checkBuffer("recvbuff", recvbuff, recvBytes));
+    }
     LOOM_TRY(comm.usable());
     CallInfo info;
     info.kind = kind;
@@ -561,7 +561,7 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     info.inPlace = inPlace;
     info.seq = comm.nextCallSeq();
     comm.callLog().recordCollective(info, info.seq);
-    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream);
+    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream, streamHandle);
   });
 }
 

@@ -39,6 +39,30 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
 
 }  // namespace
 
+void bufferElems(CallInfo::Kind kind, size_t count, int rank, int root, int nranks, size_t* sendElems,
+                 size_t* recvElems) {
+  const size_t n = static_cast<size_t>(nranks);
+  *sendElems = *recvElems = count;
+  switch (kind) {
+    case CallInfo::Kind::kBroadcast:
+      if (rank != root) *sendElems = 0;
+      break;
+    case CallInfo::Kind::kReduce:
+      if (rank != root) *recvElems = 0;
+      break;
+    case CallInfo::Kind::kAllGather: *recvElems = count * n; break;
+    case CallInfo::Kind::kReduceScatter: *sendElems = count * n; break;
+    case CallInfo::Kind::kAllToAll: *sendElems = *recvElems = count * n; break;
+    default: break;
+  }
+}
+
+void bufferBytes(const CallInfo& info, int rank, int nranks, size_t* sendBytes, size_t* recvBytes) {
+  bufferElems(info.kind, info.count, rank, info.root, nranks, sendBytes, recvBytes);
+  *sendBytes *= typeSize(info.type);
+  *recvBytes *= typeSize(info.type);
+}
+
 Choice chooseFor(const CollectiveCall& call) {
   Communicator& comm = *call.comm;
   CallShape shape{call.info, callBytes(call.info, comm.nranks()), comm.nranks(), comm.board() != nullptr};
@@ -76,10 +100,10 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.recv = call.recv;
   args.rank = comm.rank();
   args.nranks = comm.nranks();
-  args.sliceBytes = config.sliceBytes;
+  args.sliceBytes = plan.deviceMemory ? config.deviceSliceBytes : config.sliceBytes;
   // Several channels only pay when each gets a few slices' worth.
   int links = comm.transport().linksPerPeer();
-  args.channels = bytes >= static_cast<size_t>(links) * 2 * config.sliceBytes ? links : 1;
+  args.channels = bytes >= static_cast<size_t>(links) * 2 * args.sliceBytes ? links : 1;
 
   if (comm.firstUseOf(call.info.kind, choice.algorithm)) {
     LOOM_INFO("comm %016llx: %s uses %s (%s), %d channel(s), slices of %zu bytes; later calls log at TRACE",
@@ -90,7 +114,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   }
   plan.beginCall(call.info);
   size_t first = plan.steps.size();
-  if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr) {
+  if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr && !plan.deviceMemory) {
     Step step{Step::Kind::kOneShot};
     step.src = call.send;
     step.dst = call.recv;

@@ -16,6 +16,15 @@ struct CollectiveCall {
   void* recv;  // info.seq numbers the communicator's collective calls, in call order
 };
 
+// Elements each buffer of a call holds on `rank` (0 where the call does not use it there):
+// per-rank blocks times nranks for the gathered side of AllGather, ReduceScatter and AllToAll,
+// nothing for a non-root's Broadcast sendbuff or Reduce recvbuff. The caller has checked that
+// count * nranks does not overflow.
+void bufferElems(CallInfo::Kind kind, size_t count, int rank, int root, int nranks, size_t* sendElems,
+                 size_t* recvElems);
+// The same in bytes, for a call already made.
+void bufferBytes(const CallInfo& info, int rank, int nranks, size_t* sendBytes, size_t* recvBytes);
+
 // Appends the call's steps to plan (plan.comm == call.comm), headers marked.
 void appendCollective(Plan& plan, const CollectiveCall& call);
 

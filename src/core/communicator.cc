@@ -4,18 +4,21 @@
 #include <cstring>
 #include <set>
 
+#include "core/device_queue.h"
 #include "core/env.h"
 #include "core/host_identity.h"
 #include "core/log.h"
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
+#include "loom_build_config.h"
 
 namespace loom {
 
 namespace {
 
-// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_CHECK, LOOM_SLICE_BYTES.
+// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_CHECK, LOOM_SLICE_BYTES, LOOM_STREAMING_MIN_BYTES,
+// LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES, LOOM_CUDA_EXPERIMENTAL.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = false;
@@ -42,6 +45,13 @@ Status readDataPathSettings(CommConfig* c) {
   long long streaming = 0;
   LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming));
   c->streamingMinBytes = static_cast<size_t>(streaming);
+  long long ipc = 1, deviceSlice = 0, experimental = 0;
+  LOOM_TRY(env::getInt("LOOM_CUDA_IPC", 0, 1, &ipc));
+  c->cudaIpc = ipc != 0;
+  LOOM_TRY(env::getInt("LOOM_CUDA_EXPERIMENTAL", 0, 1, &experimental));
+  c->cudaExperimental = experimental != 0;
+  LOOM_TRY(env::getInt("LOOM_CUDA_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));
+  c->deviceSliceBytes = static_cast<size_t>(deviceSlice);
   return Status::ok();
 }
 
@@ -81,10 +91,18 @@ Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommCo
     }
     if (user->commName != nullptr) c.name = user->commName;
   }
-  if (c.device >= 0) {
+  // Refused here, before anything reaches the root, so that the id still forms a communicator.
+  if (c.device >= 0 && !LOOM_HAVE_CUDA) {
     return error(loomInvalidUsage,
-                 "config.device=%d asks for a device communicator, which this version of Loom does "
-                 "not provide yet (the CUDA data path is not built); use device=-1 for host memory",
+                 "config.device=%d asks for a device communicator, but this Loom was built without CUDA "
+                 "(meson feature 'cuda'); use device=-1 for host memory",
+                 c.device);
+  }
+  if (c.device >= 0 && !c.cudaExperimental) {
+    return error(loomInvalidUsage,
+                 "config.device=%d: device communicators are not ready yet: on a GPU, collectives between ranks "
+                 "that share it stall until the timeout (issue 8, docs/RESULTS.md); set LOOM_CUDA_EXPERIMENTAL=1 "
+                 "to use them anyway, or device=-1 for host memory",
                  c.device);
   }
   *out = c;
@@ -180,6 +198,7 @@ Status Communicator::finishInit() {
   LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), socket (%d connection(s) each) to ranks [%s]%s",
             static_cast<unsigned long long>(commId()), shmList.c_str(), socketLinks, socketList.c_str(),
             board_ ? "; one-shot board for small allreduces" : "");
+  if (config_.device >= 0) LOOM_TRY(DeviceQueue::create(this, &deviceQueue_));
   return Status::ok();
 }
 

@@ -33,11 +33,16 @@ struct CommConfig {
   size_t sliceBytes = 0;        // LOOM_SLICE_BYTES
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
   bool check = false;           // LOOM_CHECK
+  bool cudaIpc = true;          // LOOM_CUDA_IPC
+  bool cudaExperimental = false;  // LOOM_CUDA_EXPERIMENTAL
+  size_t deviceSliceBytes = 0;  // LOOM_CUDA_SLICE_BYTES
 };
 
 // Validates a user config (NULL allowed: all defaults) and fills unset fields from the
 // environment; `inherit`, when given, supplies the defaults instead (loomCommSplit).
 Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out);
+
+class DeviceQueue;
 
 class Communicator {
  public:
@@ -92,6 +97,8 @@ class Communicator {
   uint64_t nextCallSeq() { return ++callSeq_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
+  // Where calls on device buffers go (device() >= 0 only).
+  DeviceQueue& deviceQueue() { return *deviceQueue_; }
 
  private:
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
@@ -123,6 +130,8 @@ class Communicator {
   std::map<const transport::Link*, std::vector<char>> staging_;
   std::atomic<uint64_t> usedChoices_{0};
   std::atomic<uint64_t> callSeq_{0};
+  // Last: its proxy thread uses everything above, so it stops first.
+  std::unique_ptr<DeviceQueue> deviceQueue_;
 };
 
 // Holds a communicator in use for its lifetime, so that loomCommAbort from another thread

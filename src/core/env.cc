@@ -83,6 +83,19 @@ const std::vector<Variable>& variables() {
       {"LOOM_SHM_CMA_MIN_BYTES", "1048576", kData,
        "Smallest send that LOOM_SHM_CMA offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md)."},
+      {"LOOM_CUDA_EXPERIMENTAL", "0", kData,
+       "1: allow device communicators (config.device >= 0), whose collectives still stall on a GPU "
+       "shared by several ranks (issue 8). 0 (default): creating one is loomInvalidUsage saying so. "
+       "Read at communicator creation."},
+      {"LOOM_CUDA_IPC", "1", kData,
+       "Device communicators whose ranks share a host: 1 (default) moves data between GPU buffers "
+       "directly (CUDA IPC; kernels read peers' memory over NVLink, PCIe or the same GPU); 0 stages "
+       "every call through pinned host memory and the host transports. Ranks on several hosts "
+       "always stage. Read at communicator creation."},
+      {"LOOM_CUDA_SLICE_BYTES", "8388608", kData,
+       "Pipeline slice of device communicators on the direct path: a step moves or reduces at most "
+       "this many bytes (each step costs a kernel launch and a message to the peer, so slices are "
+       "larger than on the host)."},
       {"LOOM_RANK", "", kLaunch, "Rank of this process (loomrun sets it)."},
       {"LOOM_WORLD_SIZE", "", kLaunch, "Number of ranks (loomrun sets it)."},
       {"LOOM_LOCAL_RANK", "", kLaunch, "Rank among the ranks of this host (informational)."},

@@ -6,6 +6,7 @@
 
 #include "core/call_check.h"
 #include "core/communicator.h"
+#include "core/device_queue.h"
 #include "core/executor.h"
 #include "core/host_stream.h"
 
@@ -15,6 +16,7 @@ namespace {
 struct Recorded {
   Call call;
   HostStream* stream;
+  void* cudaStream;  // device communicators only
 };
 
 // The calling thread's open group, as in NCCL (groups are per thread).
@@ -28,8 +30,9 @@ Communicator* commOf(const Call& call) {
   return std::visit([](const auto& c) { return c.comm; }, call);
 }
 
-// One plan per communicator, steps in call order; sends and receives to self become copies.
-Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out) {
+}  // namespace
+
+Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, ScratchSource* scratch) {
   std::vector<Plan> plans;
   std::map<Communicator*, size_t> planOf;
   std::map<Communicator*, std::vector<P2POp>> selfOps;
@@ -39,6 +42,8 @@ Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out) {
     if (added) {
       plans.emplace_back();
       plans.back().comm = comm;
+      plans.back().scratchSource = scratch;
+      plans.back().deviceMemory = scratch != nullptr;
     }
     Plan& plan = plans[it->second];
     if (const P2POp* op = std::get_if<P2POp>(&call)) {
@@ -56,6 +61,8 @@ Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out) {
   return Status::ok();
 }
 
+namespace {
+
 // Runs plans with their communicators held in use (see CommUse) from now until they finish.
 Status runHeld(std::vector<Plan>& plans) {
   Status s = checkCalls(plans);  // LOOM_CHECK: the ranks agree on the calls before data moves
@@ -64,11 +71,32 @@ Status runHeld(std::vector<Plan>& plans) {
   return s;
 }
 
+// Device communicators' calls: one job per communicator, on its one stream.
+Status launchOnDevices(const std::vector<Recorded>& recorded) {
+  std::map<Communicator*, std::pair<void*, std::vector<Call>>> jobs;
+  for (const Recorded& r : recorded) {
+    Communicator* comm = commOf(r.call);
+    auto [it, added] = jobs.emplace(comm, std::make_pair(r.cudaStream, std::vector<Call>{}));
+    if (!added && it->second.first != r.cudaStream) {
+      return error(loomInvalidUsage,
+                   "a group's calls on one device communicator (rank %d) use two CUDA streams (%p and %p); "
+                   "use one stream per communicator in a group",
+                   comm->rank(), it->second.first, r.cudaStream);
+    }
+    it->second.second.push_back(r.call);
+  }
+  for (auto& [comm, job] : jobs) LOOM_TRY(comm->deviceQueue().enqueue(std::move(job.second), job.first));
+  return Status::ok();
+}
+
 Status launch(std::vector<Recorded> recorded) {
   std::vector<Call> now;
   std::map<HostStream*, std::vector<Call>> queued;
+  std::vector<Recorded> onDevices;
   for (Recorded& r : recorded) {
-    if (r.stream == nullptr) {
+    if (commOf(r.call)->device() >= 0) {
+      onDevices.push_back(r);
+    } else if (r.stream == nullptr) {
       now.push_back(r.call);
     } else {
       queued[r.stream].push_back(r.call);
@@ -79,6 +107,7 @@ Status launch(std::vector<Recorded> recorded) {
   for (auto& [stream, calls] : queued) LOOM_TRY(buildPlans(calls, &queuedPlans[stream]));
   std::vector<Plan> nowPlans;
   LOOM_TRY(buildPlans(now, &nowPlans));
+  LOOM_TRY(launchOnDevices(onDevices));
   for (auto& [stream, plans] : queuedPlans) {
     for (Plan& p : plans) p.comm->acquire();
     auto shared = std::make_shared<std::vector<Plan>>(std::move(plans));
@@ -90,6 +119,13 @@ Status launch(std::vector<Recorded> recorded) {
 }
 
 }  // namespace
+
+Status runNow(const std::vector<Call>& calls) {
+  std::vector<Plan> plans;
+  LOOM_TRY(buildPlans(calls, &plans));
+  for (Plan& p : plans) p.comm->acquire();
+  return runHeld(plans);
+}
 
 void start() { ++tGroup.depth; }
 
@@ -110,16 +146,17 @@ Status end(std::vector<Communicator*>* comms) {
   return launch(std::move(calls));
 }
 
-Status submit(const Call& call, HostStream* stream) {
+Status submit(const Call& call, HostStream* stream, void* cudaStream) {
   if (tGroup.depth > 0) {
-    tGroup.calls.push_back({call, stream});
+    tGroup.calls.push_back({call, stream, cudaStream});
     return Status::ok();
   }
   // The caller (the API frame) holds the communicator in use for the length of this call.
-  if (const CollectiveCall* c = std::get_if<CollectiveCall>(&call); c != nullptr && stream == nullptr && runsAlone(*c)) {
+  if (const CollectiveCall* c = std::get_if<CollectiveCall>(&call);
+      c != nullptr && stream == nullptr && c->comm->device() < 0 && runsAlone(*c)) {
     return runAlone(*c);
   }
-  return launch({{call, stream}});
+  return launch({{call, stream, cudaStream}});
 }
 
 }  // namespace loom::group

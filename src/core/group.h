@@ -26,8 +26,18 @@ void start();
 Status end(std::vector<Communicator*>* comms);
 bool active();
 
-// Records the call in the open group, or runs it now as a group of one.
-Status submit(const Call& call, HostStream* stream);
+// Records the call in the open group, or runs it now as a group of one. A call on a device
+// communicator names a CUDA stream (cudaStream; `stream` is then unused) and is enqueued on
+// it (see core/device_queue.h); the calls of one communicator in a group must share it.
+Status submit(const Call& call, HostStream* stream, void* cudaStream = nullptr);
+
+// One plan per communicator for `calls`, in call order (sends and receives to self become
+// copies). With `scratch` (the device queue's direct path) the plans are over device memory
+// and take their scratch from it (Plan::deviceMemory).
+Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, ScratchSource* scratch = nullptr);
+// Runs calls on host buffers now, on this thread, LOOM_CHECK's exchange first, their
+// communicators held in use meanwhile.
+Status runNow(const std::vector<Call>& calls);
 
 }  // namespace group
 }  // namespace loom

@@ -454,20 +454,38 @@ CollectiveRun::CollectiveRun(const CollectiveCase& c, int rank, int nranks, void
 }
 
 loomResult_t CollectiveRun::launch(loomComm_t comm, loomStream_t stream) {
+  return launchWith(comm, stream, sendPtr_, recvPtr_);
+}
+
+loomResult_t CollectiveRun::launchMirrored(loomComm_t comm, loomStream_t stream, void* deviceSend, void* deviceRecv) {
+  auto mirror = [&](const void* p) -> void* {
+    auto* c = static_cast<const unsigned char*>(p);
+    if (!send_.empty() && c >= send_.data() && c < send_.data() + send_.size()) {
+      return static_cast<unsigned char*>(deviceSend) + (c - send_.data());
+    }
+    if (!recv_.empty() && c >= recv_.data() && c < recv_.data() + recv_.size()) {
+      return static_cast<unsigned char*>(deviceRecv) + (c - recv_.data());
+    }
+    return const_cast<void*>(p);  // null, or the untouchable page
+  };
+  return launchWith(comm, stream, mirror(sendPtr_), mirror(recvPtr_));
+}
+
+loomResult_t CollectiveRun::launchWith(loomComm_t comm, loomStream_t stream, const void* send, void* recv) const {
   const CollectiveCase& k = case_;
   switch (k.collective) {
     case Collective::kAllReduce:
-      return loomAllReduce(sendPtr_, recvPtr_, k.count, k.type, k.op, comm, stream);
+      return loomAllReduce(send, recv, k.count, k.type, k.op, comm, stream);
     case Collective::kBroadcast:
-      return loomBroadcast(sendPtr_, recvPtr_, k.count, k.type, k.root, comm, stream);
+      return loomBroadcast(send, recv, k.count, k.type, k.root, comm, stream);
     case Collective::kReduce:
-      return loomReduce(sendPtr_, recvPtr_, k.count, k.type, k.op, k.root, comm, stream);
+      return loomReduce(send, recv, k.count, k.type, k.op, k.root, comm, stream);
     case Collective::kAllGather:
-      return loomAllGather(sendPtr_, recvPtr_, k.count, k.type, comm, stream);
+      return loomAllGather(send, recv, k.count, k.type, comm, stream);
     case Collective::kReduceScatter:
-      return loomReduceScatter(sendPtr_, recvPtr_, k.count, k.type, k.op, comm, stream);
+      return loomReduceScatter(send, recv, k.count, k.type, k.op, comm, stream);
     case Collective::kAllToAll:
-      return loomAllToAll(sendPtr_, recvPtr_, k.count, k.type, comm, stream);
+      return loomAllToAll(send, recv, k.count, k.type, comm, stream);
   }
   return loomInternalError;
 }

@@ -81,7 +81,17 @@ class CollectiveRun {
   std::string check() const;
   const CollectiveCase& collectiveCase() const { return case_; }
 
+  // For device memory: the case's host buffers (guards and sentinels included; the send
+  // buffer is empty when in place), which a test copies to device buffers of the same size
+  // and back again before check(); launchMirrored makes the call with the pointers at the
+  // same offsets in those device copies.
+  std::vector<unsigned char>& sendBuffer() { return send_; }
+  std::vector<unsigned char>& recvBuffer() { return recv_; }
+  loomResult_t launchMirrored(loomComm_t comm, loomStream_t stream, void* deviceSend, void* deviceRecv);
+
  private:
+  loomResult_t launchWith(loomComm_t comm, loomStream_t stream, const void* send, void* recv) const;
+
   CollectiveCase case_;
   int rank_;
   int nranks_;

@@ -79,6 +79,7 @@ loomConfig_t configFor(const RankOptions& options) {
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   config.timeoutMs = options.timeoutMs;
   config.initTimeoutMs = options.initTimeoutMs;
+  config.device = options.device;
   return config;
 }
 
@@ -125,7 +126,8 @@ void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>&
     ::setenv("LOOM_TIMEOUT_MS", std::to_string(options.timeoutMs).c_str(), 1);
     ::setenv("LOOM_INIT_TIMEOUT_MS", std::to_string(options.initTimeoutMs).c_str(), 1);
     std::vector<loomComm_t> comms(static_cast<size_t>(nranks), nullptr);
-    LOOM_ASSERT_OK(loomCommInitAll(comms.data(), nranks, nullptr), nullptr);
+    std::vector<int> devices(static_cast<size_t>(nranks), options.device);
+    LOOM_ASSERT_OK(loomCommInitAll(comms.data(), nranks, options.device >= 0 ? devices.data() : nullptr), nullptr);
     std::vector<std::thread> threads;
     for (int r = 0; r < nranks; ++r) {
       threads.emplace_back([&, r] { body(comms[static_cast<size_t>(r)], r); });

@@ -18,6 +18,7 @@ struct RankOptions {
   int timeoutMs = 20000;      // communicator config.timeoutMs
   int initTimeoutMs = 20000;  // config.initTimeoutMs
   int deadlineMs = 60000;     // the harness kills ranks that run longer
+  int device = -1;            // config.device of every rank (-1: host memory)
 };
 
 // body(comm, rank) runs on every rank concurrently; gtest failures inside it fail the

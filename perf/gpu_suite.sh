@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# The GPU path in one command: builds Loom with CUDA, runs the GPU tests (kernels, then
+# device collectives as threads and as processes), then the GPU benchmark (reduce-kernel
+# bandwidth against a device-to-device copy), and leaves every output under OUT.
+#
+#   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR]
+#
+#   --builddir DIR   build here (default build-gpu, release with tests)
+#   --bundle DIR     only build, then copy the stripped programs and libcudart into DIR, for a
+#                    GPU machine that cannot build (no packages); run them there with --prebuilt
+#   --prebuilt DIR   skip the build: take the programs from a --bundle DIR
+#   --out DIR        where logs and tables go (default gpu-results)
+#
+# Without a GPU every test prints `skipped: no CUDA device` and the benchmarks say so.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+builddir=build-gpu out=gpu-results prebuilt="" bundle=""
+while (($#)); do
+  case "$1" in
+    --builddir) builddir=$2; shift ;;
+    --out) out=$2; shift ;;
+    --prebuilt) prebuilt=$2; shift ;;
+    --bundle) bundle=$2; shift ;;
+    *) echo "gpu_suite.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
+          tests/gpu/kernels_test perf/loom-kernel-bw)
+
+if [[ -z $prebuilt ]]; then
+  if [[ ! -d $builddir ]]; then
+    meson setup "$builddir" -Dbuildtype=release -Dtests=true -Dcuda=enabled || exit 1
+  fi
+  ninja -C "$builddir" || exit 1
+  bin=$builddir
+  if [[ -n $bundle ]]; then
+    mkdir -p "$bundle"
+    for p in "${programs[@]}"; do
+      mkdir -p "$bundle/$(dirname "$p")"
+      strip -o "$bundle/$p" "$builddir/$p" || exit 1
+    done
+    cp -L /usr/local/cuda/lib64/libcudart.so.13 "$bundle/" || exit 1
+    echo "gpu_suite.sh: bundle in $bundle ($(du -sh "$bundle" | cut -f1))"
+    exit 0
+  fi
+else
+  bin=$prebuilt
+  export LD_LIBRARY_PATH="$prebuilt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+
+mkdir -p "$out"
+rc=0
+run() {  # run NAME COMMAND...: output to OUT/NAME.log and to the terminal
+  local name=$1; shift
+  echo "=== $name: $*"
+  "$@" 2>&1 | tee "$out/$name.log"
+  local status=${PIPESTATUS[0]}
+  ((status == 0)) || { echo "=== $name failed (exit $status)"; rc=1; }
+}
+
+nvidia-smi -L 2>&1 | tee "$out/device.txt"
+
+run tests-kernels "$bin/tests/gpu/kernels_test"
+run tests-threads "$bin/tests/gpu/device_collectives_test"
+run tests-processes "$bin/tests/gpu/device_collectives_processes_test"
+
+run kernel-bw "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
+
+echo "gpu_suite.sh: outputs in $out; $( ((rc == 0)) && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
+exit $rc

@@ -1,0 +1,68 @@
+// What the CUDA data path needs from the CUDA runtime, with Loom's error handling: one macro
+// that turns a failed runtime call into a Status naming the call, and owners (RAII) for the
+// resources it holds. Only the runtime is linked (libcudart), never libcuda: a build with
+// CUDA must still load and run its host path on machines without a driver. The one driver
+// function used (allocation ranges) is looked up at run time.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "core/status.h"
+
+namespace loom::cuda {
+
+// loomUnhandledCudaError naming the call, where it was made and CUDA's own words.
+Status cudaFailure(cudaError_t err, const char* call, const char* file, int line);
+
+}  // namespace loom::cuda
+
+#define LOOM_CUDA_TRY(call)                                                              \
+  do {                                                                                   \
+    cudaError_t loom_cuda_err_ = (call);                                                 \
+    if (loom_cuda_err_ != cudaSuccess)                                                   \
+      return ::loom::cuda::cudaFailure(loom_cuda_err_, #call, __FILE__, __LINE__);       \
+  } while (0)
+
+namespace loom::cuda {
+
+// Whether a usable CUDA device is present (false without a driver, too).
+bool haveDevice();
+
+// The base and size of the allocation that holds ptr (for IPC handles, which name whole
+// allocations): a driver function, looked up once.
+Status allocationRange(const void* ptr, void** base, size_t* size);
+
+// Owners. Each frees its resource in its destructor; errors there are ignored (a dead
+// context has already freed everything).
+struct StreamDeleter {
+  void operator()(CUstream_st* s) const;
+};
+using StreamPtr = std::unique_ptr<CUstream_st, StreamDeleter>;
+// A stream that never waits for the legacy NULL stream (the user's NULL stream may be held
+// on a flag this stream's work will release).
+Status makeStream(StreamPtr* out);
+
+struct EventDeleter {
+  void operator()(CUevent_st* e) const;
+};
+using EventPtr = std::unique_ptr<CUevent_st, EventDeleter>;
+Status makeEvent(EventPtr* out);  // without timing, the cheapest to record and poll
+
+struct DeviceDeleter {
+  void operator()(void* p) const;
+};
+using DevicePtr = std::unique_ptr<void, DeviceDeleter>;
+Status allocDevice(size_t bytes, DevicePtr* out);
+
+struct PinnedDeleter {
+  void operator()(void* p) const;
+};
+using PinnedPtr = std::unique_ptr<void, PinnedDeleter>;
+// Page-locked host memory mapped into every device's address space.
+Status allocPinned(size_t bytes, PinnedPtr* out);
+
+}  // namespace loom::cuda

@@ -1,0 +1,422 @@
+// The device kernels behind device_reduce.h: one grid-stride kernel template, elementwise(),
+// instantiated per job (reduce with an op, scale, copy) and element type from small tables,
+// never written out per type.
+//
+// Layout of one call's elements, decided on the host (planLayout):
+//
+//     byte address:  ...|  16-byte boundary  |                 |                 |...
+//     elements:      [ head ][ vector 0       ][ vector 1       ] ... [ tail ]
+//                      scalar   uint4 loads/stores, every pointer aligned   scalar
+//
+// The body exists only when every pointer has the same address mod 16 and that offset is a
+// whole number of elements, so that one head length aligns them all (cudaMalloc gives 256-byte
+// alignment, and Loom's slices keep it). Otherwise the whole call is the "head": one element
+// per thread, through byte-wise loads and stores when a pointer is not even aligned to its
+// element size (any byte address is valid, as for the host kernels).
+//
+// A copy uses the same kernel on bytes, with the widest word (16, 8, 4 or 2 bytes) that both
+// pointers can be aligned to together.
+//
+// Grid: one thread per vector (or leftover element), 512 threads per block, at most
+// kBlocksPerSm blocks per multiprocessor: 2048 resident threads per SM on sm_80 and sm_90,
+// so a large message fills the GPU once and the grid-stride loop walks the rest, and a small
+// one launches only the blocks it needs.
+#include "kernels/cuda/device_reduce.h"
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <initializer_list>
+#include <type_traits>
+
+#ifndef LOOM_CUDA_ARCHITECTURES
+#error "the build defines LOOM_CUDA_ARCHITECTURES, the -gencode targets (src/kernels/meson.build)"
+#endif
+
+namespace loom::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kBlocksPerSm = 4;
+constexpr int kMaxDevices = 64;
+constexpr int kFallbackSms = 132;  // used only if the attribute query fails
+
+// ---- Element types: storage and compute -------------------------------------------------
+
+// float16 and bfloat16 are stored as bit patterns and computed in float32.
+struct Half {
+  uint16_t bits;
+};
+struct BFloat16 {
+  uint16_t bits;
+};
+
+template <class T>
+constexpr bool kWidened = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+template <class T>
+using ComputeT = std::conditional_t<kWidened<T>, float, T>;
+
+// Exact for every value (NaNs stay NaN; narrow() makes them canonical).
+template <class T>
+__device__ __forceinline__ ComputeT<T> widen(T v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return __half2float(__ushort_as_half(v.bits));
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    return __uint_as_float(static_cast<uint32_t>(v.bits) << 16);
+  } else {
+    return v;
+  }
+}
+
+// Rounds to the storage type once (nearest-even, overflow to ±inf, float16 denormals kept)
+// and writes any NaN as the canonical quiet NaN. bfloat16 uses the host's own formula
+// (kernels/float16.h); cvt.rn.f16.f32 is the IEEE rounding F16C does.
+template <class T>
+__device__ __forceinline__ T narrow(ComputeT<T> v) {
+  if constexpr (std::is_same_v<T, Half>) {
+    return Half{v != v ? uint16_t{0x7E00} : __half_as_ushort(__float2half_rn(v))};
+  } else if constexpr (std::is_same_v<T, BFloat16>) {
+    const uint32_t x = __float_as_uint(v);
+    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return BFloat16{0x7FC0};
+    return BFloat16{static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16)};
+  } else if constexpr (std::is_same_v<T, float>) {
+    return v != v ? __uint_as_float(0x7FC00000u) : v;
+  } else if constexpr (std::is_same_v<T, double>) {
+    return v != v ? __longlong_as_double(0x7FF8000000000000ll) : v;
+  } else {
+    return v;
+  }
+}
+
+// ---- Operations, on the compute type ------------------------------------------------------
+// Float arithmetic goes through the _rn intrinsics: rounded IEEE operations that the compiler
+// may not fuse into an FMA, whatever -fmad says (the build also passes -fmad=false).
+
+__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
+__device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
+__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
+__device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
+__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
+__device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
+
+// Integer sum and prod wrap: computed in an unsigned type at least as wide as int, so that
+// no promotion to signed int can overflow.
+template <class C>
+using WrapT = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
+
+// Float max/min: NaN if either input is; otherwise decided on values, with -0 < +0, so the
+// result has the same bits whichever input comes first.
+template <bool kMax, class C>
+__device__ __forceinline__ C floatExtreme(C a, C b) {
+  if (a != a || b != b) return a + b;  // a NaN; narrow() makes it canonical
+  if (a == b) {
+    // Equal values differ in bits only for the zeros: max takes +0, min -0.
+    const bool aNegative = signbit(a);
+    return kMax == aNegative ? b : a;
+  }
+  return (a > b) == kMax ? a : b;
+}
+
+struct Sum {
+  template <class C>
+  __device__ static C apply(C a, C b) {
+    if constexpr (std::is_integral_v<C>) {
+      return static_cast<C>(static_cast<WrapT<C>>(a) + static_cast<WrapT<C>>(b));
+    } else {
+      return add(a, b);
+    }
+  }
+};
+struct Prod {
+  template <class C>
+  __device__ static C apply(C a, C b) {
+    if constexpr (std::is_integral_v<C>) {
+      return static_cast<C>(static_cast<WrapT<C>>(a) * static_cast<WrapT<C>>(b));
+    } else {
+      return mul(a, b);
+    }
+  }
+};
+struct Max {
+  template <class C>
+  __device__ static C apply(C a, C b) {
+    if constexpr (std::is_integral_v<C>) {
+      return a > b ? a : b;
+    } else {
+      return floatExtreme<true>(a, b);
+    }
+  }
+};
+struct Min {
+  template <class C>
+  __device__ static C apply(C a, C b) {
+    if constexpr (std::is_integral_v<C>) {
+      return a < b ? a : b;
+    } else {
+      return floatExtreme<false>(a, b);
+    }
+  }
+};
+
+// x / divisor as host scale(): integers divide in 64 bits and truncate toward zero, floats
+// divide in their own precision (float16/bfloat16 in float32) and round once.
+template <class C>
+__device__ __forceinline__ C divide(C x, int divisor) {
+  if constexpr (std::is_integral_v<C>) {
+    using Wide = std::conditional_t<std::is_signed_v<C>, long long, unsigned long long>;
+    return static_cast<C>(static_cast<Wide>(x) / static_cast<Wide>(divisor));
+  } else {
+    return div(x, static_cast<C>(divisor));
+  }
+}
+
+// ---- Jobs: what one output element is --------------------------------------------------------
+
+// a op b, rounded to the type; with divisor > 0 then divided and rounded again, exactly as host
+// reduce() followed by scale() (float16/bfloat16: the sum is rounded before the division).
+template <class T, class Op>
+struct ReduceJob {
+  static constexpr int kInputs = 2;
+  int divisor;
+  __device__ T operator()(T a, T b) const {
+    T r = narrow<T>(Op::apply(widen(a), widen(b)));
+    if (divisor > 0) r = narrow<T>(divide(widen(r), divisor));
+    return r;
+  }
+};
+
+template <class T>
+struct ScaleJob {
+  static constexpr int kInputs = 1;
+  int divisor;
+  __device__ T operator()(T x, T) const { return narrow<T>(divide(widen(x), divisor)); }
+};
+
+struct CopyJob {
+  static constexpr int kInputs = 1;
+  __device__ unsigned char operator()(unsigned char x, unsigned char) const { return x; }
+};
+
+// ---- The kernel -----------------------------------------------------------------------------
+
+struct Buffers {
+  unsigned char* dst;
+  unsigned char* dst2;  // null: no second output
+  const unsigned char* src[2];
+};
+
+// Elements [0, head) and [head + vectors * per-vector, count) one by one, the vectors between.
+struct Layout {
+  size_t count = 0;
+  size_t head = 0;
+  size_t vectors = 0;
+  bool bytewise = false;  // a pointer is not aligned to the element size
+};
+
+// The value at p as T; byte-wise when p may be misaligned for T.
+template <class T, bool kBytewise>
+__device__ __forceinline__ T loadElement(const unsigned char* p) {
+  if constexpr (kBytewise) {
+    T v;
+    memcpy(&v, p, sizeof(T));
+    return v;
+  } else {
+    return *reinterpret_cast<const T*>(p);
+  }
+}
+
+template <class T, bool kBytewise>
+__device__ __forceinline__ void storeElement(unsigned char* p, T v) {
+  if constexpr (kBytewise) {
+    memcpy(p, &v, sizeof(T));
+  } else {
+    *reinterpret_cast<T*>(p) = v;
+  }
+}
+
+// V is the vector word (uint4 for 16 bytes), holding sizeof(V) / sizeof(T) elements.
+template <class T, class V>
+union Vector {
+  V raw;
+  T e[sizeof(V) / sizeof(T)];
+};
+
+// No __restrict__: dst may be one of the inputs (each element is read before it is written,
+// by the same thread).
+template <class T, class V, bool kBytewise, class Job>
+__global__ void __launch_bounds__(kThreads) elementwise(Buffers io, Layout layout, Job job) {
+  constexpr size_t kPerVector = sizeof(V) / sizeof(T);
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  const size_t first = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+
+  const size_t bodyOffset = layout.head * sizeof(T);
+  for (size_t v = first; v < layout.vectors; v += stride) {
+    const size_t offset = bodyOffset + v * sizeof(V);
+    Vector<T, V> x, y{}, r;  // y stays zero for one-input jobs
+    x.raw = *reinterpret_cast<const V*>(io.src[0] + offset);
+    if constexpr (Job::kInputs == 2) y.raw = *reinterpret_cast<const V*>(io.src[1] + offset);
+#pragma unroll
+    for (size_t k = 0; k < kPerVector; ++k) r.e[k] = job(x.e[k], Job::kInputs == 2 ? y.e[k] : T{});
+    *reinterpret_cast<V*>(io.dst + offset) = r.raw;
+    if (io.dst2 != nullptr) *reinterpret_cast<V*>(io.dst2 + offset) = r.raw;
+  }
+
+  // The head and the tail, numbered together: j < head is element j, the rest the tail.
+  const size_t tailStart = layout.head + layout.vectors * kPerVector;
+  const size_t leftovers = layout.head + (layout.count - tailStart);
+  for (size_t j = first; j < leftovers; j += stride) {
+    const size_t offset = (j < layout.head ? j : tailStart + (j - layout.head)) * sizeof(T);
+    const T x = loadElement<T, kBytewise>(io.src[0] + offset);
+    const T y = Job::kInputs == 2 ? loadElement<T, kBytewise>(io.src[1] + offset) : T{};
+    const T r = job(x, y);
+    storeElement<T, kBytewise>(io.dst + offset, r);
+    if (io.dst2 != nullptr) storeElement<T, kBytewise>(io.dst2 + offset, r);
+  }
+}
+
+// ---- Launch ---------------------------------------------------------------------------------
+
+// Multiprocessors of the current device, asked once per device (any thread may ask first; a
+// race only asks twice for the same number).
+int multiprocessors() {
+  static std::atomic<int> known[kMaxDevices];  // zero: not asked yet
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return kFallbackSms;
+  int sms = known[device].load(std::memory_order_relaxed);
+  if (sms == 0) {
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || sms <= 0) {
+      sms = kFallbackSms;
+    }
+    known[device].store(sms, std::memory_order_relaxed);
+  }
+  return sms;
+}
+
+unsigned blocksFor(size_t units) {
+  const size_t most = static_cast<size_t>(multiprocessors()) * kBlocksPerSm;
+  const size_t blocks = (units + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 1 ? 1 : (blocks > most ? most : blocks));
+}
+
+uintptr_t address(const void* p) { return reinterpret_cast<uintptr_t>(p); }
+
+// Where the vector body of `count` elements of T starts and how long it is: the pointers in
+// use (not null) must all be vector-aligned together (see the top of the file).
+template <class T, class V>
+Layout planLayout(const Buffers& io, size_t count) {
+  Layout layout;
+  layout.count = count;
+  layout.head = count;
+  const uintptr_t offset = address(io.dst) % sizeof(V);
+  bool together = offset % sizeof(T) == 0;
+  for (const void* p : {static_cast<const void*>(io.dst), static_cast<const void*>(io.dst2),
+                        static_cast<const void*>(io.src[0]), static_cast<const void*>(io.src[1])}) {
+    if (p == nullptr) continue;
+    together = together && address(p) % sizeof(V) == offset;
+    layout.bytewise = layout.bytewise || address(p) % alignof(T) != 0;
+  }
+  if (together) {
+    const size_t head = (sizeof(V) - offset) % sizeof(V) / sizeof(T);
+    layout.head = head < count ? head : count;
+    layout.vectors = (count - layout.head) / (sizeof(V) / sizeof(T));
+  }
+  return layout;
+}
+
+template <class T, class V, class Job>
+int launch(const Buffers& io, size_t count, const Job& job, cudaStream_t stream) {
+  const Layout layout = planLayout<T, V>(io, count);
+  const size_t units = layout.vectors + (count - layout.vectors * (sizeof(V) / sizeof(T)));
+  const unsigned blocks = blocksFor(units);
+  if (layout.bytewise) {
+    elementwise<T, V, true, Job><<<blocks, kThreads, 0, stream>>>(io, layout, job);
+  } else {
+    elementwise<T, V, false, Job><<<blocks, kThreads, 0, stream>>>(io, layout, job);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+// ---- Dispatch on the run-time type and op -----------------------------------------------------
+
+template <class T>
+struct Tag {
+  using type = T;
+};
+
+// Returns f(Tag<T>{}) with T the storage type of `type`.
+template <class F>
+int byType(loomDataType_t type, F&& f) {
+  switch (type) {
+    case loomInt8: return f(Tag<int8_t>{});
+    case loomUint8: return f(Tag<uint8_t>{});
+    case loomInt32: return f(Tag<int32_t>{});
+    case loomUint32: return f(Tag<uint32_t>{});
+    case loomInt64: return f(Tag<int64_t>{});
+    case loomUint64: return f(Tag<uint64_t>{});
+    case loomFloat16: return f(Tag<Half>{});
+    case loomFloat32: return f(Tag<float>{});
+    case loomFloat64: return f(Tag<double>{});
+    case loomBfloat16: return f(Tag<BFloat16>{});
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+// Returns f(Tag<Op>{}); loomAvg sums (the division is the divisor's business).
+template <class F>
+int byOp(loomRedOp_t op, F&& f) {
+  switch (op) {
+    case loomSum:
+    case loomAvg: return f(Tag<Sum>{});
+    case loomProd: return f(Tag<Prod>{});
+    case loomMax: return f(Tag<Max>{});
+    case loomMin: return f(Tag<Min>{});
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace
+
+int reduce(void* dst, void* dst2, const void* a, const void* b, size_t count, loomDataType_t type, loomRedOp_t op,
+           int divisor, void* stream) {
+  if (count == 0) return 0;
+  const Buffers io{static_cast<unsigned char*>(dst), static_cast<unsigned char*>(dst2),
+                   {static_cast<const unsigned char*>(a), static_cast<const unsigned char*>(b)}};
+  return byType(type, [&](auto typeTag) {
+    using T = typename decltype(typeTag)::type;
+    return byOp(op, [&](auto opTag) {
+      using Op = typename decltype(opTag)::type;
+      return launch<T, uint4>(io, count, ReduceJob<T, Op>{divisor}, static_cast<cudaStream_t>(stream));
+    });
+  });
+}
+
+int scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor, void* stream) {
+  if (count == 0) return 0;
+  const Buffers io{static_cast<unsigned char*>(dst), nullptr, {static_cast<const unsigned char*>(src), nullptr}};
+  return byType(type, [&](auto typeTag) {
+    using T = typename decltype(typeTag)::type;
+    return launch<T, uint4>(io, count, ScaleJob<T>{divisor}, static_cast<cudaStream_t>(stream));
+  });
+}
+
+int copy(void* dst, const void* src, size_t bytes, void* stream) {
+  if (bytes == 0 || dst == src) return 0;
+  const Buffers io{static_cast<unsigned char*>(dst), nullptr, {static_cast<const unsigned char*>(src), nullptr}};
+  auto s = static_cast<cudaStream_t>(stream);
+  // The widest word both pointers can be aligned to at once: their distance mod 16 decides.
+  const uintptr_t apart = (address(dst) - address(src)) % 16;
+  if (apart == 0) return launch<unsigned char, uint4>(io, bytes, CopyJob{}, s);
+  if (apart % 8 == 0) return launch<unsigned char, uint2>(io, bytes, CopyJob{}, s);
+  if (apart % 4 == 0) return launch<unsigned char, uint32_t>(io, bytes, CopyJob{}, s);
+  // uint16_t: with an odd distance no word fits, and planLayout leaves every byte to the
+  // one-by-one loop.
+  return launch<unsigned char, uint16_t>(io, bytes, CopyJob{}, s);
+}
+
+const char* architectures() { return LOOM_CUDA_ARCHITECTURES; }
+
+}  // namespace loom::cuda
