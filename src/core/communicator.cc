@@ -45,7 +45,7 @@ Status readDataPathSettings(CommConfig* c) {
   long long streaming = 0;
   LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming));
   c->streamingMinBytes = static_cast<size_t>(streaming);
-  long long ipc = 1, deviceSlice = 0, experimental = 0;
+  long long ipc = 0, deviceSlice = 0, experimental = 0;
   LOOM_TRY(env::getInt("LOOM_CUDA_IPC", 0, 1, &ipc));
   c->cudaIpc = ipc != 0;
   LOOM_TRY(env::getInt("LOOM_CUDA_EXPERIMENTAL", 0, 1, &experimental));
@@ -100,9 +100,8 @@ Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommCo
   }
   if (c.device >= 0 && !c.cudaExperimental) {
     return error(loomInvalidUsage,
-                 "config.device=%d: device communicators are not ready yet: on a GPU, collectives between ranks "
-                 "that share it stall until the timeout (issue 8, docs/RESULTS.md); set LOOM_CUDA_EXPERIMENTAL=1 "
-                 "to use them anyway, or device=-1 for host memory",
+                 "config.device=%d: device communicators are not verified on a GPU yet (issue 8, "
+                 "docs/RESULTS.md); set LOOM_CUDA_EXPERIMENTAL=1 to use them anyway, or device=-1 for host memory",
                  c.device);
   }
   *out = c;

@@ -33,7 +33,7 @@ struct CommConfig {
   size_t sliceBytes = 0;        // LOOM_SLICE_BYTES
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
   bool check = false;           // LOOM_CHECK
-  bool cudaIpc = true;          // LOOM_CUDA_IPC
+  bool cudaIpc = false;         // LOOM_CUDA_IPC
   bool cudaExperimental = false;  // LOOM_CUDA_EXPERIMENTAL
   size_t deviceSliceBytes = 0;  // LOOM_CUDA_SLICE_BYTES
 };

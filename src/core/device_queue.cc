@@ -177,7 +177,7 @@ Status CudaDeviceQueue::init() {
   LOOM_INFO("comm %016llx rank %d: device %d, %s data path", static_cast<unsigned long long>(comm_->commId()),
             comm_->rank(), comm_->device(),
             executor_ ? "cuda_ipc (GPU buffers read directly by peers on this host)"
-                      : (comm_->hosts() > 1 ? "host-staged (ranks on several hosts)" : "host-staged (LOOM_CUDA_IPC=0)"));
+                      : (comm_->hosts() > 1 ? "host-staged (ranks on several hosts)" : "host-staged (LOOM_CUDA_IPC is 0)"));
   proxy_ = std::thread([this] { serve(); });
   return Status::ok();
 }

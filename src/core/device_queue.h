@@ -11,7 +11,8 @@
 // A job runs on one of two paths, chosen when the communicator is made:
 // - cuda_ipc (every rank on this host, LOOM_CUDA_IPC=1): the device executor moves data
 //   between GPU buffers directly (core/device_executor.h);
-// - host-staged (ranks on several hosts, or LOOM_CUDA_IPC=0): device buffers are copied to
+// - host-staged (ranks on several hosts, or LOOM_CUDA_IPC=0, the default until the direct
+//   path works on a GPU): device buffers are copied to
 //   pinned host memory, the host executor runs the calls over shm and sockets, and the
 //   results are copied back.
 //

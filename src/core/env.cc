@@ -84,14 +84,14 @@ const std::vector<Variable>& variables() {
        "Smallest send that LOOM_SHM_CMA offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md)."},
       {"LOOM_CUDA_EXPERIMENTAL", "0", kData,
-       "1: allow device communicators (config.device >= 0), whose collectives still stall on a GPU "
-       "shared by several ranks (issue 8). 0 (default): creating one is loomInvalidUsage saying so. "
-       "Read at communicator creation."},
-      {"LOOM_CUDA_IPC", "1", kData,
-       "Device communicators whose ranks share a host: 1 (default) moves data between GPU buffers "
-       "directly (CUDA IPC; kernels read peers' memory over NVLink, PCIe or the same GPU); 0 stages "
-       "every call through pinned host memory and the host transports. Ranks on several hosts "
-       "always stage. Read at communicator creation."},
+       "1: allow device communicators (config.device >= 0), which are not fully verified on a GPU yet "
+       "(issue 8, docs/RESULTS.md). 0 (default): creating one is loomInvalidUsage saying so. Read at "
+       "communicator creation."},
+      {"LOOM_CUDA_IPC", "0", kData,
+       "Device communicators whose ranks share a host: 1 moves data between GPU buffers directly "
+       "(CUDA IPC; kernels read peers' memory over NVLink, PCIe or the same GPU), which still stalls "
+       "on a GPU (docs/RESULTS.md); 0 (default) stages every call through pinned host memory and the "
+       "host transports. Ranks on several hosts always stage. Read at communicator creation."},
       {"LOOM_CUDA_SLICE_BYTES", "8388608", kData,
        "Pipeline slice of device communicators on the direct path: a step moves or reduces at most "
        "this many bytes (each step costs a kernel launch and a message to the peer, so slices are "
