@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU path in one command: builds Loom with CUDA, runs the GPU tests (kernels, then
-# device collectives as threads and as processes), then the GPU benchmark (reduce-kernel
-# bandwidth against a device-to-device copy), and leaves every output under OUT.
+# device collectives as threads and as processes), then the GPU benchmarks (reduce-kernel
+# bandwidth against a device-to-device copy; loom-perf allreduce on 2 ranks of GPU 0, plain
+# and as a CUDA graph), and leaves every output under OUT.
 #
 #   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR]
 #
@@ -28,7 +29,7 @@ while (($#)); do
 done
 
 programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
-          tests/gpu/kernels_test perf/loom-kernel-bw)
+          tests/gpu/kernels_test perf/loom-kernel-bw perf/loom-perf)
 
 if [[ -z $prebuilt ]]; then
   if [[ ! -d $builddir ]]; then
@@ -68,6 +69,11 @@ run tests-threads "$bin/tests/gpu/device_collectives_test"
 run tests-processes "$bin/tests/gpu/device_collectives_processes_test"
 
 run kernel-bw "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
+# Device communicators are refused without LOOM_CUDA_EXPERIMENTAL=1 until verified (issue 8).
+run allreduce-2threads env LOOM_CUDA_EXPERIMENTAL=1 "$bin/perf/loom-perf" allreduce --device cuda -t 2 \
+  -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
+run allreduce-2threads-graph env LOOM_CUDA_EXPERIMENTAL=1 "$bin/perf/loom-perf" allreduce --device cuda -t 2 \
+  -b 8 -e 16M -f 8 -n 10 -w 3 -G 5
 
 echo "gpu_suite.sh: outputs in $out; $( ((rc == 0)) && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
 exit $rc

@@ -14,6 +14,7 @@
 
 #include "collectives.h"
 #include "datatypes.h"
+#include "device_buffers.h"
 #include "fatal.h"
 
 namespace loomperf {
@@ -46,10 +47,14 @@ using OwnedStream = std::unique_ptr<void, StreamDeleter>;
 
 struct RankState {
   loomComm_t comm;
+  loomComm_t control;  // loom-perf's own calls (ThreadRanks::control)
   int rank;
-  OwnedStream stream;  // null with -y 1: each call completes before it returns
-  HostBuffer send;
-  HostBuffer recv;
+  OwnedStream stream;  // host: null with -y 1, each call completes before it returns
+  HostBuffer send;     // host: the buffers; --device cuda: their images, where checks are
+  HostBuffer recv;     // written and read
+  std::unique_ptr<DeviceRank> device;  // --device cuda: the buffers and the stream
+
+  loomStream_t callStream() const { return device ? device->stream() : stream.get(); }
 };
 
 // Each row's out-of-place and in-place modes.
@@ -66,10 +71,15 @@ class Sweep {
   long long run(const std::string& algorithm);
 
  private:
-  std::vector<Call> callsFor(const Point& p, bool inPlace) const;
+  // The calls on the ranks' buffers; with `images`, on their host images instead (the same
+  // on host memory).
+  std::vector<Call> callsFor(const Point& p, bool inPlace, bool images = false) const;
   // Issues `repeat` calls on each rank, as one group where there is more than one call.
   void start(const std::vector<Call>& calls, int repeat);
   void complete();
+  // --device cuda: a failed stream, or an error Loom met after a call returned, is fatal.
+  [[noreturn]] void deviceFailed(const RankState& r, const std::string& what);
+  void checkAsyncErrors();
   // One value per rank of this thread, reduced over every rank of the job.
   double acrossRanks(const std::vector<double>& values, loomRedOp_t op);
   double acrossRanks(double value, loomRedOp_t op) {
@@ -79,7 +89,11 @@ class Sweep {
   double combineTimes(double seconds);  // -a
   void warmUp(loomDataType_t type, loomRedOp_t op, int root);
   ModeResult measure(const Point& p, bool inPlace, int* iters);
-  long long checkOnce(const Point& p, const std::vector<Call>& calls);
+  // Seconds of one timed loop of n iterations: issued one by one, or (-G) captured in a CUDA
+  // graph per rank and launched -G times.
+  double timeCalls(const std::vector<Call>& calls, long n);
+  double timeGraphs(const std::vector<Call>& calls, long n);
+  long long checkOnce(const Point& p, bool inPlace, const std::vector<Call>& calls);
 
   const Options& o_;
   const int nranks_;
@@ -97,23 +111,29 @@ Sweep::Sweep(const Options& o, const ThreadRanks& t, Report* report)
     const Layout l = layoutFor(o.collective, o.maxBytes / ts, ts, nranks_);
     bytes = std::max({bytes, l.sendCount * ts, l.recvCount * ts});
   }
+  // Device memory and streams are made here, before the first collective (run() starts with
+  // a barrier): cudaMalloc must not meet another rank's call in flight.
   for (size_t k = 0; k < t.comms.size(); ++k) {
     loomStream_t stream = nullptr;
-    if (!o.nullStream) require(loomStreamCreate(&stream), t.comms[k], "loomStreamCreate");
-    ranks_.push_back({t.comms[k], t.ranks[k], OwnedStream(stream), allocateTouched(bytes),
-                      allocateTouched(bytes)});
+    if (!o.cuda && !o.nullStream) require(loomStreamCreate(&stream), t.comms[k], "loomStreamCreate");
+    std::unique_ptr<DeviceRank> device;
+    if (o.cuda) device = std::make_unique<DeviceRank>(t.devices[k], bytes);
+    ranks_.push_back({t.comms[k], t.control[k], t.ranks[k], OwnedStream(stream), allocateTouched(bytes),
+                      allocateTouched(bytes), std::move(device)});
   }
 }
 
-std::vector<Call> Sweep::callsFor(const Point& p, bool inPlace) const {
+std::vector<Call> Sweep::callsFor(const Point& p, bool inPlace, bool images) const {
   const size_t ts = typeSize(p.type);
   std::vector<Call> calls;
   for (const RankState& r : ranks_) {
     const size_t rank = static_cast<size_t>(r.rank);
-    Call c{o_.collective, p.type, p.op, p.root, p.layout.paramCount, r.send.get(), r.recv.get()};
+    unsigned char* send = r.device && !images ? r.device->send() : r.send.get();
+    unsigned char* recv = r.device && !images ? r.device->recv() : r.recv.get();
+    Call c{o_.collective, p.type, p.op, p.root, p.layout.paramCount, send, recv};
     if (inPlace) {
-      c.send = r.recv.get() + p.layout.sendInPlaceOffset * rank * ts;
-      c.recv = r.recv.get() + p.layout.recvInPlaceOffset * rank * ts;
+      c.send = recv + p.layout.sendInPlaceOffset * rank * ts;
+      c.recv = recv + p.layout.recvInPlaceOffset * rank * ts;
     }
     calls.push_back(c);
   }
@@ -125,23 +145,47 @@ void Sweep::start(const std::vector<Call>& calls, int repeat) {
   if (grouped) loomGroupStart();
   for (size_t k = 0; k < calls.size(); ++k)
     for (int a = 0; a < repeat; ++a)
-      require(launch(calls[k], ranks_[k].comm, ranks_[k].stream.get()), ranks_[k].comm,
+      require(launch(calls[k], ranks_[k].comm, ranks_[k].callStream()), ranks_[k].comm,
               collectiveName(o_.collective));
   if (grouped) require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
 }
 
 void Sweep::complete() {
-  for (RankState& r : ranks_)
-    if (r.stream) require(loomStreamSynchronize(r.stream.get()), r.comm, "loomStreamSynchronize");
+  for (RankState& r : ranks_) {
+    if (r.device) {
+      const std::string error = r.device->synchronize();
+      if (!error.empty()) deviceFailed(r, error);
+    } else if (r.stream) {
+      require(loomStreamSynchronize(r.stream.get()), r.comm, "loomStreamSynchronize");
+    }
+  }
+}
+
+void Sweep::deviceFailed(const RankState& r, const std::string& what) {
+  loomResult_t async = loomSuccess;
+  loomCommGetAsyncError(r.comm, &async);
+  fatal("%s: %s on rank %d (device %d); loomCommGetAsyncError: %s%s%s", collectiveName(o_.collective), what.c_str(),
+        r.rank, r.device->device(), loomGetErrorString(async), async == loomSuccess ? "" : ": ",
+        async == loomSuccess ? "" : loomGetLastError(r.comm));
+}
+
+// Calls on a device communicator return before they run; what goes wrong later is kept as the
+// communicator's asynchronous error.
+void Sweep::checkAsyncErrors() {
+  for (const RankState& r : ranks_) {
+    loomResult_t async = loomSuccess;
+    require(loomCommGetAsyncError(r.comm, &async), r.comm, "loomCommGetAsyncError");
+    if (async != loomSuccess) deviceFailed(r, "asynchronous error");
+  }
 }
 
 double Sweep::acrossRanks(const std::vector<double>& values, loomRedOp_t op) {
   std::vector<double> v = values;
   loomGroupStart();
   for (size_t k = 0; k < ranks_.size(); ++k)
-    require(loomAllReduce(&v[k], &v[k], 1, loomFloat64, op, ranks_[k].comm, nullptr),
-            ranks_[k].comm, "loomAllReduce (loom-perf's own)");
-  require(loomGroupEnd(), ranks_[0].comm, "loomGroupEnd");
+    require(loomAllReduce(&v[k], &v[k], 1, loomFloat64, op, ranks_[k].control, nullptr),
+            ranks_[k].control, "loomAllReduce (loom-perf's own)");
+  require(loomGroupEnd(), ranks_[0].control, "loomGroupEnd");
   return v[0];
 }
 
@@ -179,15 +223,11 @@ ModeResult Sweep::measure(const Point& p, bool inPlace, int* iters) {
   complete();
   barrier();
   long n = std::max(o_.iters, 1);
+  const bool graphs = o_.cuda && o_.graphLaunches > 0;
+  const long passes = graphs ? o_.graphLaunches : 1;  // each pass runs n iterations
   double seconds = 0;
   for (;;) {
-    const auto t0 = Clock::now();
-    for (long i = 0; i < n; ++i) {
-      start(calls, o_.aggIters);
-      if (o_.blocking) complete();
-    }
-    complete();
-    seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    seconds = graphs ? timeGraphs(calls, n) : timeCalls(calls, n);
     if (o_.minTime <= 0) break;
     const double slowest = acrossRanks(seconds, loomMax);
     if (slowest >= o_.minTime || n >= kMaxIters) break;
@@ -195,26 +235,81 @@ ModeResult Sweep::measure(const Point& p, bool inPlace, int* iters) {
     barrier();
   }
   *iters = static_cast<int>(n);
-  const double perCall = combineTimes(seconds / static_cast<double>(n * o_.aggIters));
+  const double perCall = combineTimes(seconds / static_cast<double>(n * o_.aggIters * passes));
   const size_t ts = typeSize(p.type);
   m.timeUs = perCall * 1e6;
   m.algBw = perCall > 0 ? algorithmBytes(o_.collective, p.layout, ts, nranks_) / perCall / 1e9 : 0;
   m.busBw = m.algBw * busBandwidthFactor(o_.collective, nranks_);
   m.checked = o_.check > 0;
-  for (int c = 0; c < o_.check && m.wrong == 0; ++c) m.wrong = checkOnce(p, calls);
+  for (int c = 0; c < o_.check && m.wrong == 0; ++c) m.wrong = checkOnce(p, inPlace, calls);
   return m;
 }
 
-long long Sweep::checkOnce(const Point& p, const std::vector<Call>& calls) {
+// nccl-tests' timed loop: calls back to back on every rank's stream (each waited for with -z),
+// then every stream synchronised; wall-clock time, as nccl-tests measures (no CUDA events).
+double Sweep::timeCalls(const std::vector<Call>& calls, long n) {
+  const auto t0 = Clock::now();
+  for (long i = 0; i < n; ++i) {
+    start(calls, o_.aggIters);
+    if (o_.blocking) complete();
+  }
+  complete();
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// nccl-tests' -G: each rank's n iterations captured into one graph, launched -G times. A
+// barrier on either side of the launches: no rank instantiates or frees a graph while another
+// rank's calls may be running.
+double Sweep::timeGraphs(const std::vector<Call>& calls, long n) {
+  for (RankState& r : ranks_) r.device->beginCapture();
+  for (long i = 0; i < n; ++i) start(calls, o_.aggIters);
+  for (RankState& r : ranks_) r.device->endCapture();
+  barrier();
+  const auto t0 = Clock::now();
+  for (int l = 0; l < o_.graphLaunches; ++l) {
+    for (RankState& r : ranks_) r.device->launchGraph();
+    if (o_.blocking) complete();
+  }
+  complete();
+  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  barrier();
+  for (RankState& r : ranks_) r.device->dropGraph();
+  return seconds;
+}
+
+long long Sweep::checkOnce(const Point& p, bool inPlace, const std::vector<Call>& calls) {
   ++rep_;
+  // The data is written and read on the host images; with --device cuda it is copied to the
+  // device before the call and the result back after it.
+  const std::vector<Call> images = o_.cuda ? callsFor(p, inPlace, true) : calls;
+  const size_t ts = typeSize(p.type);
   std::vector<CheckCase> cases;
   for (size_t k = 0; k < calls.size(); ++k) {
-    cases.push_back({calls[k], p.layout, ranks_[k].rank, nranks_, rep_});
+    cases.push_back({images[k], p.layout, ranks_[k].rank, nranks_, rep_});
     poisonOutput(cases.back());
     fillInput(cases.back());
+    const RankState& r = ranks_[k];
+    if (DeviceRank* d = r.device.get()) {
+      if (inPlace) {  // both sides lie in the receive buffer
+        const size_t rank = static_cast<size_t>(r.rank);
+        const size_t end = std::max(p.layout.sendInPlaceOffset * rank + p.layout.sendCount,
+                                    p.layout.recvInPlaceOffset * rank + p.layout.recvCount);
+        d->copyIn(d->recv(), r.recv.get(), end * ts);
+      } else {
+        d->copyIn(d->send(), r.send.get(), p.layout.sendCount * ts);
+        d->copyIn(d->recv(), r.recv.get(), p.layout.recvCount * ts);
+      }
+    }
   }
   start(calls, 1);  // the checked call runs alone: -m does not apply to it
   complete();
+  for (size_t k = 0; k < calls.size(); ++k) {
+    const RankState& r = ranks_[k];
+    if (DeviceRank* d = r.device.get()) {
+      const size_t at = static_cast<size_t>(static_cast<unsigned char*>(images[k].recv) - r.recv.get());
+      d->copyOut(r.recv.get() + at, d->recv() + at, p.layout.recvCount * ts);
+    }
+  }
   // The fault switch changes the result of one rank whose result is checked.
   const int corruptRank = o_.collective == Collective::kReduce ? p.root : 0;
   double wrong = 0;
@@ -258,12 +353,15 @@ long long Sweep::run(const std::string& algorithm) {
             int inPlaceIters = 0;
             if (hasInPlace(o_.collective)) row.inPlace = measure(p, true, &inPlaceIters);
             wrong += row.outOfPlace.wrong + row.inPlace.wrong;
+            if (o_.cuda) checkAsyncErrors();
             if (report_) report_->addRow(row);
           }
         }
       }
     }
   }
+  // Every rank's calls have finished before any rank frees its device memory.
+  barrier();
   return wrong;
 }
 
@@ -302,14 +400,18 @@ std::vector<std::string> describeRanks(const ThreadRanks& t) {
   const std::string cpus = cpusOfThisThread(), model = cpuModel();
   std::vector<std::vector<char>> lines(t.comms.size(), std::vector<char>(kLine * t.nranks));
   std::vector<std::vector<char>> mine(t.comms.size(), std::vector<char>(kLine));
+  for (size_t k = 0; k < t.comms.size(); ++k) {
+    const std::string where = t.devices.empty() ? "device host [cpus " + cpus + "] " + model
+                                                : deviceDescription(t.devices[k]);
+    std::snprintf(mine[k].data(), kLine, "#  Rank %2d Group %2d Pid %6d on %10s %s", t.ranks[k], 0,
+                  static_cast<int>(getpid()), host, where.c_str());
+  }
   loomGroupStart();
   for (size_t k = 0; k < t.comms.size(); ++k) {
-    std::snprintf(mine[k].data(), kLine, "#  Rank %2d Group %2d Pid %6d on %10s device host [cpus %s] %s",
-                  t.ranks[k], 0, static_cast<int>(getpid()), host, cpus.c_str(), model.c_str());
-    require(loomAllGather(mine[k].data(), lines[k].data(), kLine, loomInt8, t.comms[k], nullptr),
-            t.comms[k], "loomAllGather (loom-perf's own)");
+    require(loomAllGather(mine[k].data(), lines[k].data(), kLine, loomInt8, t.control[k], nullptr),
+            t.control[k], "loomAllGather (loom-perf's own)");
   }
-  require(loomGroupEnd(), t.comms[0], "loomGroupEnd");
+  require(loomGroupEnd(), t.control[0], "loomGroupEnd");
   std::vector<std::string> out;
   for (size_t k = 0; k < t.comms.size(); ++k) {
     if (t.ranks[k] != 0) continue;

@@ -6,6 +6,10 @@
 // without one) x -t threads each x -g ranks per thread. Rank p*t*g + i*g + j is process p's
 // thread i's j-th rank. The processes find each other through loomCommInitFromEnv; the ranks
 // then form a communicator of their own from a unique id rank 0 broadcasts, one per --algo.
+//
+// --device cuda: the measured communicators are device communicators (config.device), on
+// nccl-tests' device of each rank; loom-perf's own calls (barriers, times, #wrong, the header)
+// go over a second, host communicator of the same ranks, as nccl-tests uses MPI for them.
 #include <pthread.h>
 #include <sched.h>
 
@@ -19,6 +23,7 @@
 
 #include "bench.h"
 #include "core/launch_env.h"
+#include "device_buffers.h"
 #include "fatal.h"
 #include "options.h"
 #include "report.h"
@@ -110,30 +115,53 @@ struct AlgorithmEnv {
   }
 };
 
+// The unique ids of one sweep's communicators: the measured one, and with --device cuda the
+// host one for loom-perf's own calls.
+struct SweepIds {
+  loomUniqueId measured;
+  loomUniqueId control;
+};
+
 // One thread of the job: makes its -g communicators, runs the sweep, destroys them.
-void runThread(const Options& o, const Job& job, int thread, const loomUniqueId& id,
+void runThread(const Options& o, const Job& job, int thread, const SweepIds& ids, int cudaDevices,
                const std::string& algorithm, bool first, Report* report, long long* wrong) {
   const int perProcess = o.threads * o.ranksPerThread;
   const int nranks = job.processes * perProcess;
   if (o.pin) pinToCpu(job.localProcess * perProcess + thread * o.ranksPerThread);
   ThreadRanks t;
   t.nranks = nranks;
-  for (int j = 0; j < o.ranksPerThread; ++j)
+  for (int j = 0; j < o.ranksPerThread; ++j) {
     t.ranks.push_back(job.process * perProcess + thread * o.ranksPerThread + j);
+    // nccl-tests' rule: the local process's ranks take the devices in turn, wrapping around,
+    // so several ranks may share one GPU.
+    if (o.cuda) t.devices.push_back((job.localProcess * perProcess + thread * o.ranksPerThread + j) % cudaDevices);
+  }
   t.comms.resize(t.ranks.size());
+  t.control.resize(t.ranks.size());
   // loomCommInitRank blocks until every rank has joined, so each of this thread's ranks
-  // joins from a thread of its own.
+  // joins from a thread of its own (every rank makes its communicators in the same order).
   const loomConfig_t config = configFor(o);
   std::vector<std::thread> joiners;
   for (size_t j = 0; j < t.ranks.size(); ++j) {
     joiners.emplace_back([&, j] {
       loomConfig_t c = config;
-      require(loomCommInitRankConfig(&t.comms[j], nranks, id, t.ranks[j], &c), nullptr, "loomCommInitRankConfig");
+      if (o.cuda) c.device = t.devices[j];
+      require(loomCommInitRankConfig(&t.comms[j], nranks, ids.measured, t.ranks[j], &c), nullptr,
+              "loomCommInitRankConfig");
+      if (!o.cuda) {
+        t.control[j] = t.comms[j];
+        return;
+      }
+      loomConfig_t host = config;
+      require(loomCommInitRankConfig(&t.control[j], nranks, ids.control, t.ranks[j], &host), nullptr,
+              "loomCommInitRankConfig (loom-perf's own host communicator)");
     });
   }
   for (std::thread& j : joiners) j.join();
   std::vector<OwnedComm> owned;
   for (loomComm_t c : t.comms) owned.emplace_back(c);
+  if (o.cuda)
+    for (loomComm_t c : t.control) owned.emplace_back(c);
 
   const bool holdsRankZero = t.ranks.front() == 0;
   const std::vector<std::string> lines = describeRanks(t);
@@ -152,9 +180,14 @@ int main(int argc, char** argv) {
   Options o;
   const int status = parseOptions(argc, argv, &o);
   if (status >= 0) return status;
+  int cudaDevices = 0;
   if (o.cuda) {
-    fatal("--device cuda: this Loom has no CUDA data path yet (device collectives come with the "
-          "CUDA issue); use --device host");
+    std::string why;
+    cudaDevices = cudaDeviceCount(&why);
+    if (cudaDevices == 0) {
+      std::fprintf(stderr, "loom-perf: --device cuda: %s\n", why.c_str());
+      return 2;
+    }
   }
   Job job = joinJob(o);
   const int nranks = job.processes * o.threads * o.ranksPerThread;
@@ -166,11 +199,13 @@ int main(int argc, char** argv) {
   long long wrong = 0;
   for (size_t a = 0; a < algorithms.size(); ++a) {
     algorithmEnv.select(o.collective, algorithms[a]);
-    const loomUniqueId id = shareUniqueId(job);
+    SweepIds ids;
+    ids.measured = shareUniqueId(job);
+    if (o.cuda) ids.control = shareUniqueId(job);
     std::vector<long long> wrongOf(static_cast<size_t>(o.threads));
     std::vector<std::thread> threads;
     for (int t = 0; t < o.threads; ++t) {
-      threads.emplace_back(runThread, std::cref(o), std::cref(job), t, std::cref(id), std::cref(algorithms[a]),
+      threads.emplace_back(runThread, std::cref(o), std::cref(job), t, std::cref(ids), cudaDevices, std::cref(algorithms[a]),
                            a == 0, job.process == 0 && t == 0 ? &report : nullptr, &wrongOf[t]);
     }
     for (std::thread& t : threads) t.join();

@@ -51,13 +51,17 @@ const char kUsage[] =
     "  -a,--average A       time reported: 0 rank 0's, 1 mean over ranks, 2 min, 3 max (default 1)\n"
     "  -z,--blocking 0|1    wait for each call before issuing the next (default 0)\n"
     "  -y,--stream_null 0|1 1 (default on host): NULL stream, each call runs in the calling\n"
-    "                       thread; 0: a host stream per rank (a progress thread, as a CUDA stream)\n"
+    "                       thread; 0: a host stream per rank (a progress thread, as a CUDA stream);\n"
+    "                       --device cuda always gives each rank a non-blocking CUDA stream\n"
     "  -t,--nthreads N      threads per process, each driving -g ranks (default 1)\n"
     "  -g,--ngpus N         ranks per thread (GPUs with --device cuda; default 1)\n"
     "  -T,--timeout S       deadline of every wait inside Loom, in seconds (default Loom's)\n"
+    "  -G,--cudagraph N     --device cuda: capture the -n timed calls in a CUDA graph and\n"
+    "                       launch it N times (default 0: no graph)\n"
     "  -J,--json FILE       write the results as JSON\n"
     "Loom's own:\n"
-    "  --device host|cuda   where the buffers live (default host)\n"
+    "  --device host|cuda   where the buffers live (default host); cuda: rank k of a process\n"
+    "                       uses device (local rank * t * g + k) % device count, as nccl-tests\n"
     "  --algo A[,B...]      force each algorithm in turn (ring tree rd oneshot pairwise), one\n"
     "                       sweep per algorithm, all in the same tables and plot\n"
     "  --min-time S         lengthen each timed loop until it lasts S seconds on the slowest rank\n"
@@ -150,6 +154,8 @@ int parseOptions(int argc, char** argv, Options* out) {
       {"test-corrupt", no_argument, nullptr, kTestCorrupt},
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
   int flag = 0;
+  bool nullStreamAsked = false;   // -y 1 given
+  const char* graphArg = nullptr;  // -G's value
   int opt;
   optind = 1;
   while ((opt = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:y:T:a:J:p:G:h", kLong,
@@ -225,6 +231,7 @@ int parseOptions(int argc, char** argv, Options* out) {
       case 'y':
         if (!parseInt(optarg, 0, 1, &flag)) return bad("-y %s: need 0 or 1", optarg);
         o.nullStream = flag != 0;
+        nullStreamAsked = o.nullStream;
         break;
       case 'T':
         if (!parseInt(optarg, 0, 1 << 20, &o.timeoutSeconds)) return bad("-T %s: need seconds >= 0", optarg);
@@ -235,7 +242,8 @@ int parseOptions(int argc, char** argv, Options* out) {
       case 'p':  // ranks of one process are always created in parallel
         break;
       case 'G':
-        if (std::strcmp(optarg, "0") != 0) return bad("-G %s: CUDA graphs need the CUDA data path, which this Loom does not have yet", optarg);
+        if (!parseInt(optarg, 0, 1 << 20, &o.graphLaunches)) return bad("-G %s: need launches >= 0", optarg);
+        graphArg = optarg;
         break;
       case kDevice:
         if (std::strcmp(optarg, "cuda") == 0) {
@@ -285,6 +293,12 @@ int parseOptions(int argc, char** argv, Options* out) {
   }
   if (!named) return bad("%s", "name a collective: loom-perf allreduce|broadcast|reduce|allgather|reducescatter|alltoall|sendrecv");
   if (o.maxBytes < o.minBytes) return bad("%s", "-e must be at least -b");
+  if (o.graphLaunches > 0 && !o.cuda)
+    return bad("-G %s: CUDA graphs need --device cuda (host memory has no graph to capture)", graphArg);
+  if (o.cuda && nullStreamAsked)
+    return bad("%s", "-y 1 --device cuda: loom-perf never uses the legacy NULL stream on a device (a "
+                     "device-wide synchronisation can deadlock with Loom's proxy); each rank has a "
+                     "non-blocking stream");
   if (o.collective == Collective::kSendRecv && !o.algorithms.empty())
     return bad("%s", "--algo: sendrecv has no algorithm to choose");
   *out = o;

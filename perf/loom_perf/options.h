@@ -35,15 +35,17 @@ struct Options {
   Average average = Average::kMean;    // -a
   bool blocking = false;               // -z: wait for each call before the next
   // -y: NULL stream, the call runs in the calling thread (default on host; -y 0 gives each rank
-  // a host stream, a progress thread that runs the calls as a CUDA stream would).
+  // a host stream, a progress thread that runs the calls as a CUDA stream would). Ignored with
+  // --device cuda, where each rank has a non-blocking CUDA stream (-y 1 is refused there).
   bool nullStream = true;
   int threads = 1;                     // -t: threads per process
   int ranksPerThread = 1;              // -g: ranks (GPUs with --device cuda) per thread
   int timeoutSeconds = 0;              // -T: deadline of every wait (0: Loom's default)
+  int graphLaunches = 0;               // -G: capture -n calls in a CUDA graph, launch it N times
   std::string jsonPath;                // -J / --json
 
   // Loom's own.
-  bool cuda = false;                   // --device cuda|host
+  bool cuda = false;                   // --device cuda|host: buffers in device memory
   std::vector<std::string> algorithms;  // --algo a,b: one sweep each (empty: Loom's choice)
   double minTime = 0;                  // --min-time: lengthen a timed loop to this many seconds
   bool pin = false;                    // --pin: each rank's thread on its own cpu

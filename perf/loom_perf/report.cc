@@ -97,11 +97,13 @@ void Report::printHeader(const std::vector<std::string>& rankLines) {
   std::printf("# loom-perf, Loom %d.%d.%d, nccl-tests' output format\n", LOOM_MAJOR, LOOM_MINOR, LOOM_PATCH);
   std::printf("# Collective test starting: %s\n", o.program.c_str());
   std::printf("# nThread %d nGpus %d minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d iters: %d "
-              "agg iters: %d validation: %d graph: 0\n",
+              "agg iters: %d validation: %d graph: %d\n",
               o.threads, o.ranksPerThread, o.minBytes, o.maxBytes, o.stepFactor > 1 ? o.stepFactor : o.stepBytes,
-              o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.check);
-  std::printf("# Loom: %d ranks, host memory, %s, LOOM_TRANSPORTS=%s", nranks_,
-              o.nullStream ? "NULL stream" : "a host stream per rank", transports ? transports : "(default)");
+              o.stepFactor > 1 ? "factor" : "bytes", o.warmupIters, o.iters, o.aggIters, o.check, o.graphLaunches);
+  const char* memory = o.cuda ? "device memory, a non-blocking CUDA stream per rank"
+                       : o.nullStream ? "host memory, NULL stream"
+                                      : "host memory, a host stream per rank";
+  std::printf("# Loom: %d ranks, %s, LOOM_TRANSPORTS=%s", nranks_, memory, transports ? transports : "(default)");
   if (o.minTime > 0) std::printf(", timed loops of at least %g s", o.minTime);
   std::printf("\n");
   if (o.blocking) std::printf("# Blocking Enabled: wait for completion after each call\n");

@@ -297,7 +297,9 @@ TEST(LoomPerf, BadArgumentsSayWhatIsWrong) {
                         Case{"allreduce -o mean", "-o mean"}, Case{"allreduce -a 4", "-a 4"},
                         Case{"allreduce -b 1X", "-b 1X: not a size"},
                         Case{"allreduce --plot out.png", "writes SVG"},
-                        Case{"sendrecv --algo ring", "sendrecv has no algorithm"}}) {
+                        Case{"sendrecv --algo ring", "sendrecv has no algorithm"},
+                        Case{"allreduce -G 2", "-G 2: CUDA graphs need --device cuda"},
+                        Case{"allreduce --device cuda -y 1", "never uses the legacy NULL stream"}}) {
     const Result r = run(perf() + " " + c.args);
     EXPECT_EQ(r.status, 2) << c.args << "\n" << r.out;
     EXPECT_TRUE(has(r.out, c.message)) << c.args << "\n" << r.out;
@@ -306,9 +308,39 @@ TEST(LoomPerf, BadArgumentsSayWhatIsWrong) {
   const Result algo = run(loomrun(2) + perf() + " broadcast --algo rd -b 1K -e 1K");
   EXPECT_EQ(algo.status, 1) << algo.out;
   EXPECT_TRUE(has(algo.out, "broadcast has no rd algorithm")) << algo.out;
-  const Result cuda = run(perf() + " allreduce --device cuda");
-  EXPECT_EQ(cuda.status, 1) << cuda.out;
-  EXPECT_TRUE(has(cuda.out, "no CUDA data path")) << cuda.out;
+}
+
+// --device cuda: without a GPU (or without CUDA in this build) a clear refusal, status 2; on a
+// GPU, a small checked sweep on 2 ranks sharing device 0, called one by one and through a CUDA
+// graph. loom-perf itself finds out which: this process never initialises CUDA.
+TEST(LoomPerf, DeviceCudaRunsOrSaysWhyNot) {
+  const std::string args = " allreduce -b 8 -e 1K -f 4 --device cuda -c 1 -t 2";
+  const Result r = run("LOOM_CUDA_EXPERIMENTAL=1 " + perf() + args);
+  if (r.status == 2 && has(r.out, "loom-perf: --device cuda: this Loom was built without CUDA")) {
+    std::printf("built without CUDA: checked the refusal only\n");
+    return;
+  }
+  if (r.status == 2 || has(r.out, "no CUDA device")) {
+    EXPECT_EQ(r.status, 2) << r.out;
+    EXPECT_TRUE(has(r.out, "loom-perf: --device cuda: no CUDA device (")) << r.out;
+    std::printf("no CUDA device here: checked the refusal only\n");
+    return;
+  }
+  for (const char* graph : {"", " -G 2"}) {
+    const Result d = graph[0] ? run("LOOM_CUDA_EXPERIMENTAL=1 " + perf() + args + graph) : r;
+    EXPECT_EQ(d.status, 0) << graph << "\n" << d.out;
+    EXPECT_TRUE(has(d.out, "device memory, a non-blocking CUDA stream per rank")) << d.out;
+    EXPECT_EQ(countOf(d.out, "device  0 ["), 2u) << d.out;  // both ranks on GPU 0
+    std::string bad;
+    const std::vector<Row> rows = rowsOf(d.out, &bad);
+    EXPECT_EQ(rows.size(), 4u) << d.out;  // 8, 32, 128, 512 B
+    EXPECT_TRUE(bad.empty()) << bad;
+    for (const Row& row : rows) {
+      EXPECT_TRUE(row.oop.measured && row.ip.measured) << d.out;
+      EXPECT_EQ(row.oop.wrong, 0) << row.bytes << graph << "\n" << d.out;
+      EXPECT_EQ(row.ip.wrong, 0) << row.bytes << graph << "\n" << d.out;
+    }
+  }
 }
 
 TEST(LoomPerf, ProgressLineOnlyOnATerminal) {
