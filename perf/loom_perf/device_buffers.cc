@@ -61,19 +61,21 @@ DeviceRank::~DeviceRank() {
 }
 
 void DeviceRank::copyIn(void* deviceDst, const void* hostSrc, size_t bytes) {
-  if (bytes == 0) return;
-  check(cudaSetDevice(device_), "cudaSetDevice", device_);
-  check(cudaMemcpyAsync(deviceDst, hostSrc, bytes, cudaMemcpyHostToDevice, cudaStream(stream_)),
-        "cudaMemcpyAsync to the device", device_);
-  check(cudaStreamSynchronize(cudaStream(stream_)), "cudaStreamSynchronize after a copy to the device", device_);
+  copy(deviceDst, hostSrc, bytes, cudaMemcpyHostToDevice, "to the device");
 }
 
 void DeviceRank::copyOut(void* hostDst, const void* deviceSrc, size_t bytes) {
+  copy(hostDst, deviceSrc, bytes, cudaMemcpyDeviceToHost, "from the device");
+}
+
+void DeviceRank::copy(void* dst, const void* src, size_t bytes, int kind, const char* direction) {
   if (bytes == 0) return;
   check(cudaSetDevice(device_), "cudaSetDevice", device_);
-  check(cudaMemcpyAsync(hostDst, deviceSrc, bytes, cudaMemcpyDeviceToHost, cudaStream(stream_)),
-        "cudaMemcpyAsync from the device", device_);
-  check(cudaStreamSynchronize(cudaStream(stream_)), "cudaStreamSynchronize after a copy from the device", device_);
+  std::string what = std::string("cudaMemcpyAsync ") + direction;
+  check(cudaMemcpyAsync(dst, src, bytes, static_cast<cudaMemcpyKind>(kind), cudaStream(stream_)), what.c_str(),
+        device_);
+  what = std::string("cudaStreamSynchronize after a copy ") + direction;
+  check(cudaStreamSynchronize(cudaStream(stream_)), what.c_str(), device_);
 }
 
 std::string DeviceRank::synchronize() {

@@ -54,6 +54,9 @@ class DeviceRank {
   void dropGraph();  // only once every rank's graph has finished
 
  private:
+  // One copy on the stream and the wait for it; kind is a cudaMemcpyKind.
+  void copy(void* dst, const void* src, size_t bytes, int kind, const char* direction);
+
   int device_;
   unsigned char* send_ = nullptr;
   unsigned char* recv_ = nullptr;

@@ -26,6 +26,10 @@ size_t typeSize(loomDataType_t type) {
   return type >= 0 && type < loomNumTypes ? kSizes[type] : 0;
 }
 
+std::string CallInfo::describeNumbered() const {
+  return seq ? format("call #%llu %s", static_cast<unsigned long long>(seq), describe().c_str()) : describe();
+}
+
 std::string CallInfo::describe() const {
   switch (kind) {
     case Kind::kSend: return format("loomSend/loomRecv of %llu bytes", static_cast<unsigned long long>(count));

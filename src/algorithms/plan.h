@@ -56,6 +56,8 @@ struct CallInfo {
   }
   // "loomAllReduce(count 10, float32, sum)"
   std::string describe() const;
+  // "call #12 loomAllReduce(...)" when numbered (the number says which of the calls it was).
+  std::string describeNumbered() const;
 };
 
 // Wire form of a CallInfo (24 bytes), and the check of a peer's against this rank's: a

@@ -111,8 +111,7 @@ class DeviceExecutor::Run {
 std::string DeviceExecutor::Run::describe(int index) const {
   const Step& s = plan_.steps[static_cast<size_t>(index)];
   const CallInfo& call = plan_.callOfStep(static_cast<size_t>(index));
-  std::string what = call.seq ? format("call #%llu %s", static_cast<unsigned long long>(call.seq), call.describe().c_str())
-                              : call.describe();
+  const std::string what = call.describeNumbered();
   switch (s.kind) {
     case Step::Kind::kSend:
       return format("%s: waiting for rank %d to read %zu bytes from this rank's device memory", what.c_str(), s.peer,

@@ -97,10 +97,7 @@ std::string Run::describe(const Queue& q, int index) const {
   const StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
   const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
   bool send = s.kind == Step::Kind::kSend;
-  // "call #12 loomAllReduce(...)": the number says which of the calls it was.
-  const std::string what = call.seq ? format("call #%llu %s", static_cast<unsigned long long>(call.seq),
-                                             call.describe().c_str())
-                                    : call.describe();
+  const std::string what = call.describeNumbered();
   if (s.kind == Step::Kind::kOneShot) {
     return format("%s: waiting for every rank's part on the shared-memory board", what.c_str());
   }
