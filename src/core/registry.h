@@ -1,6 +1,6 @@
 // The one place Loom keeps process-wide mutable state: the log sink, the live
-// communicators and host streams (so a destroyed or made-up handle is an error, not a
-// crash), and the bootstrap roots loomGetUniqueId started. Thread-safe.
+// communicators, host streams and DDP reducers (so a destroyed or made-up handle is an
+// error, not a crash), and the bootstrap roots loomGetUniqueId started. Thread-safe.
 #pragma once
 
 #include <memory>
@@ -34,6 +34,7 @@ class Registry {
 
   HandleSet& comms() { return comms_; }
   HandleSet& streams() { return streams_; }
+  HandleSet& reducers() { return reducers_; }
 
   // Keeps a root running until it finishes.
   void keepRoot(std::unique_ptr<BootstrapRoot> root);
@@ -53,6 +54,7 @@ class Registry {
   std::mutex mutex_;
   HandleSet comms_;
   HandleSet streams_;
+  HandleSet reducers_;
   std::vector<std::unique_ptr<BootstrapRoot>> roots_;
 };
 

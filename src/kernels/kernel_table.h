@@ -12,10 +12,13 @@ struct KernelTable {
   using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
   using ReduceNFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count);
   using ScaleFn = void (*)(void* dst, const void* src, size_t count, int divisor);
+  using ConvertFn = void (*)(void* dst, const void* src, size_t count);
 
   ReduceFn reduce[loomNumTypes][loomNumOps];  // loomAvg's entries are the sum kernels
   ReduceNFn reduceN[loomNumTypes][loomNumOps];
   ScaleFn scale[loomNumTypes];
+  ConvertFn fromFloat32[loomNumTypes];  // float16 and bfloat16 only (others null)
+  ConvertFn toFloat32[loomNumTypes];    // float16 and bfloat16 only
 };
 
 // One per translation unit. The vector ones exist only where meson built them

@@ -120,6 +120,22 @@ void scale(void* dst, const void* src, size_t count, loomDataType_t type, int di
   active().table().scale[type](dst, src, count, divisor);
 }
 
+bool convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType,
+             size_t count) {
+  if (!valid(dstType) || !valid(srcType)) return false;
+  if (dstType == srcType) {
+    copy(dst, src, count * elementSize(srcType));
+    return true;
+  }
+  const KernelTable& table = active().table();
+  KernelTable::ConvertFn fn = nullptr;
+  if (srcType == loomFloat32) fn = table.fromFloat32[dstType];
+  if (dstType == loomFloat32) fn = table.toFloat32[srcType];
+  if (fn == nullptr) return false;
+  if (count > 0) fn(dst, src, count);
+  return true;
+}
+
 // glibc's memcpy already picks the best copy for this CPU (ERMS, AVX, non-temporal stores
 // for large sizes); a loop of ours would only match it.
 void copy(void* dst, const void* src, size_t bytes) {

@@ -47,6 +47,13 @@ void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDa
 // in float32 and round once. dst may equal src.
 void scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor);
 
+// dst = src converted from srcType to dstType, for float32 <-> float16 / bfloat16 (rounding
+// to nearest-even, NaN to the canonical NaN, as everywhere here) and for equal types (a
+// copy). Returns false, doing nothing, for any other pair. dst must not overlap src unless
+// the types are equal and dst == src.
+bool convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType,
+             size_t count);
+
 // memcpy that also accepts dst == src (does nothing then).
 void copy(void* dst, const void* src, size_t bytes);
 

@@ -322,6 +322,28 @@ void scaleBy(void* dst, const void* src, size_t count, int divisor) {
   }
 }
 
+// float32 <-> float16 / bfloat16 through an L1-sized tile (the float32 side may sit at any
+// byte address, which widen() and narrow() do not take).
+template <class H>
+void narrowFromFloat32(void* dst, const void* src, size_t count) {
+  float tile[kTileElems];
+  for (size_t base = 0; base < count; base += kTileElems) {
+    const size_t n = smaller(kTileElems, count - base);
+    __builtin_memcpy(tile, bytes(src) + base * sizeof(float), n * sizeof(float));
+    narrow<H>(bytes(dst) + base * sizeof(uint16_t), tile, n);
+  }
+}
+
+template <class H>
+void widenToFloat32(void* dst, const void* src, size_t count) {
+  float tile[kTileElems];
+  for (size_t base = 0; base < count; base += kTileElems) {
+    const size_t n = smaller(kTileElems, count - base);
+    widen<H>(tile, bytes(src) + base * sizeof(uint16_t), n);
+    __builtin_memcpy(bytes(dst) + base * sizeof(float), tile, n * sizeof(float));
+  }
+}
+
 // ---- The table -------------------------------------------------------------------------
 
 template <class T, class Op>
@@ -349,9 +371,13 @@ constexpr KernelTable makeTable() {
   addType<int64_t>(table, loomInt64);
   addType<uint64_t>(table, loomUint64);
   addType<Half>(table, loomFloat16);
+  table.fromFloat32[loomFloat16] = &narrowFromFloat32<Half>;
+  table.toFloat32[loomFloat16] = &widenToFloat32<Half>;
   addType<float>(table, loomFloat32);
   addType<double>(table, loomFloat64);
   addType<BFloat16>(table, loomBfloat16);
+  table.fromFloat32[loomBfloat16] = &narrowFromFloat32<BFloat16>;
+  table.toFloat32[loomBfloat16] = &widenToFloat32<BFloat16>;
   return table;
 }
 

@@ -278,6 +278,18 @@ __global__ void __launch_bounds__(kThreads) elementwise(Buffers io, Layout layou
   }
 }
 
+// float32 <-> float16 / bfloat16, one element per thread and step: the element sizes differ,
+// so the vector layout of elementwise() does not apply (the conversion is not on a hot path).
+template <class From, class To, bool kBytewise>
+__global__ void __launch_bounds__(kThreads) convertElements(unsigned char* dst, const unsigned char* src,
+                                                            size_t count) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += stride) {
+    const From x = loadElement<From, kBytewise>(src + i * sizeof(From));
+    storeElement<To, kBytewise>(dst + i * sizeof(To), narrow<To>(widen(x)));
+  }
+}
+
 // ---- Launch ---------------------------------------------------------------------------------
 
 // Multiprocessors of the current device, asked once per device (any thread may ask first; a
@@ -415,6 +427,39 @@ int copy(void* dst, const void* src, size_t bytes, void* stream) {
   // uint16_t: with an odd distance no word fits, and planLayout leaves every byte to the
   // one-by-one loop.
   return launch<unsigned char, uint16_t>(io, bytes, CopyJob{}, s);
+}
+
+namespace {
+
+template <class From, class To>
+int launchConvert(void* dst, const void* src, size_t count, cudaStream_t stream) {
+  auto* d = static_cast<unsigned char*>(dst);
+  auto* s = static_cast<const unsigned char*>(src);
+  const unsigned blocks = blocksFor(count);
+  if (address(d) % alignof(To) != 0 || address(s) % alignof(From) != 0) {
+    convertElements<From, To, true><<<blocks, kThreads, 0, stream>>>(d, s, count);
+  } else {
+    convertElements<From, To, false><<<blocks, kThreads, 0, stream>>>(d, s, count);
+  }
+  return static_cast<int>(cudaGetLastError());
+}
+
+}  // namespace
+
+int convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType, size_t count,
+            void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  if (dstType == srcType) {
+    return byType(srcType, [&](auto typeTag) {
+      return copy(dst, src, count * sizeof(typename decltype(typeTag)::type), stream);
+    });
+  }
+  if (count == 0) return 0;
+  if (srcType == loomFloat32 && dstType == loomFloat16) return launchConvert<float, Half>(dst, src, count, s);
+  if (srcType == loomFloat32 && dstType == loomBfloat16) return launchConvert<float, BFloat16>(dst, src, count, s);
+  if (srcType == loomFloat16 && dstType == loomFloat32) return launchConvert<Half, float>(dst, src, count, s);
+  if (srcType == loomBfloat16 && dstType == loomFloat32) return launchConvert<BFloat16, float>(dst, src, count, s);
+  return static_cast<int>(cudaErrorInvalidValue);
 }
 
 const char* architectures() { return LOOM_CUDA_ARCHITECTURES; }

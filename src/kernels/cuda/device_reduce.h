@@ -41,6 +41,11 @@ int scale(void* dst, const void* src, size_t count, loomDataType_t type, int div
 // dst = src for `bytes` bytes, with a kernel rather than a copy engine. dst == src does nothing.
 int copy(void* dst, const void* src, size_t bytes, void* stream);
 
+// dst = src converted, as host kernels::convert: float32 <-> float16 / bfloat16, or equal
+// types (a copy). Any other pair returns cudaErrorInvalidValue.
+int convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType, size_t count,
+            void* stream);
+
 // The architectures the kernels were compiled for, e.g. "sm_80,sm_90,compute_90", for logs.
 const char* architectures();
 

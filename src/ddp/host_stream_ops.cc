@@ -1,0 +1,84 @@
+// StreamOps for host communicators: the host kernels, run at once or queued on a host stream.
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "core/host_stream.h"
+#include "core/registry.h"
+#include "ddp/stream_ops.h"
+#include "kernels/reduce.h"
+
+namespace loom::ddp {
+namespace {
+
+class HostStreamOps : public StreamOps {
+ public:
+  HostStreamOps(loomStream_t handle, HostStream* stream) : handle_(handle), stream_(stream) {}
+
+  loomStream_t stream() const override { return handle_; }
+
+  Status allocate(size_t bytes, Memory* out) override {
+    // Cache-line aligned, like the transports' buffers; never zero bytes (a null pointer
+    // would read as "no buffer" to the collectives).
+    const size_t rounded = (bytes + 63) / 64 * 64 + 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) return error(loomSystemError, "cannot allocate %zu bytes of host memory", bytes);
+    *out = Memory(p, &std::free);
+    return Status::ok();
+  }
+
+  Status divide(void* dst, const void* src, size_t count, loomDataType_t type, int divisor) override {
+    return run([=] { kernels::scale(dst, src, count, type, divisor); });
+  }
+  Status copy(void* dst, const void* src, size_t bytes) override {
+    return run([=] { kernels::copy(dst, src, bytes); });
+  }
+  Status zero(void* dst, size_t bytes) override {
+    return run([=] { std::memset(dst, 0, bytes); });
+  }
+  Status convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType,
+                 size_t count) override {
+    return run([=] { kernels::convert(dst, dstType, src, srcType, count); });
+  }
+
+  Status synchronize() override { return stream_ ? stream_->synchronize() : Status::ok(); }
+
+ private:
+  Status run(std::function<void()> work) {
+    if (stream_ == nullptr) {
+      work();
+      return Status::ok();
+    }
+    stream_->enqueue([work = std::move(work)] {
+      work();
+      return Status::ok();
+    });
+    return Status::ok();
+  }
+
+  loomStream_t handle_;
+  HostStream* stream_;
+};
+
+}  // namespace
+
+Status makeHostOps(loomStream_t stream, std::unique_ptr<StreamOps>* out) {
+  if (stream != nullptr && !Registry::instance().streams().contains(stream)) {
+    return error(loomInvalidUsage,
+                 "stream %p is not a live host stream (from loomStreamCreate), and the "
+                 "communicator is a host one",
+                 stream);
+  }
+  *out = std::make_unique<HostStreamOps>(stream, static_cast<HostStream*>(stream));
+  return Status::ok();
+}
+
+Status makeOpsFor(loomComm_t comm, loomStream_t stream, std::unique_ptr<StreamOps>* out) {
+  int device = -1;
+  if (loomCommDevice(comm, &device) != loomSuccess) {
+    return error(loomInvalidArgument, "comm: %s", loomGetLastError(nullptr));
+  }
+  return device >= 0 ? makeCudaOps(device, stream, out) : makeHostOps(stream, out);
+}
+
+}  // namespace loom::ddp
