@@ -119,6 +119,7 @@ loomResult_t withReducer(loomDdpReducer_t handle, const char* call, Body body) {
   Reducer* reducer = nullptr;
   Status found = lookup(handle, &reducer);
   if (!found.isOk()) return report(found, call);
+  loom::log::RankScope scope(reducer->rank());
   return report(body(*reducer), call, reducer);
 }
 
@@ -134,6 +135,9 @@ LOOM_API loomResult_t loomDdpReducerCreate(loomDdpReducer_t* out, loomComm_t com
   loomDdpOptions_t resolved;
   Status s = readTensors(gradients, ngradients, true, &list);
   if (s.isOk()) s = readOptions(options, &resolved);
+  int rank = -1;
+  if (comm != nullptr) loomCommUserRank(comm, &rank);  // for the log prefix; errors come below
+  loom::log::RankScope scope(rank);
   auto handle = std::make_unique<loomDdpReducer>();
   if (s.isOk()) s = Reducer::create(comm, std::move(list), resolved, &handle->reducer);
   if (!s.isOk()) return report(s, call);

@@ -209,7 +209,7 @@ Status Reducer::finish() {
   if (nmissing > 8) missing += format(" and %d more", nmissing - 8);
 
   Status status = firstError_;
-  Status waited = ops_->synchronize();
+  Status waited = ops_->synchronize().withContext(format("waiting for the %zu buckets", buckets_.size()));
   if (status.isOk()) status = waited;
   const bool rebuild = recordingOrder();
   resetIteration();

@@ -32,6 +32,7 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
+  int rank() const { return rank_; }
   Status markReady(int index);
   Status finish();
   Status setSync(bool sync);

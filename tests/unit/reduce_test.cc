@@ -662,6 +662,59 @@ std::vector<IsaType> allIsaSixteenBitTypes() {
 INSTANTIATE_TEST_SUITE_P(All, SixteenBitFloatTest, testing::ValuesIn(allIsaSixteenBitTypes()),
                          isaTypeName);
 
+// float32 <-> float16 / bfloat16 (the DDP layer's compression): every 16-bit pattern widens to
+// its exact value, and float32 values (random bits, plus ties, overflow and denormals) narrow
+// to the reference's rounding, at a misaligned address too.
+class ConvertTest : public testing::TestWithParam<IsaType> {};
+
+TEST_P(ConvertTest, EveryWideningAndReferenceNarrowing) {
+  const auto [isa, typeIndex] = GetParam();
+  LOOM_USE_ISA_OR_SKIP(isa);
+  const auto type = static_cast<loomDataType_t>(typeIndex);
+  const int exponentBits = type == loomFloat16 ? 5 : 8, mantissaBits = type == loomFloat16 ? 10 : 7;
+
+  std::vector<uint8_t> all(65536 * 2 + 1);
+  for (uint32_t v = 0; v < 65536; ++v) putBits(&all[1 + 2 * v], 2, v);
+  std::vector<uint8_t> wide(65536 * 4 + 3);
+  ASSERT_TRUE(convert(&wide[3], loomFloat32, &all[1], type, 65536));
+  for (uint32_t v = 0; v < 65536; ++v) {
+    const double want = decodeSmallFloat(static_cast<uint16_t>(v), exponentBits, mantissaBits);
+    const double got = decodeFloat(loomFloat32, &wide[3 + 4 * v]);
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << "pattern " << v;
+    } else {
+      ASSERT_TRUE(got == want && std::signbit(got) == std::signbit(want)) << "pattern " << v;
+    }
+  }
+
+  std::vector<uint8_t> floats = randomBits(4 * 100003, 11);
+  const float specials[] = {65504.0f, 65520.0f, 65519.99f, 1e-8f, -5.960464477539063e-08f, 2.9802322e-08f,
+                            1.00390625f, 1.01171875f, 0.1f, -0.0f, INFINITY, -INFINITY, NAN};
+  std::memcpy(floats.data(), specials, sizeof(specials));
+  const size_t n = floats.size() / 4;
+  std::vector<uint8_t> narrow(2 * n + 1);
+  ASSERT_TRUE(convert(&narrow[1], type, floats.data(), loomFloat32, n));
+  const uint16_t qnan = static_cast<uint16_t>(canonicalNan(type));
+  for (size_t i = 0; i < n; ++i) {
+    const double x = decodeFloat(loomFloat32, &floats[4 * i]);
+    const uint16_t want = encodeSmallFloat(x, exponentBits, mantissaBits, qnan);
+    ASSERT_EQ(getBits(&narrow[1 + 2 * i], 2), want) << "float32 " << x << " at " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, ConvertTest, testing::ValuesIn(allIsaSixteenBitTypes()), isaTypeName);
+
+TEST(Convert, EqualTypesCopyOtherPairsAreRefused) {
+  auto src = randomBits(800, 6);
+  std::vector<uint8_t> dst(800);
+  EXPECT_TRUE(convert(dst.data(), loomFloat64, src.data(), loomFloat64, 100));
+  EXPECT_EQ(dst, src);
+  EXPECT_FALSE(convert(dst.data(), loomFloat16, src.data(), loomFloat64, 100));
+  EXPECT_FALSE(convert(dst.data(), loomInt32, src.data(), loomFloat32, 100));
+  EXPECT_FALSE(convert(dst.data(), loomFloat16, src.data(), loomBfloat16, 100));
+  EXPECT_TRUE(convert(nullptr, loomFloat16, nullptr, loomFloat32, 0));
+}
+
 TEST(Copy, CopiesAndAcceptsTheSamePointer) {
   auto src = randomBits(1000, 5);
   std::vector<uint8_t> dst(1000);
