@@ -14,9 +14,9 @@
  * actually became ready on rank 0, and every rank uses rank 0's assignment. Buckets are
  * launched in order (bucket k after bucket k-1), so every rank issues the same collectives.
  *
- * A bucket whose gradients lie back to back in memory (as views into one flat buffer, like
- * torch's gradient_as_bucket_view) is reduced where it lies; other buckets are copied into
- * the reducer's storage and back.
+ * A bucket whose gradients lie back to back in memory in registration order (as views into
+ * one flat buffer, like torch's gradient_as_bucket_view) is reduced where it lies; other
+ * buckets are copied into the reducer's storage and back.
  *
  * Every function returns loomSuccess or an error; loomDdpGetLastError says what and where.
  * Nothing hangs: an error on a peer or a dead peer ends in an error here within the

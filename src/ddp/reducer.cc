@@ -79,27 +79,23 @@ Status Reducer::buildBuckets(const std::vector<int>& order) {
   offsetOf_.assign(gradients_.size(), 0);
   size_t largest = 0;
   for (std::vector<int>& members : assignBuckets(shapes, order, caps)) {
+    // A bucket lays its gradients out in index order on every rank, whether it is a view
+    // or copied: a rank whose buffers happen to be back to back must reduce element k
+    // against the same element k as a rank that copies.
+    std::sort(members.begin(), members.end());
     Bucket bucket;
     bucket.type = gradients_[members.front()].shape.type;
+    bucket.view = true;
     for (int index : members) {
       bucketOf_[index] = static_cast<int>(buckets.size());
       offsetOf_[index] = bucket.count * typeSize(bucket.type);
       bucket.count += gradients_[index].shape.count;
+      const auto address = [this](int i) { return reinterpret_cast<uintptr_t>(gradients_[i].data); };
+      bucket.view = bucket.view && address(index) == address(members.front()) + offsetOf_[index];
     }
     bucket.gradients = std::move(members);
-
-    // A view when the gradients tile one range of memory, in whatever order.
-    std::vector<const Gradient*> byAddress;
-    for (int index : bucket.gradients) byAddress.push_back(&gradients_[index]);
-    std::sort(byAddress.begin(), byAddress.end(),
-              [](const Gradient* a, const Gradient* b) { return a->data < b->data; });
-    bucket.view = true;
-    for (size_t k = 1; k < byAddress.size(); ++k) {
-      const auto* end = static_cast<const unsigned char*>(byAddress[k - 1]->data) + byAddress[k - 1]->bytes();
-      bucket.view = bucket.view && end == byAddress[k]->data;
-    }
     if (bucket.view) {
-      bucket.data = byAddress.front()->data;
+      bucket.data = gradients_[bucket.gradients.front()].data;
     } else {
       LOOM_TRY(ops_->allocate(bucket.count * typeSize(bucket.type), &bucket.storage));
       bucket.data = bucket.storage.get();

@@ -44,7 +44,7 @@ class Reducer {
 
  private:
   struct Bucket {
-    std::vector<int> gradients;  // in the order they were assigned
+    std::vector<int> gradients;  // in index order, which is also their order in data
     loomDataType_t type = loomFloat32;
     size_t count = 0;            // elements
     void* data = nullptr;        // where the bucket is reduced

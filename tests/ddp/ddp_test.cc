@@ -117,6 +117,36 @@ INSTANTIATE_TEST_SUITE_P(Ranks, TrainingTest,
                                   (std::get<2>(info.param) ? "copied" : "views");
                          });
 
+// Rank 0's gradients are views into one flat buffer, rank 1's separate vectors (and rank 2's
+// flat buffer holds them in the opposite order, so its buckets are copied too): every rank
+// must still reduce the same elements against each other.
+TEST(Layout, ViewsAndCopiedBucketsMixAcrossRanks) {
+  loomtest::runRanks(3, Mode::kThreads, [](loomComm_t comm, int rank) {
+    const size_t counts[3] = {40, 24, 8};
+    std::vector<float> flat(72);
+    std::vector<std::vector<float>> separate(3);
+    float* data[3];
+    for (int g = 0; g < 3; ++g) {
+      separate[g].resize(counts[g]);
+      const size_t forward = g == 0 ? 0 : g == 1 ? 40 : 64, backward = g == 0 ? 32 : g == 1 ? 8 : 0;
+      data[g] = rank == 0 ? flat.data() + forward : rank == 1 ? separate[g].data() : flat.data() + backward;
+      for (size_t i = 0; i < counts[g]; ++i) data[g][i] = static_cast<float>(3 * (100 * g + i) * (rank + 1));
+    }
+    std::vector<loomDdpTensor_t> tensors;
+    for (int g = 0; g < 3; ++g) tensors.push_back({data[g], counts[g], loomFloat32, nullptr});
+    loomDdpReducer_t reducer = nullptr;
+    LOOM_ASSERT_OK(loomDdpReducerCreate(&reducer, comm, tensors.data(), 3, nullptr), nullptr);
+    for (int g : {2, 1, 0}) LOOM_ASSERT_OK(loomDdpMarkReady(reducer, g), nullptr);
+    LOOM_ASSERT_OK(loomDdpFinish(reducer), nullptr);
+    for (int g = 0; g < 3; ++g) {
+      for (size_t i = 0; i < counts[g]; ++i) {
+        ASSERT_EQ(data[g][i], static_cast<float>(6 * (100 * g + i))) << "gradient " << g << " element " << i;
+      }
+    }
+    EXPECT_EQ(loomDdpReducerDestroy(reducer), loomSuccess);
+  });
+}
+
 // ---- No-sync accumulation -----------------------------------------------------------------
 
 // Three micro-batches, the first two under no-sync, each with loss scale 1/3: one step equal
