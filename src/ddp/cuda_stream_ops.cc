@@ -2,6 +2,8 @@
 // enqueued on the reducer's CUDA stream.
 #include <cuda_runtime_api.h>
 
+#include <vector>
+
 #include "core/cuda_call.h"
 #include "ddp/stream_ops.h"
 #include "kernels/cuda/device_reduce.h"
@@ -22,11 +24,15 @@ class CudaStreamOps : public StreamOps {
 
   loomStream_t stream() const override { return stream_; }
 
+  // The ops keep every allocation until they are destroyed: cudaFree waits for the whole
+  // device, and with ranks sharing a GPU another rank's stream may be waiting for a
+  // collective this rank has not enqueued yet, which would then never come.
   Status allocate(size_t bytes, Memory* out) override {
     LOOM_CUDA_TRY(cudaSetDevice(device_));
-    void* p = nullptr;
-    LOOM_CUDA_TRY(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
-    *out = Memory(p, [](void* q) { cudaFree(q); });
+    cuda::DevicePtr memory;
+    LOOM_TRY(cuda::allocDevice(bytes == 0 ? 1 : bytes, &memory));
+    *out = Memory(memory.get(), [](void*) {});
+    allocations_.push_back(std::move(memory));
     return Status::ok();
   }
 
@@ -61,6 +67,7 @@ class CudaStreamOps : public StreamOps {
   int device_;
   cudaStream_t stream_;
   cuda::StreamPtr owned_;  // set when the ops made their own stream
+  std::vector<cuda::DevicePtr> allocations_;
 };
 
 }  // namespace

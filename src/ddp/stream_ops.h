@@ -14,7 +14,8 @@ namespace loom::ddp {
 
 class StreamOps {
  public:
-  // Memory of the stream's kind (host or device), freed by its deleter.
+  // Memory of the stream's kind (host or device). Host memory is freed by the deleter;
+  // device memory lives until the ops are destroyed (see cuda_stream_ops.cc).
   using Memory = std::unique_ptr<void, void (*)(void*)>;
 
   virtual ~StreamOps() = default;

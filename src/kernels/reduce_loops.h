@@ -340,6 +340,7 @@ void widenToFloat32(void* dst, const void* src, size_t count) {
   for (size_t base = 0; base < count; base += kTileElems) {
     const size_t n = smaller(kTileElems, count - base);
     widen<H>(tile, bytes(src) + base * sizeof(uint16_t), n);
+    for (size_t i = 0; i < n; ++i) tile[i] = canonical(tile[i]);  // widening keeps NaN payloads
     __builtin_memcpy(bytes(dst) + base * sizeof(float), tile, n * sizeof(float));
   }
 }

@@ -371,6 +371,35 @@ TEST(CudaCopy, MatchesHostAtEveryOffset) {
   EXPECT_EQ(src.check(in, 3, 1), "") << "dst == src";
 }
 
+// float32 <-> float16 / bfloat16 (the DDP layer's compression) against the host's convert,
+// bit for bit, at aligned and misaligned addresses; unsupported pairs are refused.
+TEST(CudaConvert, MatchesHostBothWays) {
+  SKIP_WITHOUT_DEVICE();
+  GuardedBuffer src(kLarge * 4), dst(kLarge * 4);
+  for (loomDataType_t narrow : {loomFloat16, loomBfloat16}) {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}, kLarge}) {
+      for (size_t off : {size_t{0}, size_t{1}, size_t{2}}) {
+        SCOPED_TRACE(std::string(kTypes[narrow].name) + " count " + std::to_string(count) + " offset " + std::to_string(off));
+        const std::vector<unsigned char> wide = randomElements(kTypes[loomFloat32], count, count + off + narrow);
+        std::vector<unsigned char> want(count * 2);
+        ASSERT_TRUE(loom::kernels::convert(want.data(), narrow, wide.data(), loomFloat32, count));
+        ASSERT_EQ(loom::cuda::convert(dst.place({}, off), narrow, src.place(wide, off), loomFloat32, count, nullptr), 0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(dst.check(want, off, 2), "") << "narrowing";
+
+        const std::vector<unsigned char> half = randomElements(kTypes[narrow], count, count * 3 + off);
+        std::vector<unsigned char> back(count * 4);
+        ASSERT_TRUE(loom::kernels::convert(back.data(), loomFloat32, half.data(), narrow, count));
+        ASSERT_EQ(loom::cuda::convert(dst.place({}, off), loomFloat32, src.place(half, off), narrow, count, nullptr), 0);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(dst.check(back, off, 4), "") << "widening";
+      }
+    }
+  }
+  unsigned char* p = dst.place({}, 0);
+  EXPECT_EQ(loom::cuda::convert(p, loomFloat16, p, loomBfloat16, 4, nullptr), static_cast<int>(cudaErrorInvalidValue));
+}
+
 TEST(CudaKernelsApi, InvalidTypeOrOpIsRefused) {
   SKIP_WITHOUT_DEVICE();
   GuardedBuffer buf(64);
