@@ -10,31 +10,13 @@
 
 #include "loom/ddp.h"
 #include "multirank/harness.h"
+#include "gpu/gpu_test.h"
 
 namespace {
 
 using loomtest::Mode;
 
-bool haveDevice() {
-  static const bool have = [] {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  }();
-  return have;
-}
-
-#define SKIP_WITHOUT_DEVICE()                  \
-  if (!haveDevice()) {                         \
-    std::printf("skipped: no CUDA device\n");  \
-    std::fflush(stdout);                       \
-    GTEST_SKIP() << "skipped: no CUDA device"; \
-  }
-
-#define CUDA_ASSERT(call)                                                  \
-  do {                                                                     \
-    cudaError_t e_ = (call);                                               \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_); \
-  } while (0)
+bool haveDevice() { return cudaDevicePresent(); }
 
 // One rank's device state, made before any collective (a device-wide synchronisation while
 // another rank's stream waits on Loom would never return): a stream, the gradients in one

@@ -22,6 +22,7 @@
 
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "gpu/gpu_test.h"
 
 namespace loomtest {
 namespace {
@@ -45,18 +46,6 @@ bool haveDevice() {
   }();
   return have;
 }
-
-#define SKIP_WITHOUT_DEVICE()                           \
-  if (!haveDevice()) {                                  \
-    std::printf("skipped: no CUDA device\n");           \
-    GTEST_SKIP() << "skipped: no CUDA device";          \
-  }
-
-#define CUDA_ASSERT(call)                                                          \
-  do {                                                                             \
-    cudaError_t e_ = (call);                                                       \
-    ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_);         \
-  } while (0)
 
 // Device memory of one rank, allocated once per test: freeing while another rank's call is
 // in flight would synchronise the device and wait for that rank's stream, which waits for

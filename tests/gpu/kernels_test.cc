@@ -24,6 +24,7 @@
 
 #include "kernels/cuda/device_reduce.h"
 #include "kernels/reduce.h"
+#include "gpu/gpu_test.h"
 
 namespace {
 
@@ -97,20 +98,7 @@ std::vector<unsigned char> randomElements(const TypeInfo& t, size_t count, uint6
 
 // ---- Device memory with guards ----------------------------------------------------------
 
-bool haveDevice() {
-  static const bool have = [] {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-  }();
-  return have;
-}
-
-#define SKIP_WITHOUT_DEVICE()                  \
-  if (!haveDevice()) {                         \
-    std::printf("skipped: no CUDA device\n");  \
-    std::fflush(stdout);                       \
-    GTEST_SKIP() << "skipped: no CUDA device"; \
-  }
+bool haveDevice() { return cudaDevicePresent(); }
 
 constexpr size_t kGuard = 64;  // bytes on each side of a region (offsets go up to 15 into it)
 constexpr unsigned char kGuardByte = 0xA5;
