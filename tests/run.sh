@@ -8,6 +8,9 @@
 #   tests/run.sh --no-deps            same without the package step
 #   tests/run.sh -- --suite unit      run one suite (args after -- go to meson test)
 #   tests/run.sh --builddir b -Dcuda=disabled -- --list
+#   tests/run.sh --sanitizers         also build and run the suites under ASan+UBSan and
+#                                     under TSan (tests/sanitize.sh; about 25 more minutes
+#                                     on 2 cores); CI (.ci/run) runs this
 #
 # Environment:
 #   LOOM_TEST_FULL=1                  also run the long suites (read by the tests
@@ -22,9 +25,11 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 setup_args=()
 test_args=()
 builddir=build
+sanitizers=0
 while (($#)); do
   case "$1" in
     --) shift; test_args=("$@"); break ;;
+    --sanitizers) sanitizers=1 ;;
     --builddir)
       setup_args+=("$1")
       if (($# >= 2)); then builddir=$2; setup_args+=("$2"); shift; fi ;;
@@ -62,8 +67,18 @@ echo "tests/run.sh: meson test -C $builddir --print-errorlogs --timeout-multipli
 meson test -C "$builddir" --print-errorlogs --timeout-multiplier "$multiplier" \
   "${test_args[@]}" || rc=$?
 
+# The sanitizer builds run after the default one, so a plain failure shows first; every
+# build's cases are counted in the one closing line.
+summary_dirs=("$builddir")
+if ((sanitizers)); then
+  for kind in address thread; do
+    bash tests/sanitize.sh "$kind" --no-summary || rc=$?
+  done
+  summary_dirs+=(build-asan build-tsan)
+fi
+
 summary_rc=0
-python3 tests/summarize.py "$builddir" || summary_rc=$?
+python3 tests/summarize.py "${summary_dirs[@]}" || summary_rc=$?
 
 if ((rc != 0)); then
   exit "$rc"

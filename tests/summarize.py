@@ -2,7 +2,9 @@
 """Summarize a `meson test` run: one line per failed/skipped case, then
 `N passed, N failed, N skipped` as the very last line.
 
-Usage: python3 tests/summarize.py [BUILDDIR]          (default: build)
+Usage: python3 tests/summarize.py [BUILDDIR...]       (default: build; several
+           build directories are counted together, cases of all but the first
+           named with their directory in front)
        python3 tests/summarize.py --clean [BUILDDIR]  (before `meson test`:
            remove the GoogleTest XML files earlier runs left, and the logs)
 
@@ -214,20 +216,19 @@ def clean(builddir):
     return 0
 
 
-def main(argv):
-    if len(argv) > 1 and argv[1] == "--clean":
-        return clean(argv[2] if len(argv) > 2 else "build")
-    builddir = argv[1] if len(argv) > 1 else "build"
+def tally_builddir(builddir, tally, label):
+    """Adds one build directory's `meson test` results to tally; names of
+    cases get `label` in front (to tell sanitizer builds apart)."""
     logdir = os.path.join(builddir, "meson-logs")
     json_path = os.path.join(logdir, "testlog.json")
     junit_path = os.path.join(logdir, "testlog.junit.xml")
-    tally = Tally()
 
     tests = []
     if os.path.exists(json_path):
         tests = load_json_lines(json_path)
     else:
         print(f"summarize: {json_path} not found (did `meson test` run?)")
+        tally.fail(label + builddir, "no test results (the build or `meson test` failed)")
 
     intro = load_intro(builddir)
 
@@ -269,7 +270,7 @@ def main(argv):
                 break
 
     for t in tests:
-        name = t.get("name", "?")
+        name = label + t.get("name", "?")
         res = t.get("result", "?")
         if not t["_gtest"]:
             if res in PASS_RESULTS:
@@ -282,7 +283,7 @@ def main(argv):
 
         # Is the binary's own XML from this run?
         entry = t["_entry"] or {}
-        xml_name = f"{entry.get('name', name)}.xml"
+        xml_name = f"{entry.get('name', t.get('name', '?'))}.xml"
         xml_path = os.path.join(entry.get("workdir") or builddir, xml_name)
         fresh = True
         if os.path.exists(xml_path):
@@ -291,8 +292,8 @@ def main(argv):
                 fresh = os.path.getmtime(xml_path) >= start - STALE_SLACK_S
 
         cases, running = [], None
-        if fresh and merged.get(name):
-            cases = gtest_cases_from_suites(merged[name])
+        if fresh and merged.get(t.get("name")):
+            cases = gtest_cases_from_suites(merged[t.get("name")])
         elif fresh and os.path.exists(xml_path):
             try:
                 cases = gtest_cases_from_suites(ET.parse(xml_path).getroot().iter("testsuite"))
@@ -325,6 +326,16 @@ def main(argv):
             # Crash after the last case, at exit, before the first case, ...
             tally.fail(name, f"binary failed ({describe_result(t)})"
                        + ("" if cases else "; no per-case results"))
+
+
+
+def main(argv):
+    if len(argv) > 1 and argv[1] == "--clean":
+        return clean(argv[2] if len(argv) > 2 else "build")
+    builddirs = argv[1:] or ["build"]
+    tally = Tally()
+    for i, builddir in enumerate(builddirs):
+        tally_builddir(builddir, tally, f"[{builddir}] " if i > 0 else "")
 
     if tally.failed:
         print(f"Failed ({len(tally.failed)}):")
