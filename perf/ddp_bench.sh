@@ -5,7 +5,7 @@
 #
 #   perf/ddp_bench.sh [--builddir DIR] [--quick] [-- EXTRA loom-ddp-bench FLAGS]
 #
-# --quick: a tiny model and two steps (the test suite's smoke run).
+# --quick: a tiny model and two steps (the test suite's smoke run, a few seconds).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 builddir=build
@@ -19,9 +19,20 @@ while (($#)); do
   esac
   shift
 done
-ninja -C "$builddir" perf/ddp_bench/loom-ddp-bench tools/loomrun/loomrun >/dev/null
-echo "# $(nproc) cores: $(lscpu | sed -n 's/^Model name: *//p')"
+
+# Quiet when up to date; the compiler's messages when the build fails.
+if ! log=$(ninja -C "$builddir" perf/ddp_bench/loom-ddp-bench tools/loomrun/loomrun 2>&1); then
+  echo "$log" >&2
+  echo "perf/ddp_bench.sh: building loom-ddp-bench in $builddir failed" >&2
+  exit 1
+fi
+
+cores=$(nproc)
+echo "# $cores cores: $(lscpu | sed -n 's/^Model name: *//p')"
 for ranks in 2 4; do
+  if ((ranks > cores)); then
+    echo "# $ranks ranks on $cores cores: oversubscribed, the ranks and their progress threads share cores"
+  fi
   for backward in real sleep; do
     command=("$builddir/tools/loomrun/loomrun" -n "$ranks" "$builddir/perf/ddp_bench/loom-ddp-bench" "${flags[@]}")
     [[ $backward == sleep ]] && command+=(--sleep-backward-ms 20)
