@@ -124,20 +124,23 @@ TEST(P2PSingleThread, SendToSelfInAGroupAndNestedGroups) {
   LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
 }
 
-// The stream call returns before the matching receive is even posted.
+// The stream call returns before the matching receive is even posted. 16 MiB: more than
+// the shm FIFO holds, so the send cannot finish before the receive (one int could, and
+// then the query would rightly say it is done).
 TEST(HostStream, CallsReturnAtOnceAndQueryReportsProgress) {
   std::vector<loomComm_t> comms(2);
   LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, nullptr), nullptr);
   loomStream_t stream = nullptr;
   LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
-  int value = 42, got = 0;
-  LOOM_EXPECT_OK(loomSend(&value, 1, loomInt32, 1, comms[0], stream), comms[0]);
+  constexpr size_t kCount = 4 << 20;
+  std::vector<int> values(kCount, 42), got(kCount, 0);
+  LOOM_EXPECT_OK(loomSend(values.data(), kCount, loomInt32, 1, comms[0], stream), comms[0]);
   EXPECT_EQ(loomStreamQuery(stream), loomInProgress);
-  std::thread receiver([&] { LOOM_EXPECT_OK(loomRecv(&got, 1, loomInt32, 0, comms[1], nullptr), comms[1]); });
+  std::thread receiver([&] { LOOM_EXPECT_OK(loomRecv(got.data(), kCount, loomInt32, 0, comms[1], nullptr), comms[1]); });
   receiver.join();
   LOOM_EXPECT_OK(loomStreamSynchronize(stream), nullptr);
   EXPECT_EQ(loomStreamQuery(stream), loomSuccess);
-  EXPECT_EQ(got, 42);
+  EXPECT_EQ(got, values);
   LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
   for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
 }
