@@ -12,6 +12,7 @@ constexpr const char* kCore = "Communicators and bootstrap";
 constexpr const char* kLog = "Logging";
 constexpr const char* kLaunch = "Launcher variables read by loomCommInitFromEnv";
 constexpr const char* kData = "Transports and algorithms";
+constexpr const char* kTopo = "Topology";
 }  // namespace
 
 const std::vector<Variable>& variables() {
@@ -96,6 +97,13 @@ const std::vector<Variable>& variables() {
        "Pipeline slice of device communicators on the direct path: a step moves or reduces at most "
        "this many bytes (each step costs a kernel launch and a message to the peer, so slices are "
        "larger than on the host)."},
+      {"LOOM_TOPO_FILE", "", kTopo,
+       "An hwloc XML file (lstopo --of xml, LOOM_TOPO_DUMP_FILE, or tests/topologies/) whose machine "
+       "Loom uses instead of discovering this one: rings, trees and the tuner then plan for that "
+       "machine. Conventions for GPUs, NICs, NVLink and Loom's own attributes: docs/TOPOLOGY.md."},
+      {"LOOM_TOPO_DUMP_FILE", "", kTopo,
+       "Write the discovered machine as hwloc XML to this file (loadable with LOOM_TOPO_FILE; needs "
+       "a build with hwloc)."},
       {"LOOM_RANK", "", kLaunch, "Rank of this process (loomrun sets it)."},
       {"LOOM_WORLD_SIZE", "", kLaunch, "Number of ranks (loomrun sets it)."},
       {"LOOM_LOCAL_RANK", "", kLaunch, "Rank among the ranks of this host (informational)."},

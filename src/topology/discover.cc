@@ -1,0 +1,46 @@
+#include "topology/discover.h"
+
+#include <unistd.h>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "topology/hwloc_discovery.h"
+
+namespace loom::topo {
+
+const char* sourceName(Source source) {
+  switch (source) {
+    case Source::kFile: return "file";
+    case Source::kHwloc: return "hwloc";
+    case Source::kSysfs: return "sysfs";
+  }
+  return "?";
+}
+
+Status discoverLive(Graph* out, Source* source) {
+  Status hwloc = hwlocLive(out);
+  if (hwloc.isOk()) {
+    *source = Source::kHwloc;
+    return hwloc;
+  }
+  LOOM_INFO("topology: %s; reading /sys instead", hwloc.message().c_str());
+  *source = Source::kSysfs;
+  LOOM_TRY(discoverSysfs("/sys", out));
+  if (out->host.empty()) {
+    char name[256] = {};
+    gethostname(name, sizeof(name) - 1);
+    out->host = name;
+  }
+  return Status::ok();
+}
+
+Status discover(Graph* out, Source* source) {
+  if (std::optional<std::string> dump = env::get("LOOM_TOPO_DUMP_FILE")) LOOM_TRY(dumpXml(*dump));
+  if (std::optional<std::string> file = env::get("LOOM_TOPO_FILE")) {
+    *source = Source::kFile;
+    return loadXml(*file, out).withContext("LOOM_TOPO_FILE");
+  }
+  return discoverLive(out, source);
+}
+
+}  // namespace loom::topo

@@ -1,0 +1,249 @@
+// Topology: path classification on hand-built graphs, /sys discovery on a made-up /sys tree,
+// and the graphs, matrices and rings of the shipped machines (tests/topologies/).
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/status.h"
+#include "loom_build_config.h"
+#include "topology/discover.h"
+#include "topology/pci.h"
+#include "topology/render.h"
+#include "topology/rings.h"
+
+namespace loom::topo {
+namespace {
+
+namespace fs = std::filesystem;
+
+// cpu0 = cpu1; under cpu0 a host bridge with a switch holding gpu0 and nic0, and gpu1 straight
+// under the bridge; gpu2 under cpu1; gpu0 and gpu1 joined by NVLink.
+Node makeNode(NodeKind kind, const char* name, int index, int socket, int cpu = -1) {
+  Node n;
+  n.kind = kind;
+  n.name = name;
+  n.index = index;
+  n.socket = socket;
+  n.cpu = cpu;
+  return n;
+}
+
+struct SmallMachine {
+  Graph g;
+  int cpu0, cpu1, bridge, sw, gpu0, gpu1, gpu2, nic0;
+  SmallMachine() {
+    cpu0 = g.add(makeNode(NodeKind::kCpu, "cpu0", 0, 0));
+    cpu1 = g.add(makeNode(NodeKind::kCpu, "cpu1", 1, 1));
+    bridge = g.add(makeNode(NodeKind::kHostBridge, "hb", -1, -1, cpu0));
+    sw = g.add(makeNode(NodeKind::kPciSwitch, "sw", -1, -1, cpu0));
+    gpu0 = g.add(makeNode(NodeKind::kGpu, "gpu0", 0, -1, cpu0));
+    gpu1 = g.add(makeNode(NodeKind::kGpu, "gpu1", 1, -1, cpu0));
+    gpu2 = g.add(makeNode(NodeKind::kGpu, "gpu2", 2, -1, cpu1));
+    nic0 = g.add(makeNode(NodeKind::kNic, "nic0", -1, -1, cpu0));
+    g.connect(cpu0, cpu1, LinkKind::kSmp, 40, kSmpLatencyUs);
+    g.connect(cpu0, bridge, LinkKind::kPcie, 32, kPcieLatencyUs);
+    g.connect(bridge, sw, LinkKind::kPcie, 32, kPcieLatencyUs);
+    g.connect(sw, gpu0, LinkKind::kPcie, 32, kPcieLatencyUs);
+    g.connect(sw, nic0, LinkKind::kPcie, 16, kPcieLatencyUs);
+    g.connect(bridge, gpu1, LinkKind::kPcie, 32, kPcieLatencyUs);
+    g.connect(cpu1, gpu2, LinkKind::kPcie, 32, kPcieLatencyUs);
+    g.connect(gpu0, gpu1, LinkKind::kNvlink, 100, kNvlinkLatencyUs, 4);
+  }
+};
+
+TEST(TopologyPath, ClassifiesLikeNvidiaSmi) {
+  SmallMachine m;
+  EXPECT_EQ(m.g.path(m.gpu0, m.gpu0).type, PathType::kSelf);
+  Path nv = m.g.path(m.gpu0, m.gpu1);
+  EXPECT_EQ(nv.type, PathType::kNvlink);
+  EXPECT_EQ(nv.nvlinks, 4);
+  EXPECT_DOUBLE_EQ(nv.gbps, 100);
+  Path pix = m.g.path(m.gpu0, m.nic0);
+  EXPECT_EQ(pix.type, PathType::kPix);
+  EXPECT_DOUBLE_EQ(pix.gbps, 16);
+  EXPECT_EQ(pix.hops, 2);
+  EXPECT_EQ(m.g.path(m.nic0, m.gpu1).type, PathType::kPhb);
+  Path sys = m.g.path(m.gpu0, m.gpu2);
+  EXPECT_EQ(sys.type, PathType::kSys);
+  EXPECT_DOUBLE_EQ(sys.gbps, 32);
+  EXPECT_EQ(sys.hops, 5);
+  EXPECT_DOUBLE_EQ(sys.latencyUs, 4 * kPcieLatencyUs + kSmpLatencyUs);
+}
+
+TEST(TopologyPath, DevicesDoNotForward) {
+  // gpu1 reaches nic0 through the bridge, not through gpu0's NVLink and gpu0's switch.
+  SmallMachine m;
+  Path p = m.g.path(m.gpu1, m.nic0);
+  EXPECT_EQ(p.type, PathType::kPhb);
+  EXPECT_EQ(p.hops, 3);
+}
+
+TEST(TopologyPci, LinkBandwidthAsHwlocReportsIt) {
+  EXPECT_NEAR(pcieGbps(32, 16), 63.015, 0.001);
+  EXPECT_NEAR(pcieGbps(16, 8), 15.754, 0.001);
+  EXPECT_NEAR(pcieGbps(5, 4), 2.0, 0.001);
+  EXPECT_EQ(busIdString(0, 0x18, 0, 0), "0000:18:00.0");
+  EXPECT_EQ(pciRole(0x10de, 0x0302), PciRole::kGpu);
+  EXPECT_EQ(pciRole(0x10de, 0x0680), PciRole::kNvSwitch);
+  EXPECT_EQ(pciRole(0x15b3, 0x0207), PciRole::kNic);
+  EXPECT_EQ(pciRole(0x1002, 0x0300), PciRole::kOther);  // not a CUDA device
+  EXPECT_EQ(pciRole(0x144d, 0x0108), PciRole::kOther);  // NVMe
+}
+
+// A made-up /sys: two NUMA domains on two sockets; under socket 0 a root port, a switch
+// with an H100 and a 400G InfiniBand NIC; under socket 1 an H100 straight on a root port.
+class FakeSysfs {
+ public:
+  FakeSysfs() {
+    char dir[] = "/tmp/loom-sysfs-XXXXXX";
+    root_ = mkdtemp(dir);
+    for (int numa = 0; numa < 2; ++numa) {
+      fs::path node = root_ / "devices/system/node" / ("node" + std::to_string(numa));
+      write(node / "cpulist", numa == 0 ? "0-3" : "4-7");
+      write(node / "meminfo", "Node " + std::to_string(numa) + " MemTotal:       1048576 kB\n");
+    }
+    write(root_ / "devices/system/node/possible", "0-1");  // not a node directory
+    for (int cpu = 0; cpu < 8; ++cpu) {
+      fs::path c = root_ / "devices/system/cpu" / ("cpu" + std::to_string(cpu));
+      write(c / "topology/physical_package_id", cpu < 4 ? "0" : "1");
+      write(c / "topology/core_id", std::to_string(cpu % 4));
+      write(c / "cache/index0/type", "Data");
+      write(c / "cache/index0/size", "48K");
+      write(c / "cache/index3/type", "Unified");
+      write(c / "cache/index3/size", "107520K");
+    }
+    std::string s0 = "devices/pci0000:17/0000:17:01.0";
+    device(s0, "0x8086", "0x347a", "0x060400", 0, "32.0 GT/s PCIe", "16");
+    device(s0 + "/0000:18:00.0", "0x1000", "0xc030", "0x060400", 0, "32.0 GT/s PCIe", "16");
+    device(s0 + "/0000:18:00.0/0000:19:00.0", "0x1000", "0xc030", "0x060400", 0, "32.0 GT/s PCIe", "16");
+    device(s0 + "/0000:18:00.0/0000:19:01.0", "0x1000", "0xc030", "0x060400", 0, "32.0 GT/s PCIe", "16");
+    device(s0 + "/0000:18:00.0/0000:19:00.0/0000:1a:00.0", "0x10de", "0x2330", "0x030200", 0, "32.0 GT/s PCIe", "16");
+    std::string nic = s0 + "/0000:18:00.0/0000:19:01.0/0000:1b:00.0";
+    device(nic, "0x15b3", "0x1021", "0x020700", 0, "32.0 GT/s PCIe", "16");
+    write(root_ / nic / "net/ibp27s0/ifindex", "3");
+    write(root_ / nic / "infiniband/mlx5_0/ibdev", "mlx5_0");
+    write(root_ / "class/infiniband/mlx5_0/ports/1/rate", "400 Gb/sec (4X NDR)");
+    std::string s1 = "devices/pci0000:97/0000:97:01.0";
+    device(s1, "0x8086", "0x347a", "0x060400", 1, "32.0 GT/s PCIe", "16");
+    device(s1 + "/0000:98:00.0", "0x10de", "0x2330", "0x030200", 1, "16.0 GT/s PCIe", "16");
+    device("devices/pci0000:00/0000:00:1f.2", "0x8086", "0x1572", "0x020000", -1, "Unknown", "0");
+    write(root_ / "devices/pci0000:00/0000:00:1f.2/net/eno1/ifindex", "2");
+    write(root_ / "class/net/eno1/speed", "10000");
+  }
+  ~FakeSysfs() { fs::remove_all(root_); }
+  std::string root() const { return root_.string(); }
+
+ private:
+  void write(const fs::path& file, const std::string& text) {
+    fs::create_directories(file.parent_path());
+    std::ofstream(file) << text << "\n";
+  }
+  void device(const std::string& path, const char* vendor, const char* id, const char* cls, int numa,
+              const char* speed, const char* width) {
+    fs::path dir = root_ / path;
+    write(dir / "vendor", vendor);
+    write(dir / "device", id);
+    write(dir / "class", cls);
+    write(dir / "numa_node", std::to_string(numa));
+    write(dir / "current_link_speed", speed);
+    write(dir / "current_link_width", width);
+    fs::create_directories(root_ / "bus/pci/devices");
+    fs::create_symlink(fs::relative(dir, root_ / "bus/pci/devices"), root_ / "bus/pci/devices" / dir.filename());
+  }
+  fs::path root_;
+};
+
+TEST(TopologySysfs, ReadsDomainsDevicesAndTheirPaths) {
+  FakeSysfs sys;
+  Graph g;
+  Status status = discoverSysfs(sys.root(), &g);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  ASSERT_EQ(g.all(NodeKind::kCpu).size(), 2u);
+  const Node& cpu1 = g.node(g.cpuByNuma(1));
+  EXPECT_EQ(cpu1.socket, 1);
+  EXPECT_EQ(cpu1.cores, 4);
+  EXPECT_EQ(cpu1.memoryBytes, size_t{1} << 30);
+  EXPECT_EQ(cpu1.cacheBytes, size_t{107520} << 10);
+  ASSERT_EQ(g.all(NodeKind::kGpu).size(), 2u);
+  int gpu0 = g.gpuByOrdinal(0), gpu1 = g.gpuByOrdinal(1);
+  EXPECT_EQ(g.node(gpu0).busId, "0000:1a:00.0");
+  EXPECT_EQ(g.node(gpu1).busId, "0000:98:00.0");
+  EXPECT_EQ(g.node(gpu1).cpu, g.cpuByNuma(1));
+  std::vector<int> nics = g.all(NodeKind::kNic);  // in bus order
+  ASSERT_EQ(nics.size(), 2u);
+  std::swap(nics[0], nics[1]);
+  const Node& ib = g.node(nics[0]);
+  EXPECT_EQ(ib.name, "mlx5_0");
+  EXPECT_EQ(ib.model, "ibp27s0");
+  EXPECT_DOUBLE_EQ(ib.portGbps, 400);
+  const Node& eth = g.node(nics[1]);
+  EXPECT_EQ(eth.name, "eno1");
+  EXPECT_DOUBLE_EQ(eth.portGbps, 10);
+  EXPECT_EQ(eth.cpu, g.cpuByNuma(0));  // numa_node -1: the first domain
+  // The switch's downstream ports are the switch: GPU and NIC meet in one switch.
+  Path gpuNic = g.path(gpu0, nics[0]);
+  EXPECT_EQ(gpuNic.type, PathType::kPix);
+  EXPECT_NEAR(gpuNic.gbps, 63.015, 0.001);
+  Path across = g.path(gpu0, gpu1);
+  EXPECT_EQ(across.type, PathType::kSys);
+  EXPECT_NEAR(across.gbps, 31.508, 0.001);
+  EXPECT_EQ(g.path(nics[0], nics[1]).type, PathType::kNode);
+}
+
+TEST(TopologySysfs, NoCpusIsAnError) {
+  char dir[] = "/tmp/loom-sysfs-XXXXXX";
+  std::string root = mkdtemp(dir);
+  Graph g;
+  Status status = discoverSysfs(root, &g);
+  fs::remove_all(root);
+  EXPECT_FALSE(status.isOk());
+  EXPECT_NE(status.message().find("no CPUs"), std::string::npos) << status.message();
+}
+
+TEST(TopologyLive, ThisMachineHasAtLeastOneCpu) {
+  Graph g;
+  Source source;
+  Status status = discoverLive(&g, &source);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(source, LOOM_HAVE_HWLOC ? Source::kHwloc : Source::kSysfs);
+  EXPECT_FALSE(g.all(NodeKind::kCpu).empty());
+  EXPECT_FALSE(g.host.empty());
+  int cores = 0;
+  for (int c : g.all(NodeKind::kCpu)) cores += g.node(c).cores;
+  EXPECT_GE(cores, 1);
+}
+
+TEST(TopologySysfs, AgreesWithHwlocOnThisMachine) {
+  Graph sysfs;
+  ASSERT_TRUE(discoverSysfs("/sys", &sysfs).isOk());
+  ASSERT_FALSE(sysfs.all(NodeKind::kCpu).empty());
+  if (!LOOM_HAVE_HWLOC) GTEST_SKIP() << "built without hwloc: nothing to compare /sys with";
+  Graph hwloc;
+  Source source;
+  ASSERT_TRUE(discoverLive(&hwloc, &source).isOk());
+  ASSERT_EQ(sysfs.all(NodeKind::kCpu).size(), hwloc.all(NodeKind::kCpu).size());
+  for (size_t i = 0; i < sysfs.all(NodeKind::kCpu).size(); ++i) {
+    EXPECT_EQ(sysfs.node(sysfs.all(NodeKind::kCpu)[i]).cores, hwloc.node(hwloc.all(NodeKind::kCpu)[i]).cores);
+  }
+  EXPECT_EQ(sysfs.all(NodeKind::kGpu).size(), hwloc.all(NodeKind::kGpu).size());
+  EXPECT_EQ(sysfs.all(NodeKind::kNic).size(), hwloc.all(NodeKind::kNic).size());
+}
+
+TEST(TopologyRings, HostRanksGroupBySocketThenDomain) {
+  SmallMachine m;
+  std::vector<Place> places = {{m.cpu1}, {m.cpu0}, {m.cpu1}, {m.cpu0}};
+  EXPECT_EQ(hostChain(m.g, places), (std::vector<int>{1, 3, 0, 2}));
+}
+
+TEST(TopologyRings, GlobalRingKeepsHostsTogether) {
+  // Ranks 0,2 on host 0 (chain 2,0), ranks 1,3 on host 1 (chain 1,3).
+  std::vector<int> hostOf = {0, 1, 0, 1};
+  std::vector<int> position = {1, 0, 0, 1};
+  EXPECT_EQ(globalRing(hostOf, position), (std::vector<int>{2, 0, 1, 3}));
+}
+
+}  // namespace
+}  // namespace loom::topo

@@ -1,0 +1,159 @@
+// loom-topo: the machine as Loom sees it (docs/TOPOLOGY.md).
+//   loom-topo                      tree and GPU/NIC matrix of this machine
+//   loom-topo --file X.xml         the same for an hwloc XML (tests/topologies/, lstopo --of xml)
+//   loom-topo --dot F [--svg F]    Graphviz DOT (SVG through `dot` when it is installed)
+//   loom-topo --rings N [--host]   the ring and trees for N ranks on this host (GPU ranks
+//                                  round-robin over the GPUs; --host: host ranks spread
+//                                  evenly over the NUMA domains), with predicted bandwidth
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+
+#include "algorithms/tree.h"
+#include "topology/discover.h"
+#include "topology/render.h"
+#include "topology/rings.h"
+
+namespace {
+
+using namespace loom::topo;
+
+int usage(const char* problem) {
+  if (problem) std::fprintf(stderr, "loom-topo: %s\n", problem);
+  std::fprintf(stderr,
+               "usage: loom-topo [--file TOPOLOGY.xml] [--tree] [--matrix] [--dot FILE] [--svg FILE]\n"
+               "                 [--rings N [--host]]\n");
+  return 2;
+}
+
+// Runs `dot -Tsvg` without a shell; false when dot is missing or fails.
+bool writeSvg(const std::string& dotFile, const std::string& svgFile) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    execlp("dot", "dot", "-Tsvg", dotFile.c_str(), "-o", svgFile.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  int status = 0;
+  return pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::vector<Place> spreadRanks(const Graph& graph, int n, bool hostRanks) {
+  std::vector<int> gpus = graph.all(NodeKind::kGpu);
+  std::sort(gpus.begin(), gpus.end(), [&](int a, int b) { return graph.node(a).index < graph.node(b).index; });
+  std::vector<int> cpus = graph.all(NodeKind::kCpu);
+  std::vector<Place> places(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r) {
+    Place& p = places[static_cast<size_t>(r)];
+    if (!hostRanks && !gpus.empty()) {
+      p.gpu = gpus[static_cast<size_t>(r) % gpus.size()];
+      p.cpu = graph.node(p.gpu).cpu;
+    } else {
+      p.cpu = cpus[static_cast<size_t>(r) * cpus.size() / static_cast<size_t>(n)];
+    }
+  }
+  return places;
+}
+
+void printRings(const Graph& graph, int n, bool hostRanks) {
+  std::vector<Place> places = spreadRanks(graph, n, hostRanks);
+  std::vector<int> chain = hostChain(graph, places);
+  std::printf("%d %s ranks:\n", n, places.front().gpu >= 0 ? "GPU" : "host");
+  for (int r = 0; r < n; ++r) {
+    const Place& p = places[static_cast<size_t>(r)];
+    std::printf("  rank %d on %s\n", r, graph.node(p.gpu >= 0 ? p.gpu : p.cpu).name.c_str());
+  }
+  std::printf("ring:");
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const Place& a = places[static_cast<size_t>(chain[i])];
+    const Place& b = places[static_cast<size_t>(chain[(i + 1) % chain.size()])];
+    int na = a.gpu >= 0 ? a.gpu : a.cpu, nb = b.gpu >= 0 ? b.gpu : b.cpu;
+    Path hop = graph.path(na, nb);
+    std::printf(" %d -%s->", chain[i], hop.type == PathType::kNvlink ? ("NV" + std::to_string(hop.nvlinks)).c_str()
+                                                                         : pathTypeName(hop.type));
+  }
+  std::printf(" %d\n", chain.front());
+  ChainQuality q = chainQuality(graph, places, chain);
+  if (q.gbps > 0) {
+    std::printf("ring: narrowest hop %.1f GB/s, %d socket crossings; predicted allreduce bus bandwidth %.1f GB/s\n",
+                q.gbps, q.crossings, q.gbps);
+  } else {
+    std::printf("ring: every rank shares one device; bandwidth is that of its memory\n");
+  }
+  for (int t = 0; t < 2; ++t) {
+    std::printf("tree %d (rank:parent):", t);
+    for (int v = 0; v < n; ++v) {
+      loom::TreeNode node = loom::doubleTree(n, v, t);
+      std::printf(" %d:%s", chain[static_cast<size_t>(v)],
+                  node.parent < 0 ? "root" : std::to_string(chain[static_cast<size_t>(node.parent)]).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string file, dotFile, svgFile;
+  bool tree = false, matrix = false, hostRanks = false;
+  int rings = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    if (arg == "--file") {
+      const char* v = value();
+      if (!v) return usage("--file needs a path");
+      file = v;
+    } else if (arg == "--dot" || arg == "--svg") {
+      const char* v = value();
+      if (!v) return usage((arg + " needs a path").c_str());
+      (arg == "--dot" ? dotFile : svgFile) = v;
+    } else if (arg == "--rings") {
+      const char* v = value();
+      rings = v ? std::atoi(v) : 0;
+      if (rings < 1 || rings > 4096) return usage("--rings needs a rank count from 1 to 4096");
+    } else if (arg == "--tree") {
+      tree = true;
+    } else if (arg == "--matrix") {
+      matrix = true;
+    } else if (arg == "--host") {
+      hostRanks = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(nullptr);
+      return 0;
+    } else {
+      return usage(("unknown argument " + arg).c_str());
+    }
+  }
+  Graph graph;
+  Source source = Source::kFile;
+  loom::Status status = file.empty() ? discover(&graph, &source) : loadXml(file, &graph);
+  if (!status.isOk()) {
+    std::fprintf(stderr, "loom-topo: %s\n", status.message().c_str());
+    return 1;
+  }
+  std::printf("# topology from %s%s\n", sourceName(source), file.empty() ? "" : (" " + file).c_str());
+  bool chosen = tree || matrix || rings || !dotFile.empty() || !svgFile.empty();
+  if (tree || !chosen) std::printf("%s\n", renderTree(graph).c_str());
+  if (matrix || !chosen) std::printf("%s\n", renderMatrix(graph).c_str());
+  if (rings) printRings(graph, rings, hostRanks);
+  if (!svgFile.empty() && dotFile.empty()) dotFile = svgFile + ".dot";
+  if (!dotFile.empty()) {
+    std::ofstream(dotFile) << renderDot(graph);
+    std::printf("wrote %s\n", dotFile.c_str());
+  }
+  if (!svgFile.empty()) {
+    if (!writeSvg(dotFile, svgFile)) {
+      std::fprintf(stderr, "loom-topo: could not run `dot -Tsvg` (install graphviz); the DOT is in %s\n",
+                   dotFile.c_str());
+      return 1;
+    }
+    std::printf("wrote %s\n", svgFile.c_str());
+  }
+  return 0;
+}
