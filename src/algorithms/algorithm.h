@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "algorithms/plan.h"
 
@@ -21,6 +22,21 @@ constexpr int kNumAlgorithms = 5;
 // "ring", "tree", "rd", "oneshot", "pairwise" (the LOOM_ALGO names).
 const char* algorithmName(Algorithm algorithm);
 
+// The ranks in the order they sit on rings and trees (docs/TOPOLOGY.md, "Rings"):
+// position -> rank and back. Builders work in positions, so neighbours on the ring are
+// neighbours in the machine; results do not depend on the order.
+class RingOrder {
+ public:
+  explicit RingOrder(std::vector<int> ranks);  // a permutation of 0..n-1
+  int rankAt(int position) const { return rankAt_[static_cast<size_t>(position)]; }
+  int positionOf(int rank) const { return positionOf_[static_cast<size_t>(rank)]; }
+  const std::vector<int>& ranks() const { return rankAt_; }
+  bool isIdentity() const;
+
+ private:
+  std::vector<int> rankAt_, positionOf_;
+};
+
 struct CollectiveArgs {
   CallInfo info;
   const void* send = nullptr;
@@ -29,6 +45,15 @@ struct CollectiveArgs {
   int nranks = 1;
   int channels = 1;           // independent rings / trees, each on its own link when it can
   size_t sliceBytes = 1 << 19;  // pipeline slice
+  const RingOrder* order = nullptr;  // null: rank order
+
+  // This rank's position, and the rank at any position (taken modulo nranks).
+  int position() const { return positionOf(rank); }
+  int positionOf(int r) const { return order ? order->positionOf(r) : r; }
+  int rankAt(int position) const {
+    position = ((position % nranks) + nranks) % nranks;
+    return order ? order->rankAt(position) : position;
+  }
 
   size_t elemSize() const { return typeSize(info.type); }
   size_t sliceElems() const { return std::max<size_t>(1, sliceBytes / elemSize()); }

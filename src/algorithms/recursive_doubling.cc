@@ -8,13 +8,16 @@
 // hand the result back at the end.
 //
 //   n = 6 (p = 4, rem = 2):  0 -> 1, 2 -> 3 fold;  rounds among {1, 3, 4, 5};  1 -> 0, 3 -> 2
+//
+// The numbers are ring positions (CollectiveArgs::order): the early rounds, with the nearest
+// partners, stay among neighbours in the machine.
 #include "algorithms/algorithm.h"
 #include "algorithms/partition.h"
 
 namespace loom {
 
 void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank;
+  const int n = a.nranks, r = a.position();
   const bool avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
   int p = 1;
@@ -22,7 +25,7 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
   const int rem = n - p;
   // Rank in the power-of-two group, or -1 for the even ranks that folded into r + 1.
   const int vr = r < 2 * rem ? (r % 2 == 1 ? r / 2 : -1) : r - rem;
-  auto real = [rem](int v) { return v < rem ? 2 * v + 1 : v + rem; };
+  auto real = [&](int v) { return a.rankAt(v < rem ? 2 * v + 1 : v + rem); };
 
   const Range all{0, a.info.count};
   for (size_t j = 0; j < sliceCount(all, se); ++j) {
@@ -38,14 +41,14 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
       continue;
     }
     if (vr < 0) {
-      plan.add(step(Step::Kind::kSend, r + 1, own, nullptr));
-      plan.add(step(Step::Kind::kRecv, r + 1, nullptr, out));
+      plan.add(step(Step::Kind::kSend, a.rankAt(r + 1), own, nullptr));
+      plan.add(step(Step::Kind::kRecv, a.rankAt(r + 1), nullptr, out));
       continue;
     }
     const void* current = own;
     int ready = Step::kNone;
     if (r < 2 * rem) {
-      ready = plan.add(step(Step::Kind::kRecvReduce, r - 1, own, out));
+      ready = plan.add(step(Step::Kind::kRecvReduce, a.rankAt(r - 1), own, out));
       current = out;
     }
     for (int mask = 1; mask < p; mask <<= 1) {
@@ -61,7 +64,7 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
       current = out;
     }
     if (r < 2 * rem) {
-      Step back = step(Step::Kind::kSend, r - 1, out, nullptr);
+      Step back = step(Step::Kind::kSend, a.rankAt(r - 1), out, nullptr);
       back.after = ready;
       plan.add(back);
     }

@@ -1,11 +1,11 @@
-// Ring algorithms. Ranks form the ring 0 -> 1 -> ... -> n-1 -> 0; data moves in chunks, one
-// per rank, and every chunk in slices, so that a slice travels on while the next one is still
+// Ring algorithms. Ranks form the ring of positions 0 -> 1 -> ... -> n-1 -> 0 (in rank order,
+// or the topology's RingOrder); data moves in chunks, one per position, and every chunk in slices, so that a slice travels on while the next one is still
 // being reduced (pipelining). Each channel runs the same ring over its own part of the buffer
 // on its own link.
 //
-//   allreduce, n = 3, rank r owns chunk r+1 after the reduce-scatter half:
+//   allreduce, n = 3, position p owns chunk p+1 after the reduce-scatter half:
 //
-//   step      rank 0          rank 1          rank 2
+//   step      position 0      position 1      position 2
 //   RS 0   send c0 recv c2  send c1 recv c0  send c2 recv c1   (recv = reduce into recvbuff)
 //   RS 1   send c2 recv c1  send c0 recv c2  send c1 recv c0   -> chunk r+1 complete on r
 //   AG 0   send c1 recv c0  send c2 recv c1  send c0 recv c2   (recv = plain copy)
@@ -19,6 +19,18 @@
 #include "algorithms/partition.h"
 
 namespace loom {
+
+RingOrder::RingOrder(std::vector<int> ranks) : rankAt_(std::move(ranks)), positionOf_(rankAt_.size()) {
+  for (size_t p = 0; p < rankAt_.size(); ++p) positionOf_[static_cast<size_t>(rankAt_[p])] = static_cast<int>(p);
+}
+
+bool RingOrder::isIdentity() const {
+  for (size_t p = 0; p < rankAt_.size(); ++p) {
+    if (rankAt_[p] != static_cast<int>(p)) return false;
+  }
+  return true;
+}
+
 namespace {
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
@@ -58,7 +70,7 @@ class LastWrite {
 template <class RangeOf, class Source, class Incoming>
 void ringPass(const CollectiveArgs& a, Plan& plan, LastWrite& last, size_t slices, int firstSend, RangeOf range,
               Source source, Incoming incoming) {
-  const int n = a.nranks, next = mod(a.rank + 1, n), prev = mod(a.rank - 1, n);
+  const int n = a.nranks, next = a.rankAt(a.position() + 1), prev = a.rankAt(a.position() - 1);
   const size_t se = a.sliceElems(), es = a.elemSize();
   for (int s = 0; s < n - 1; ++s) {
     const int sendK = mod(firstSend - s, n), recvK = mod(firstSend - s - 1, n);
@@ -84,7 +96,7 @@ void ringPass(const CollectiveArgs& a, Plan& plan, LastWrite& last, size_t slice
 }  // namespace
 
 void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank;
+  const int n = a.nranks, p = a.position();
   const bool avg = a.info.op == loomAvg;
   if (n == 1) {
     copySlices(a, plan, {0, a.info.count}, avg);
@@ -94,8 +106,8 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
   const size_t slices = sliceCount(chunk(0, 0), a.sliceElems());
   LastWrite last(a.channels, n, slices);
   // Reduce-scatter: send own data at s = 0, else what step s-1 reduced; reduce what arrives
-  // into recvbuff. Afterwards chunk r+1 is complete here.
-  ringPass(a, plan, last, slices, r, chunk,
+  // into recvbuff. Afterwards chunk p+1 is complete here.
+  ringPass(a, plan, last, slices, p, chunk,
            [&](int s, const Range& out) -> const void* { return s == 0 ? a.sendAt(out.begin) : a.recvAt(out.begin); },
            [&](int s, const Range& in) {
              Step st{Step::Kind::kRecvReduce};
@@ -105,7 +117,7 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
              return st;
            });
   // Allgather: pass the complete chunks around.
-  ringPass(a, plan, last, slices, r + 1, chunk, [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
+  ringPass(a, plan, last, slices, p + 1, chunk, [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
            [&](int, const Range& in) {
              Step st{Step::Kind::kRecv};
              st.dst = a.recvAt(in.begin);
@@ -113,26 +125,28 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
            });
 }
 
-// A chain from the root through the ring: root -> root+1 -> ... -> root-1.
+// A chain from the root through the ring: root -> root+1 -> ... -> root-1 (in positions).
 void ringBroadcast(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank, root = a.info.root, v = mod(r - root, n);
+  const int n = a.nranks, p = a.position(), v = mod(p - a.positionOf(a.info.root), n);
+  const int next = a.rankAt(p + 1), prev = a.rankAt(p - 1);
   const size_t es = a.elemSize();
   forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
     size_t bytes = s.size() * es;
     if (v == 0) {
       if (a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
-      if (n > 1) plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.sendAt(s.begin), nullptr, bytes));
+      if (n > 1) plan.add(linkStep(Step::Kind::kSend, next, c, a.sendAt(s.begin), nullptr, bytes));
       return;
     }
-    int got = plan.add(linkStep(Step::Kind::kRecv, mod(r - 1, n), c, nullptr, a.recvAt(s.begin), bytes));
-    if (v < n - 1) plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.recvAt(s.begin), nullptr, bytes, got));
+    int got = plan.add(linkStep(Step::Kind::kRecv, prev, c, nullptr, a.recvAt(s.begin), bytes));
+    if (v < n - 1) plan.add(linkStep(Step::Kind::kSend, next, c, a.recvAt(s.begin), nullptr, bytes, got));
   });
 }
 
 // A chain through the ring that ends at the root: root+1 -> root+2 -> ... -> root. Ranks in
 // between keep partial results in scratch: a non-root's recvbuff is not touched.
 void ringReduce(const CollectiveArgs& a, Plan& plan) {
-  const int n = a.nranks, r = a.rank, root = a.info.root, v = mod(r - root - 1, n);
+  const int n = a.nranks, p = a.position(), v = mod(p - a.positionOf(a.info.root) - 1, n);
+  const int next = a.rankAt(p + 1), prev = a.rankAt(p - 1);
   const bool avg = a.info.op == loomAvg;
   if (n == 1) {
     copySlices(a, plan, {0, a.info.count}, avg);
@@ -143,36 +157,37 @@ void ringReduce(const CollectiveArgs& a, Plan& plan) {
   forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
     size_t bytes = s.size() * es;
     if (v == 0) {
-      plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, a.sendAt(s.begin), nullptr, bytes));
+      plan.add(linkStep(Step::Kind::kSend, next, c, a.sendAt(s.begin), nullptr, bytes));
     } else if (v < n - 1) {
       char* at = partial + s.begin * es;
-      int got = plan.add(linkStep(Step::Kind::kRecvReduce, mod(r - 1, n), c, a.sendAt(s.begin), at, bytes));
-      plan.add(linkStep(Step::Kind::kSend, mod(r + 1, n), c, at, nullptr, bytes, got));
+      int got = plan.add(linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), at, bytes));
+      plan.add(linkStep(Step::Kind::kSend, next, c, at, nullptr, bytes, got));
     } else {
-      Step st = linkStep(Step::Kind::kRecvReduce, mod(r - 1, n), c, a.sendAt(s.begin), a.recvAt(s.begin), bytes);
+      Step st = linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), a.recvAt(s.begin), bytes);
       st.finalize = avg;
       plan.add(st);
     }
   });
 }
 
-// recvbuff holds n blocks of `count`; block k comes from rank k. At step s a rank forwards
-// block r-s (its own at s = 0, straight from sendbuff) and receives block r-s-1.
+// recvbuff holds n blocks of `count`; block k comes from rank k. Chunk q of the ring is the
+// block of the rank at position q. At step s a rank forwards chunk p-s (its own at s = 0,
+// straight from sendbuff) and receives chunk p-s-1.
 void ringAllGather(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, r = a.rank;
   const size_t count = a.info.count, se = a.sliceElems(), es = a.elemSize();
-  auto range = [&](int c, int k) { return blockPart(count, a.channels, c, k); };
+  auto range = [&](int c, int q) { return blockPart(count, a.channels, c, a.rankAt(q)); };
   const size_t slices = sliceCount(range(0, 0), se);
   // Own block into place (nothing to do in place: the copy skips dst == src).
   for (size_t j = 0; j < slices; ++j) {
     for (int c = 0; c < a.channels; ++c) {
-      Range own = slice(range(c, r), se, j);
+      Range own = slice(blockPart(count, a.channels, c, r), se, j);
       if (own.size() == 0) continue;
       plan.add(copyStep(a.sendAt(own.begin - r * count), a.recvAt(own.begin), own.size() * es, false));
     }
   }
   LastWrite last(a.channels, n, slices);
-  ringPass(a, plan, last, slices, r, range,
+  ringPass(a, plan, last, slices, a.position(), range,
            [&](int s, const Range& out) -> const void* {
              return s == 0 ? a.sendAt(out.begin - r * count) : a.recvAt(out.begin);
            },
@@ -183,9 +198,10 @@ void ringAllGather(const CollectiveArgs& a, Plan& plan) {
            });
 }
 
-// sendbuff holds n blocks of `count`; rank r ends with block r reduced. At step s a rank
-// sends block r-s-1 (own data at s = 0, else the partial it reduced at step s-1) and reduces
-// block r-s-2 arriving from prev; the last step's block is r itself, reduced into recvbuff.
+// sendbuff holds n blocks of `count`; rank r ends with block r reduced. Chunk q is the block
+// of the rank at position q. At step s a rank sends chunk p-s-1 (own data at s = 0, else the
+// partial it reduced at step s-1) and reduces chunk p-s-2 arriving from prev; the last
+// step's chunk is p itself, reduced into recvbuff.
 void ringReduceScatter(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, r = a.rank;
   const bool avg = a.info.op == loomAvg;
@@ -195,10 +211,10 @@ void ringReduceScatter(const CollectiveArgs& a, Plan& plan) {
     return;
   }
   char* partial = n > 2 ? plan.scratch(static_cast<size_t>(n) * count * es) : nullptr;
-  auto range = [&](int c, int k) { return blockPart(count, a.channels, c, k); };
+  auto range = [&](int c, int q) { return blockPart(count, a.channels, c, a.rankAt(q)); };
   const size_t slices = sliceCount(range(0, 0), se);
   LastWrite last(a.channels, n, slices);
-  ringPass(a, plan, last, slices, r - 1, range,
+  ringPass(a, plan, last, slices, a.position() - 1, range,
            [&](int s, const Range& out) -> const void* {
              return s == 0 ? a.sendAt(out.begin) : partial + out.begin * es;
            },

@@ -1,5 +1,6 @@
 // Tree algorithms: reduce up a tree, broadcast down it, pipelined slice by slice. See tree.h
-// for the shape of the trees.
+// for the shape of the trees; they are built over ring positions (CollectiveArgs::order), so
+// subtrees are neighbours in the machine.
 #include "algorithms/tree.h"
 
 #include "algorithms/algorithm.h"
@@ -39,6 +40,11 @@ TreeNode mapped(TreeNode node, Map toReal) {
 }
 
 int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// A tree node over positions, with its neighbours named by rank.
+TreeNode inRanks(const CollectiveArgs& a, TreeNode node) {
+  return mapped(node, [&](int position) { return a.rankAt(position); });
+}
 
 }  // namespace
 
@@ -105,7 +111,7 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
     plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
     return;
   }
-  const TreeNode nodes[2] = {doubleTree(n, a.rank, 0), doubleTree(n, a.rank, 1)};
+  const TreeNode nodes[2] = {inRanks(a, doubleTree(n, a.position(), 0)), inRanks(a, doubleTree(n, a.position(), 1))};
   const Range halves[2] = {part(a.info.count, 2, 0), part(a.info.count, 2, 1)};
   const size_t slices = sliceCount(halves[0], se);
   for (size_t j = 0; j < slices; ++j) {
@@ -121,7 +127,7 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
 }
 
 void treeBroadcast(const CollectiveArgs& a, Plan& plan) {
-  const TreeNode node = rootedTree(a.nranks, a.rank, a.info.root);
+  const TreeNode node = inRanks(a, rootedTree(a.nranks, a.position(), a.positionOf(a.info.root)));
   const bool isRoot = a.rank == a.info.root;
   const size_t es = a.elemSize();
   forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
@@ -135,7 +141,7 @@ void treeBroadcast(const CollectiveArgs& a, Plan& plan) {
 
 // Inner ranks other than the root reduce into scratch: a non-root's recvbuff is not touched.
 void treeReduce(const CollectiveArgs& a, Plan& plan) {
-  const TreeNode node = rootedTree(a.nranks, a.rank, a.info.root);
+  const TreeNode node = inRanks(a, rootedTree(a.nranks, a.position(), a.positionOf(a.info.root)));
   const bool isRoot = a.rank == a.info.root, avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
   if (a.nranks == 1) {

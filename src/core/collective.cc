@@ -100,6 +100,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.recv = call.recv;
   args.rank = comm.rank();
   args.nranks = comm.nranks();
+  args.order = comm.ringOrder();
   args.sliceBytes = plan.deviceMemory ? config.deviceSliceBytes : config.sliceBytes;
   // Several channels only pay when each gets a few slices' worth.
   int links = comm.transport().linksPerPeer();

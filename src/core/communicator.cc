@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/host_identity.h"
 #include "core/log.h"
+#include "core/ring_placement.h"
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
@@ -17,7 +18,7 @@ namespace loom {
 
 namespace {
 
-// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_CHECK, LOOM_SLICE_BYTES, LOOM_STREAMING_MIN_BYTES,
+// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_RING_ORDER, LOOM_CHECK, LOOM_SLICE_BYTES, LOOM_STREAMING_MIN_BYTES,
 // LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES, LOOM_CUDA_EXPERIMENTAL.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
@@ -36,6 +37,11 @@ Status readDataPathSettings(CommConfig* c) {
     return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket)", transports.c_str());
   }
   LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &c->algorithms));
+  std::string ringOrder = env::getOrDefault("LOOM_RING_ORDER");
+  if (ringOrder != "topology" && ringOrder != "rank") {
+    return error(loomInvalidArgument, "LOOM_RING_ORDER=\"%s\": expected topology or rank", ringOrder.c_str());
+  }
+  c->topologyRing = ringOrder == "topology";
   long long check = 0;
   LOOM_TRY(env::getInt("LOOM_CHECK", 0, 1, &check));
   c->check = check != 0;
@@ -197,6 +203,16 @@ Status Communicator::finishInit() {
   LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), socket (%d connection(s) each) to ranks [%s]%s",
             static_cast<unsigned long long>(commId()), shmList.c_str(), socketLinks, socketList.c_str(),
             board_ ? "; one-shot board for small allreduces" : "");
+  if (nranks_ > 2 && config_.topologyRing) {
+    RingPlacementInput placement{rank_, nranks_, localRank_, localRanks_, config_.device, {}};
+    for (const PeerInfo& p : peers) placement.hostOf.push_back(p.hostHash);
+    std::vector<int> ring;
+    std::string summary;
+    LOOM_TRY(placeRing(*bootstrap_, placement, &ring, &summary));
+    LOOM_INFO("comm %016llx: %s", static_cast<unsigned long long>(commId()), summary.c_str());
+    ringOrder_ = std::make_unique<RingOrder>(std::move(ring));
+    if (ringOrder_->isIdentity()) ringOrder_.reset();
+  }
   if (config_.device >= 0) LOOM_TRY(DeviceQueue::create(this, &deviceQueue_));
   return Status::ok();
 }

@@ -30,6 +30,7 @@ struct CommConfig {
   bool shm = true;     // LOOM_TRANSPORTS lists shm
   bool socket = true;  // LOOM_TRANSPORTS lists socket
   AlgorithmSetting algorithms;  // LOOM_ALGO
+  bool topologyRing = true;     // LOOM_RING_ORDER=topology
   size_t sliceBytes = 0;        // LOOM_SLICE_BYTES
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
   bool check = false;           // LOOM_CHECK
@@ -65,6 +66,8 @@ class Communicator {
   transport::Transport& transport() { return *transport_; }
   // The one-shot board when every rank is on this host and shm is allowed; else nullptr.
   transport::ShmBoard* board() { return board_.get(); }
+  // The order of ranks on rings and trees; nullptr when it is rank order.
+  const RingOrder* ringOrder() const { return ringOrder_.get(); }
   int cancelFd() const { return cancel_.fd(); }
 
   // OK while usable; otherwise the error that ended it (abort, dead peer, timeout).
@@ -108,6 +111,7 @@ class Communicator {
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::ShmBoard> board_;
+  std::unique_ptr<RingOrder> ringOrder_;
   CancelSignal cancel_;
   CallLog callLog_;
   CommConfig config_;

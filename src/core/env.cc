@@ -61,6 +61,10 @@ const std::vector<Variable>& variables() {
        "one host) or pairwise, for every collective that has it; or per collective as "
        "'allreduce=tree,broadcast=ring'. Default: chosen by message size and rank count. Read at "
        "communicator creation."},
+      {"LOOM_RING_ORDER", "topology", kData,
+       "topology (default): rings and trees order the ranks so that neighbours share the widest path "
+       "(NVLink, one PCIe switch, one NUMA domain) and each host's ranks stay together "
+       "(docs/TOPOLOGY.md); the ring is logged at INFO. rank: rank order 0, 1, ..., n-1."},
       {"LOOM_SLICE_BYTES", "524288", kData,
        "Pipeline slice: collectives move and reduce data in pieces of at most this many bytes, "
        "so that sending one piece overlaps with reducing the next."},

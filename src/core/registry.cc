@@ -63,4 +63,18 @@ void Registry::reapRoots() {
   // `finished` joins its threads here, outside the lock.
 }
 
+Status Registry::hostGraph(const std::string& topoFile, const topo::Graph** out, topo::Source* source) {
+  std::lock_guard<std::mutex> lock(graphsMutex_);
+  auto found = graphs_.find(topoFile);
+  if (found == graphs_.end()) {
+    auto graph = std::make_unique<topo::Graph>();
+    topo::Source from = topo::Source::kFile;
+    LOOM_TRY(topoFile.empty() ? topo::discoverLive(graph.get(), &from) : topo::loadXml(topoFile, graph.get()));
+    found = graphs_.emplace(topoFile, std::make_pair(std::move(graph), from)).first;
+  }
+  *out = found->second.first.get();
+  *source = found->second.second;
+  return Status::ok();
+}
+
 }  // namespace loom

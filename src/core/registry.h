@@ -3,12 +3,16 @@
 // error, not a crash), and the bootstrap roots loomGetUniqueId started. Thread-safe.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <unordered_set>
 #include <vector>
 
 #include "core/log.h"
+#include "core/status.h"
+#include "topology/discover.h"
 
 namespace loom {
 
@@ -42,6 +46,11 @@ class Registry {
   // so no finished thread outlives the work it served).
   void reapRoots();
 
+  // This host's topology: the machine of `topoFile` (LOOM_TOPO_FILE) when not empty, else
+  // the live one. Discovered once per file and kept, as the machine does not change; a
+  // failure is not kept, so the next communicator tries again.
+  Status hostGraph(const std::string& topoFile, const topo::Graph** out, topo::Source* source);
+
  private:
   Registry();
   ~Registry();
@@ -56,6 +65,8 @@ class Registry {
   HandleSet streams_;
   HandleSet reducers_;
   std::vector<std::unique_ptr<BootstrapRoot>> roots_;
+  std::mutex graphsMutex_;
+  std::map<std::string, std::pair<std::unique_ptr<topo::Graph>, topo::Source>> graphs_;
 };
 
 }  // namespace loom

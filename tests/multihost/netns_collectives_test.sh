@@ -31,14 +31,15 @@ if [ "${LOOM_TEST_FULL:-}" = 1 ]; then coverage=full limit=3000; fi
 # "" is the default choice; the last one forces a different algorithm per collective.
 algos=("" ring tree rd oneshot pairwise "allreduce=rd,broadcast=tree,reduce=tree")
 
-# Four ranks by hand: 0 and 1 on host A, 2 and 3 on host B.
+# Four ranks by hand, interleaved: 0 and 2 on host A, 1 and 3 on host B, so the ring keeps
+# each host's ranks together (0 2 1 3, docs/TOPOLOGY.md) and every algorithm runs in that order.
 for i in "${!algos[@]}"; do
   algo=${algos[$i]}
   label=${algo:-default}
   start=$SECONDS
   pids=()
   for rank in 0 1 2 3; do
-    if [ "$rank" -lt 2 ]; then ns=$nsA host=hostA; else ns=$nsB host=hostB; fi
+    if [ $(( rank % 2 )) -eq 0 ]; then ns=$nsA host=hostA; else ns=$nsB host=hostB; fi
     ip netns exec "$ns" env LOOM_RANK=$rank LOOM_WORLD_SIZE=4 LOOM_MASTER_ADDR=10.231.8.1 \
       LOOM_MASTER_PORT=$((29610 + i)) LOOM_SECRET="$secret" LOOM_HOSTID=$host LOOM_DEBUG=INFO \
       LOOM_ALGO="$algo" LOOM_TRANSPORTS= LOOM_INIT_TIMEOUT_MS=30000 LOOM_TIMEOUT_MS=30000 \
@@ -53,15 +54,18 @@ for i in "${!algos[@]}"; do
       cat "$out/$i.$rank.out"; grep -v " INFO " "$out/$i.$rank.err" | head -40
       run_failed=1
     fi
-    grep -q "(local rank $(( rank % 2 )) of 2, 2 hosts)" "$out/$i.$rank.err" ||
+    grep -q "(local rank $(( rank / 2 )) of 2, 2 hosts)" "$out/$i.$rank.err" ||
       { echo "LOOM_ALGO=$label: rank $rank did not see 2 hosts"; run_failed=1; }
     # The other rank of its namespace over shared memory, the other namespace's over TCP.
     if [ "$i" -eq 0 ]; then
-      peer=$(( rank ^ 1 )) far=$(( rank < 2 ? 2 : 0 ))
+      peer=$(( rank ^ 2 )) far=$(( 1 - rank % 2 ))
       grep -q "shm to ranks \[$peer\]" "$out/$i.$rank.err" &&
-        grep -q "socket.* to ranks \[$far,$(( far + 1 ))\]" "$out/$i.$rank.err" ||
-        { echo "rank $rank: not shm to rank $peer and socket to ranks $far,$(( far + 1 )):";
+        grep -q "socket.* to ranks \[$far,$(( far + 2 ))\]" "$out/$i.$rank.err" ||
+        { echo "rank $rank: not shm to rank $peer and socket to ranks $far,$(( far + 2 )):";
           grep -i "transport\|to ranks" "$out/$i.$rank.err"; run_failed=1; }
+      grep -q "ring 0 2 1 3;" "$out/$i.$rank.err" ||
+        { echo "rank $rank: the ring does not keep each host's ranks together:";
+          grep "ring " "$out/$i.$rank.err"; run_failed=1; }
     fi
   done
   if [ $run_failed -eq 0 ]; then

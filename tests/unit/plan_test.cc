@@ -4,10 +4,12 @@
 // links with the executor's ordering rules and checks the result and that nothing deadlocks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <numeric>
+#include <random>
 #include <set>
 #include <tuple>
 #include <vector>
@@ -152,9 +154,13 @@ bool simulate(std::vector<RankRun>& ranks, int links) {
   return true;
 }
 
-void checkCase(const Case& c, int n, size_t count, int channels, size_t sliceBytes, bool inPlace, int links) {
+void checkCase(const Case& c, int n, size_t count, int channels, size_t sliceBytes, bool inPlace, int links,
+               const RingOrder* order = nullptr) {
+  std::string orderText;
+  for (int r : order ? order->ranks() : std::vector<int>{}) orderText += " " + std::to_string(r);
   SCOPED_TRACE(testing::Message() << c.name << " n=" << n << " count=" << count << " channels=" << channels
-                                  << " slice=" << sliceBytes << (inPlace ? " in place" : "") << " links=" << links);
+                                  << " slice=" << sliceBytes << (inPlace ? " in place" : "") << " links=" << links
+                                  << (order ? " order" + orderText : ""));
   const int root = n > 1 ? n / 2 + 1 < n ? n / 2 + 1 : 0 : 0;
   const bool wide = c.kind == CallInfo::Kind::kAllGather || c.kind == CallInfo::Kind::kReduceScatter ||
                     c.kind == CallInfo::Kind::kAllToAll;
@@ -177,6 +183,7 @@ void checkCase(const Case& c, int n, size_t count, int channels, size_t sliceByt
     a.nranks = n;
     a.channels = channels;
     a.sliceBytes = sliceBytes;
+    a.order = order;
     a.send = run.send.data();
     a.recv = run.recv.data();
     bool inPlaceOk = c.kind != CallInfo::Kind::kAllToAll;
@@ -237,6 +244,52 @@ TEST(Schedules, EveryAlgorithmDeliversAndNeverDeadlocks) {
       }
     }
   }
+}
+
+// Rings and trees follow the topology's order (RingOrder); every order must give every
+// rank the same results as rank order, roots anywhere on the ring.
+TEST(Schedules, AnyRingOrderDeliversTheSameResults) {
+  std::mt19937 random(5);
+  for (int n : {3, 4, 5, 6, 8, 9}) {
+    std::vector<std::vector<int>> orders;
+    std::vector<int> ranks(static_cast<size_t>(n));
+    std::iota(ranks.begin(), ranks.end(), 0);
+    orders.emplace_back(ranks.rbegin(), ranks.rend());
+    std::vector<int> evensThenOdds;
+    for (int parity : {0, 1}) {
+      for (int r = parity; r < n; r += 2) evensThenOdds.push_back(r);
+    }
+    orders.push_back(evensThenOdds);
+    std::shuffle(ranks.begin(), ranks.end(), random);
+    orders.push_back(ranks);
+    for (const std::vector<int>& o : orders) {
+      RingOrder order(o);
+      for (const Case& c : kCases) {
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1031}}) {
+          for (bool inPlace : {false, true}) {
+            checkCase(c, n, count, 1, 16, inPlace, 1, &order);
+            checkCase(c, n, count, 2, 64, inPlace, 2, &order);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Schedules, RingOrderMapsBothWays) {
+  RingOrder order({2, 0, 3, 1});
+  EXPECT_EQ(order.rankAt(0), 2);
+  EXPECT_EQ(order.positionOf(2), 0);
+  EXPECT_EQ(order.positionOf(1), 3);
+  EXPECT_FALSE(order.isIdentity());
+  EXPECT_TRUE(RingOrder({0, 1, 2}).isIdentity());
+  CollectiveArgs a;
+  a.nranks = 4;
+  a.rank = 3;
+  a.order = &order;
+  EXPECT_EQ(a.position(), 2);
+  EXPECT_EQ(a.rankAt(a.position() + 1), 1);
+  EXPECT_EQ(a.rankAt(-1), 1);
 }
 
 }  // namespace
