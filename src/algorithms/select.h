@@ -1,5 +1,5 @@
-// Which algorithm runs a call: LOOM_ALGO when it names one the call can use, otherwise a
-// size and rank-count rule (until the tuner lands). Also parses LOOM_ALGO.
+// Which algorithm runs a call: the first that LOOM_ALGO allows in the order a size and
+// rank-count rule prefers (until the tuner lands). Also parses LOOM_ALGO.
 #pragma once
 
 #include <array>
@@ -11,13 +11,20 @@
 
 namespace loom {
 
-// Forced algorithm per call kind (indexed by CallInfo::Kind), from LOOM_ALGO.
+// The algorithms LOOM_ALGO allows per call kind (indexed by CallInfo::Kind): a bit per
+// Algorithm; every algorithm when unset.
 struct AlgorithmSetting {
-  std::array<std::optional<Algorithm>, 16> forced;
+  std::array<uint32_t, 16> allowed;
+  AlgorithmSetting() { allowed.fill(~0u); }
+  bool allows(CallInfo::Kind kind, Algorithm algorithm) const;
+  // The one algorithm allowed for `kind` among those it supports, if exactly one.
+  std::optional<Algorithm> forced(CallInfo::Kind kind) const;
 };
 
-// "ring" (every collective that has a ring), or "allreduce=tree,broadcast=ring". Unknown
-// names, unknown collectives and algorithms a named collective lacks are loomInvalidArgument.
+// Comma-separated items, NCCL-like: "ring" or "ring,tree" allow only those (for every
+// collective that has one of them), "^oneshot" allows all but that, "allreduce=tree" and
+// "allreduce=^rd" apply to one collective. Unknown names, unknown collectives, algorithms a
+// named collective lacks and settings that leave a collective nothing are loomInvalidArgument.
 Status parseAlgorithmSetting(const std::string& value, AlgorithmSetting* out);
 
 // What the choice may depend on.

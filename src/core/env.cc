@@ -57,10 +57,11 @@ const std::vector<Variable>& variables() {
        "ranks and the field (collective, count, type, op, root) that differ, before any data "
        "moves. Costs one small allgather per launch. Read at communicator creation."},
       {"LOOM_ALGO", "", kData,
-       "Forces an algorithm: ring, tree, rd (recursive doubling), oneshot (shared memory, "
-       "one host) or pairwise, for every collective that has it; or per collective as "
-       "'allreduce=tree,broadcast=ring'. Default: chosen by message size and rank count. Read at "
-       "communicator creation."},
+       "Which algorithms may run: ring, tree, rd (recursive doubling), oneshot (shared memory, one "
+       "host), pairwise. One name forces it for every collective that has it; a list allows only those "
+       "('ring,tree'); ^ excludes ('^oneshot'); 'allreduce=tree,broadcast=^tree' applies per collective. "
+       "Among the allowed, the size rule's order decides. Default: all allowed. Read at communicator "
+       "creation."},
       {"LOOM_RING_ORDER", "topology", kData,
        "topology (default): rings and trees order the ranks so that neighbours share the widest path "
        "(NVLink, one PCIe switch, one NUMA domain) and each host's ranks stay together "
