@@ -22,6 +22,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev
   openmpi-bin libopenmpi-dev
   iproute2
+  graphviz
   clang libclang-rt-14-dev
 )
 

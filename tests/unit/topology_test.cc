@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -243,6 +244,71 @@ TEST(TopologyRings, GlobalRingKeepsHostsTogether) {
   std::vector<int> hostOf = {0, 1, 0, 1};
   std::vector<int> position = {1, 0, 0, 1};
   EXPECT_EQ(globalRing(hostOf, position), (std::vector<int>{2, 0, 1, 3}));
+}
+
+// loom-topo, run as a user would. Returns its exit status; `out` gets stdout and stderr.
+int loomTopo(const std::string& args, std::string* out) {
+  const char* exe = std::getenv("LOOM_TOPO_EXE");
+  if (exe == nullptr) {
+    ADD_FAILURE() << "LOOM_TOPO_EXE is set by meson";
+    return -1;
+  }
+  FILE* pipe = ::popen((std::string(exe) + " " + args + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  out->clear();
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), pipe)) > 0) out->append(buf, n);
+  int status = ::pclose(pipe);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+TEST(LoomTopo, PrintsThisMachine) {
+  std::string out;
+  ASSERT_EQ(loomTopo("", &out), 0) << out;
+  EXPECT_NE(out.find(LOOM_HAVE_HWLOC ? "# topology from hwloc" : "# topology from sysfs"), std::string::npos) << out;
+  EXPECT_NE(out.find("NUMA domains"), std::string::npos) << out;
+  EXPECT_NE(out.find("cpu"), std::string::npos) << out;
+}
+
+TEST(LoomTopo, RingsForHostRanks) {
+  std::string out;
+  ASSERT_EQ(loomTopo("--rings 3 --host", &out), 0) << out;
+  EXPECT_NE(out.find("3 host ranks"), std::string::npos) << out;
+  EXPECT_NE(out.find("ring: "), std::string::npos) << out;
+  EXPECT_NE(out.find("tree 1 (rank:parent):"), std::string::npos) << out;
+}
+
+TEST(LoomTopo, WritesDotAndSvg) {
+  std::string dir = fs::temp_directory_path() / ("loom-topo-" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::string out;
+  ASSERT_EQ(loomTopo("--dot " + dir + "/t.dot", &out), 0) << out;
+  std::ifstream dot(dir + "/t.dot");
+  std::string first;
+  std::getline(dot, first);
+  EXPECT_EQ(first.rfind("graph ", 0), 0u) << first;
+  bool haveDot = std::system("command -v dot >/dev/null 2>&1") == 0;
+  int svg = loomTopo("--svg " + dir + "/t.svg", &out);
+  bool wrote = fs::exists(dir + "/t.svg");
+  fs::remove_all(dir);
+  if (!haveDot) {
+    EXPECT_EQ(svg, 1);
+    EXPECT_NE(out.find("install graphviz"), std::string::npos) << out;
+    GTEST_SKIP() << "skipped: graphviz's dot is not installed, so only the error for --svg was checked";
+  }
+  EXPECT_EQ(svg, 0) << out;
+  EXPECT_TRUE(wrote);
+}
+
+TEST(LoomTopo, BadArgumentsSayWhat) {
+  std::string out;
+  EXPECT_EQ(loomTopo("--bogus", &out), 2);
+  EXPECT_NE(out.find("unknown argument --bogus"), std::string::npos) << out;
+  EXPECT_EQ(loomTopo("--rings 0", &out), 2);
+  EXPECT_NE(out.find("--rings needs a rank count"), std::string::npos) << out;
+  EXPECT_EQ(loomTopo("--file /nonexistent/topo.xml", &out), 1);
+  EXPECT_NE(out.find("/nonexistent/topo.xml"), std::string::npos) << out;
 }
 
 }  // namespace
