@@ -282,6 +282,10 @@ TEST(LoomTopo, RingsForHostRanks) {
 TEST(LoomTopo, WritesDotAndSvg) {
   std::string dir = fs::temp_directory_path() / ("loom-topo-" + std::to_string(getpid()));
   fs::create_directories(dir);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { fs::remove_all(dir); }
+  } cleanup{dir};
   std::string out;
   ASSERT_EQ(loomTopo("--dot " + dir + "/t.dot", &out), 0) << out;
   std::ifstream dot(dir + "/t.dot");
@@ -291,7 +295,6 @@ TEST(LoomTopo, WritesDotAndSvg) {
   bool haveDot = std::system("command -v dot >/dev/null 2>&1") == 0;
   int svg = loomTopo("--svg " + dir + "/t.svg", &out);
   bool wrote = fs::exists(dir + "/t.svg");
-  fs::remove_all(dir);
   if (!haveDot) {
     EXPECT_EQ(svg, 1);
     EXPECT_NE(out.find("install graphviz"), std::string::npos) << out;
