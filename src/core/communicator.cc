@@ -8,6 +8,7 @@
 #include "core/env.h"
 #include "core/host_identity.h"
 #include "core/log.h"
+#include "core/registry.h"
 #include "core/ring_placement.h"
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
@@ -213,8 +214,26 @@ Status Communicator::finishInit() {
     ringOrder_ = std::make_unique<RingOrder>(std::move(ring));
     if (ringOrder_->isIdentity()) ringOrder_.reset();
   }
-  if (config_.device >= 0) LOOM_TRY(DeviceQueue::create(this, &deviceQueue_));
+  if (config_.device >= 0) {
+    findDeviceCpus();
+    LOOM_TRY(DeviceQueue::create(this, &deviceQueue_));
+  }
   return Status::ok();
+}
+
+void Communicator::findDeviceCpus() {
+  // A LOOM_TOPO_FILE describes another machine: its CPU numbers mean nothing here.
+  if (env::get("LOOM_TOPO_FILE")) return;
+  const topo::Graph* graph = nullptr;
+  topo::Source source;
+  Status status = Registry::instance().hostGraph("", &graph, &source);
+  int gpu = status.isOk() ? graph->gpuByOrdinal(config_.device) : -1;
+  if (gpu < 0 || graph->node(gpu).cpu < 0) {
+    LOOM_INFO("device %d: not in the discovered topology (%s); its proxy thread stays unbound", config_.device,
+              status.isOk() ? "no such GPU" : status.message().c_str());
+    return;
+  }
+  deviceCpus_ = graph->node(graph->node(gpu).cpu).cpuList;
 }
 
 Status Communicator::split(int color, int key, const CommConfig& config,

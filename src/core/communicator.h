@@ -68,6 +68,8 @@ class Communicator {
   transport::ShmBoard* board() { return board_.get(); }
   // The order of ranks on rings and trees; nullptr when it is rank order.
   const RingOrder* ringOrder() const { return ringOrder_.get(); }
+  // The CPUs of the NUMA domain nearest this communicator's GPU (empty: unknown).
+  const std::vector<int>& deviceCpus() const { return deviceCpus_; }
   int cancelFd() const { return cancel_.fd(); }
 
   // OK while usable; otherwise the error that ended it (abort, dead peer, timeout).
@@ -107,11 +109,13 @@ class Communicator {
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
   // The common end of create and split: transport, host grouping, logs.
   Status finishInit();
+  void findDeviceCpus();
 
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::ShmBoard> board_;
   std::unique_ptr<RingOrder> ringOrder_;
+  std::vector<int> deviceCpus_;
   CancelSignal cancel_;
   CallLog callLog_;
   CommConfig config_;

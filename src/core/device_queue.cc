@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/p2p.h"
 #include "kernels/cuda/stream_flag.h"
+#include "topology/affinity.h"
 
 namespace loom {
 namespace {
@@ -178,7 +179,12 @@ Status CudaDeviceQueue::init() {
             comm_->rank(), comm_->device(),
             executor_ ? "cuda_ipc (GPU buffers read directly by peers on this host)"
                       : (comm_->hosts() > 1 ? "host-staged (ranks on several hosts)" : "host-staged (LOOM_CUDA_IPC is 0)"));
-  proxy_ = std::thread([this] { serve(); });
+  proxy_ = std::thread([this] {
+    std::string note;
+    topo::bindCurrentThread(comm_->deviceCpus(), &note);
+    LOOM_INFO("rank %d: device %d proxy thread: %s", comm_->rank(), comm_->device(), note.c_str());
+    serve();
+  });
   return Status::ok();
 }
 

@@ -34,6 +34,7 @@ struct Node {
   size_t memoryBytes = 0; // cpu: local memory; gpu: device memory
   size_t cacheBytes = 0;  // cpu: last-level cache of one of its cores
   int cores = 0;          // cpu: physical cores
+  std::vector<int> cpuList;  // cpu: its logical CPUs (OS numbers), for thread binding
 };
 
 struct Link {

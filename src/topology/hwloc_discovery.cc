@@ -114,6 +114,9 @@ class Builder {
       cpu.model = info(package, "CPUModel");
       cpu.memoryBytes = numa->attr->numanode.local_memory;
       cpu.cores = hwloc_get_nbobjs_inside_cpuset_by_type(topology_, numa->cpuset, HWLOC_OBJ_CORE);
+      for (int pu = hwloc_bitmap_first(numa->cpuset); pu >= 0; pu = hwloc_bitmap_next(numa->cpuset, pu)) {
+        cpu.cpuList.push_back(pu);
+      }
       // The last-level cache above the domain's first core.
       hwloc_obj_t pu = hwloc_get_obj_inside_cpuset_by_type(topology_, numa->cpuset, HWLOC_OBJ_PU, 0);
       for (hwloc_obj_t up = pu; up; up = up->parent) {

@@ -139,6 +139,7 @@ class SysfsBuilder {
     node.index = numa;
     node.name = "cpu" + std::to_string(numa);
     node.memoryBytes = memory;
+    node.cpuList = cpus;
     std::set<std::pair<std::string, std::string>> cores;
     for (int c : cpus) {
       cores.insert({readLine(cpuDir(c) / "topology/physical_package_id"), readLine(cpuDir(c) / "topology/core_id")});

@@ -7,9 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/status.h"
 #include "loom_build_config.h"
+#include "topology/affinity.h"
 #include "topology/discover.h"
 #include "topology/pci.h"
 #include "topology/render.h"
@@ -168,6 +170,7 @@ TEST(TopologySysfs, ReadsDomainsDevicesAndTheirPaths) {
   EXPECT_EQ(cpu1.cores, 4);
   EXPECT_EQ(cpu1.memoryBytes, size_t{1} << 30);
   EXPECT_EQ(cpu1.cacheBytes, size_t{107520} << 10);
+  EXPECT_EQ(cpu1.cpuList, (std::vector<int>{4, 5, 6, 7}));
   ASSERT_EQ(g.all(NodeKind::kGpu).size(), 2u);
   int gpu0 = g.gpuByOrdinal(0), gpu1 = g.gpuByOrdinal(1);
   EXPECT_EQ(g.node(gpu0).busId, "0000:1a:00.0");
@@ -213,8 +216,32 @@ TEST(TopologyLive, ThisMachineHasAtLeastOneCpu) {
   EXPECT_FALSE(g.all(NodeKind::kCpu).empty());
   EXPECT_FALSE(g.host.empty());
   int cores = 0;
-  for (int c : g.all(NodeKind::kCpu)) cores += g.node(c).cores;
+  size_t cpus = 0;
+  for (int c : g.all(NodeKind::kCpu)) {
+    cores += g.node(c).cores;
+    cpus += g.node(c).cpuList.size();
+  }
   EXPECT_GE(cores, 1);
+  EXPECT_GE(cpus, static_cast<size_t>(cores));
+}
+
+TEST(TopologyAffinity, BindsToAllowedCpusOnly) {
+  std::thread([] {
+    cpu_set_t before;
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(before), &before), 0);
+    int first = -1;
+    for (int c = 0; c < CPU_SETSIZE && first < 0; ++c) {
+      if (CPU_ISSET(c, &before)) first = c;
+    }
+    std::string note;
+    EXPECT_FALSE(bindCurrentThread({-1, CPU_SETSIZE + 5}, &note));
+    EXPECT_NE(note.find("none of the 2 CPUs"), std::string::npos) << note;
+    ASSERT_TRUE(bindCurrentThread({first, CPU_SETSIZE + 5}, &note)) << note;
+    cpu_set_t after;
+    ASSERT_EQ(pthread_getaffinity_np(pthread_self(), sizeof(after), &after), 0);
+    EXPECT_EQ(CPU_COUNT(&after), 1);
+    EXPECT_TRUE(CPU_ISSET(first, &after));
+  }).join();
 }
 
 TEST(TopologySysfs, AgreesWithHwlocOnThisMachine) {

@@ -1,0 +1,16 @@
+// Binding a thread to the CPUs near its device (docs/TOPOLOGY.md, "Affinity"): a device
+// communicator's proxy thread, which stages every call through host memory, runs on the
+// NUMA domain its GPU hangs from, so the staging buffers it first touches live there too.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::topo {
+
+// Restricts the calling thread to those of `cpus` it may already use (a taskset or cgroup
+// limit is kept). Returns false, leaving the thread as it was, when none of them is allowed
+// or the system refuses; `note` says what happened, for the INFO log.
+bool bindCurrentThread(const std::vector<int>& cpus, std::string* note);
+
+}  // namespace loom::topo
