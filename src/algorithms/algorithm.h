@@ -27,14 +27,18 @@ const char* algorithmName(Algorithm algorithm);
 // neighbours in the machine; results do not depend on the order.
 class RingOrder {
  public:
-  explicit RingOrder(std::vector<int> ranks);  // a permutation of 0..n-1
+  // `ranks`: a permutation of 0..n-1. `hostStarts`: the first position of each host (hosts
+  // are contiguous on the ring); empty or {0} for one host.
+  explicit RingOrder(std::vector<int> ranks, std::vector<int> hostStarts = {});
   int rankAt(int position) const { return rankAt_[static_cast<size_t>(position)]; }
   int positionOf(int rank) const { return positionOf_[static_cast<size_t>(rank)]; }
   const std::vector<int>& ranks() const { return rankAt_; }
+  const std::vector<int>& hostStarts() const { return hostStarts_; }
+  // Rank order on one host: builders may take their plain paths.
   bool isIdentity() const;
 
  private:
-  std::vector<int> rankAt_, positionOf_;
+  std::vector<int> rankAt_, positionOf_, hostStarts_;
 };
 
 struct CollectiveArgs {

@@ -20,11 +20,13 @@
 
 namespace loom {
 
-RingOrder::RingOrder(std::vector<int> ranks) : rankAt_(std::move(ranks)), positionOf_(rankAt_.size()) {
+RingOrder::RingOrder(std::vector<int> ranks, std::vector<int> hostStarts)
+    : rankAt_(std::move(ranks)), positionOf_(rankAt_.size()), hostStarts_(std::move(hostStarts)) {
   for (size_t p = 0; p < rankAt_.size(); ++p) positionOf_[static_cast<size_t>(rankAt_[p])] = static_cast<int>(p);
 }
 
 bool RingOrder::isIdentity() const {
+  if (hostStarts_.size() > 1) return false;
   for (size_t p = 0; p < rankAt_.size(); ++p) {
     if (rankAt_[p] != static_cast<int>(p)) return false;
   }

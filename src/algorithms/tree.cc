@@ -60,6 +60,30 @@ TreeNode rootedTree(int n, int r, int root) {
   return mapped(binaryTree(n, mod(r - root, n)), [n, root](int v) { return mod(v + root, n); });
 }
 
+TreeNode hostDoubleTree(const std::vector<int>& hostStarts, int n, int p, int t) {
+  const int hosts = static_cast<int>(hostStarts.size());
+  int h = hosts - 1;
+  while (hostStarts[static_cast<size_t>(h)] > p) --h;
+  auto first = [&](int host) { return hostStarts[static_cast<size_t>(host)]; };
+  auto last = [&](int host) { return (host + 1 < hosts ? first(host + 1) : n) - 1; };
+  // Tree 0 chains each host forwards from its first position, tree 1 backwards from its last.
+  auto head = [&](int host) { return t == 0 ? first(host) : last(host); };
+  const int step = t == 0 ? 1 : -1;
+  TreeNode node;
+  if (p != head(h)) {
+    node.parent = p - step;
+    if (p != (t == 0 ? last(h) : first(h))) node.children[0] = p + step;
+    return node;
+  }
+  if (first(h) != last(h)) node.children[0] = p + step;
+  TreeNode between = doubleTree(hosts, h, t);
+  if (between.parent >= 0) node.parent = head(between.parent);
+  for (int i = 0, c = 1; i < 3; ++i) {
+    if (between.children[i] >= 0) node.children[c++] = head(between.children[i]);
+  }
+  return node;
+}
+
 namespace {
 
 // Up the tree for one slice: reduce what the children send into `acc` (starting from this
@@ -68,7 +92,7 @@ namespace {
 int reduceUp(Plan& plan, const TreeNode& node, int channel, const void* own, void* acc, size_t bytes,
              bool finalizeAtRoot) {
   int last = Step::kNone;
-  int childCount = (node.children[0] >= 0) + (node.children[1] >= 0);
+  int childCount = (node.children[0] >= 0) + (node.children[1] >= 0) + (node.children[2] >= 0);
   int seen = 0;
   for (int child : node.children) {
     if (child < 0) continue;
@@ -111,7 +135,12 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
     plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
     return;
   }
-  const TreeNode nodes[2] = {inRanks(a, doubleTree(n, a.position(), 0)), inRanks(a, doubleTree(n, a.position(), 1))};
+  auto tree = [&](int t) {
+    const std::vector<int>* hosts = a.order ? &a.order->hostStarts() : nullptr;
+    return inRanks(a, hosts && hosts->size() > 1 ? hostDoubleTree(*hosts, n, a.position(), t)
+                                                  : doubleTree(n, a.position(), t));
+  };
+  const TreeNode nodes[2] = {tree(0), tree(1)};
   const Range halves[2] = {part(a.info.count, 2, 0), part(a.info.count, 2, 1)};
   const size_t slices = sliceCount(halves[0], se);
   for (size_t j = 0; j < slices; ++j) {
@@ -148,7 +177,7 @@ void treeReduce(const CollectiveArgs& a, Plan& plan) {
     plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
     return;
   }
-  const bool inner = node.children[0] >= 0 || node.children[1] >= 0;
+  const bool inner = !node.isLeaf();
   char* partial = (!isRoot && inner) ? plan.scratch(a.info.count * es) : nullptr;
   forEachSlice(a.info.count, a.channels, se, [&](int c, const Range& s) {
     void* acc = isRoot ? a.recvAt(s.begin) : (partial ? partial + s.begin * es : nullptr);

@@ -207,11 +207,11 @@ Status Communicator::finishInit() {
   if (nranks_ > 2 && config_.topologyRing) {
     RingPlacementInput placement{rank_, nranks_, localRank_, localRanks_, config_.device, {}};
     for (const PeerInfo& p : peers) placement.hostOf.push_back(p.hostHash);
-    std::vector<int> ring;
+    std::vector<int> ring, hostStarts;
     std::string summary;
-    LOOM_TRY(placeRing(*bootstrap_, placement, &ring, &summary));
+    LOOM_TRY(placeRing(*bootstrap_, placement, &ring, &hostStarts, &summary));
     LOOM_INFO("comm %016llx: %s", static_cast<unsigned long long>(commId()), summary.c_str());
-    ringOrder_ = std::make_unique<RingOrder>(std::move(ring));
+    ringOrder_ = std::make_unique<RingOrder>(std::move(ring), std::move(hostStarts));
     if (ringOrder_->isIdentity()) ringOrder_.reset();
   }
   if (config_.device >= 0) {

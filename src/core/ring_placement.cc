@@ -39,7 +39,8 @@ topo::Place ownPlace(const topo::Graph& graph, bool live, const RingPlacementInp
 
 }  // namespace
 
-Status placeRing(Bootstrap& bootstrap, const RingPlacementInput& in, std::vector<int>* ring, std::string* summary) {
+Status placeRing(Bootstrap& bootstrap, const RingPlacementInput& in, std::vector<int>* ring,
+                 std::vector<int>* hostStarts, std::string* summary) {
   const size_t n = static_cast<size_t>(in.nranks);
   std::string topoFile = env::get("LOOM_TOPO_FILE").value_or("");
   if (std::optional<std::string> dump = env::get("LOOM_TOPO_DUMP_FILE")) {
@@ -78,6 +79,12 @@ Status placeRing(Bootstrap& bootstrap, const RingPlacementInput& in, std::vector
   std::vector<int> hostOf(n), chainPosition(position.begin(), position.end());
   for (size_t r = 0; r < n; ++r) hostOf[r] = hostNumber.emplace(in.hostOf[r], static_cast<int>(hostNumber.size())).first->second;
   *ring = topo::globalRing(hostOf, chainPosition);
+  hostStarts->clear();
+  for (size_t p = 0; p < n; ++p) {
+    if (p == 0 || hostOf[static_cast<size_t>((*ring)[p])] != hostOf[static_cast<size_t>((*ring)[p - 1])]) {
+      hostStarts->push_back(static_cast<int>(p));
+    }
+  }
 
   std::string order;
   for (int r : *ring) order += (order.empty() ? "" : " ") + std::to_string(r);

@@ -20,7 +20,9 @@ struct RingPlacementInput {
 };
 
 // Collective over the bootstrap (every rank calls it with the same nranks). `ring` gets the
-// ranks in ring order; `summary` a line for the INFO log.
-Status placeRing(Bootstrap& bootstrap, const RingPlacementInput& in, std::vector<int>* ring, std::string* summary);
+// ranks in ring order, `hostStarts` the ring position where each host's ranks begin,
+// `summary` a line for the INFO log.
+Status placeRing(Bootstrap& bootstrap, const RingPlacementInput& in, std::vector<int>* ring,
+                 std::vector<int>* hostStarts, std::string* summary);
 
 }  // namespace loom

@@ -52,12 +52,55 @@ TEST(Trees, EveryRankHasOneParentAndTheRootReachesAll) {
   }
 }
 
+// Across hosts: one root per tree, parents and children agree, at most three children, and
+// only H-1 edges leave a host; the two trees leave each host of two or more ranks through
+// different ranks.
+TEST(Trees, HostDoubleTreeCrossesHostsOncePerHost) {
+  const std::vector<std::vector<int>> layouts = {{0, 3}, {0, 2, 4, 6}, {0, 1, 2}, {0, 4, 5, 9, 10}, {0, 3, 6, 8}};
+  for (const std::vector<int>& starts : layouts) {
+    const int n = starts.back() + 2;
+    auto hostOf = [&](int p) {
+      int h = 0;
+      while (h + 1 < static_cast<int>(starts.size()) && starts[static_cast<size_t>(h + 1)] <= p) ++h;
+      return h;
+    };
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0, crossing = 0;
+      for (int p = 0; p < n; ++p) {
+        TreeNode x = hostDoubleTree(starts, n, p, t);
+        roots += x.parent < 0;
+        if (x.parent >= 0 && hostOf(x.parent) != hostOf(p)) ++crossing;
+        for (int c : x.children) {
+          if (c < 0) continue;
+          ASSERT_LT(c, n);
+          EXPECT_EQ(hostDoubleTree(starts, n, c, t).parent, p) << "tree " << t << " child " << c;
+        }
+      }
+      EXPECT_EQ(roots, 1);
+      EXPECT_EQ(crossing, static_cast<int>(starts.size()) - 1);
+    }
+    for (size_t h = 0; h < starts.size(); ++h) {
+      int first = starts[h], last = (h + 1 < starts.size() ? starts[h + 1] : n) - 1;
+      if (first == last) continue;
+      auto leavesThrough = [&](int t) {
+        for (int p = first; p <= last; ++p) {
+          TreeNode x = hostDoubleTree(starts, n, p, t);
+          if (x.parent >= 0 && hostOf(x.parent) != static_cast<int>(h)) return p;
+        }
+        return -1;  // the root's host
+      };
+      if (leavesThrough(0) >= 0 && leavesThrough(1) >= 0) {
+        EXPECT_NE(leavesThrough(0), leavesThrough(1)) << "host " << h;
+      }
+    }
+  }
+}
+
 TEST(Trees, DoubleTreeLeavesAreInnerNodesOfTheOtherTree) {
   for (int n = 4; n <= 64; n *= 2) {
     for (int r = 0; r < n; ++r) {
       TreeNode a = doubleTree(n, r, 0), b = doubleTree(n, r, 1);
-      bool leafA = a.children[0] < 0 && a.children[1] < 0, leafB = b.children[0] < 0 && b.children[1] < 0;
-      EXPECT_FALSE(leafA && leafB) << "n=" << n << " rank " << r << " is a leaf of both trees";
+      EXPECT_FALSE(a.isLeaf() && b.isLeaf()) << "n=" << n << " rank " << r << " is a leaf of both trees";
     }
   }
 }
@@ -262,13 +305,19 @@ TEST(Schedules, AnyRingOrderDeliversTheSameResults) {
     orders.push_back(evensThenOdds);
     std::shuffle(ranks.begin(), ranks.end(), random);
     orders.push_back(ranks);
+    // One host, two halves, and hosts of 2, 3 and the rest: the tree allreduce takes its
+    // across-hosts form whenever there are several.
+    const std::vector<std::vector<int>> hostLayouts = {{}, {0, n / 2}, {0, 2, 5}};
     for (const std::vector<int>& o : orders) {
-      RingOrder order(o);
-      for (const Case& c : kCases) {
-        for (size_t count : {size_t{1}, size_t{7}, size_t{1031}}) {
-          for (bool inPlace : {false, true}) {
-            checkCase(c, n, count, 1, 16, inPlace, 1, &order);
-            checkCase(c, n, count, 2, 64, inPlace, 2, &order);
+      for (const std::vector<int>& hosts : hostLayouts) {
+        if (!hosts.empty() && hosts.back() >= n) continue;
+        RingOrder order(o, hosts);
+        for (const Case& c : kCases) {
+          for (size_t count : {size_t{1}, size_t{7}, size_t{1031}}) {
+            for (bool inPlace : {false, true}) {
+              checkCase(c, n, count, 1, 16, inPlace, 1, &order);
+              checkCase(c, n, count, 2, 64, inPlace, 2, &order);
+            }
           }
         }
       }
