@@ -80,7 +80,7 @@ void printRings(const Graph& graph, int n, bool hostRanks) {
   std::printf(" %d\n", chain.front());
   ChainQuality q = chainQuality(graph, places, chain);
   if (q.gbps > 0) {
-    std::printf("ring: narrowest hop %.1f GB/s, %d socket crossings; predicted allreduce bus bandwidth %.1f GB/s\n",
+    std::printf("ring: narrowest hop %.1f GB/s, %d NUMA crossings; predicted allreduce bus bandwidth %.1f GB/s\n",
                 q.gbps, q.crossings, q.gbps);
   } else {
     std::printf("ring: every rank shares one device; bandwidth is that of its memory\n");

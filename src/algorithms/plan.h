@@ -47,9 +47,11 @@ struct CallInfo {
   // The communicator's number for a collective (0: none), for messages; not compared and
   // not sent: ranks number their calls alike only when they agree on them.
   uint64_t seq = 0;
-  // In place on this rank (send and receive share one buffer), for the executor's choice
-  // of stores; not compared and not sent either.
+  // In place on this rank (send and receive share one buffer), and whether the tuner chose
+  // the streaming protocol (non-temporal stores) for it: the executor's choice of stores,
+  // local to this rank, so not compared and not sent either.
   bool inPlace = false;
+  bool streaming = false;
 
   bool operator==(const CallInfo& o) const {
     return kind == o.kind && type == o.type && op == o.op && root == o.root && count == o.count;

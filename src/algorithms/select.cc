@@ -1,5 +1,9 @@
 #include "algorithms/select.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "core/env.h"
@@ -18,9 +22,6 @@ constexpr NamedKind kCollectives[] = {
 };
 constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kRecursiveDoubling,
                                      Algorithm::kOneShot, Algorithm::kPairwise};
-
-// The largest message the one-shot board carries (transport/shm_board.h).
-constexpr size_t kOneShotMaxBytes = 32 << 10;
 
 bool parseAlgorithm(const std::string& name, Algorithm* out) {
   for (Algorithm a : kAlgorithms) {
@@ -135,56 +136,115 @@ Status parseAlgorithmSetting(const std::string& value, AlgorithmSetting* out) {
   return Status::ok();
 }
 
-namespace {
-
-// The size rule's algorithms for a call, best first, and why the first.
-struct Preference {
-  std::vector<Algorithm> order;
-  const char* why;
-};
-
-Preference preferred(const CallShape& shape) {
-  using A = Algorithm;
-  switch (shape.info.kind) {
-    case CallInfo::Kind::kAllReduce:
-      if (shape.oneHost && shape.nranks > 1 && shape.bytes <= kOneShotMaxBytes) {
-        return {{A::kOneShot, A::kRecursiveDoubling, A::kTree, A::kRing}, "small message, every rank on this host"};
-      }
-      if (shape.bytes <= (64 << 10)) {
-        return {{A::kRecursiveDoubling, A::kTree, A::kRing, A::kOneShot}, "small message: log2(n) latencies"};
-      }
-      return {{A::kRing, A::kTree, A::kRecursiveDoubling, A::kOneShot}, "large message: ring moves the least data per rank"};
-    case CallInfo::Kind::kBroadcast:
-    case CallInfo::Kind::kReduce:
-      if (shape.bytes <= (256 << 10)) return {{A::kTree, A::kRing}, "small message: log2(n) hops"};
-      return {{A::kRing, A::kTree}, "large message: pipelined chain"};
-    case CallInfo::Kind::kAllToAll: return {{A::kPairwise}, "the only all-to-all"};
-    default: return {{A::kRing}, "the only algorithm for this collective"};
+Status parseProtocolSetting(const std::string& value, ProtocolSetting* out) {
+  uint32_t named = 0, excluded = 0;
+  for (std::string item : env::splitList(value)) {
+    const bool exclude = !item.empty() && item[0] == '^';
+    if (exclude) item.erase(0, 1);
+    uint32_t bit = 0;
+    for (Protocol p : {Protocol::kSimple, Protocol::kStreaming}) {
+      if (item == protocolName(p)) bit = 1u << static_cast<unsigned>(p);
+    }
+    if (bit == 0) {
+      return error(loomInvalidArgument, "LOOM_PROTO=\"%s\": unknown protocol \"%s\" (simple, streaming; ^ excludes one)",
+                   value.c_str(), item.c_str());
+    }
+    (exclude ? excluded : named) |= bit;
   }
+  ProtocolSetting setting;
+  setting.allowed = (named != 0 ? named : 3u) & ~excluded;
+  if (setting.allowed == 0) return error(loomInvalidArgument, "LOOM_PROTO=\"%s\" leaves no protocol", value.c_str());
+  *out = setting;
+  return Status::ok();
 }
 
-// One-shot carries small messages between ranks of one host only.
-bool fits(Algorithm algorithm, const CallShape& shape) {
-  return algorithm != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= kOneShotMaxBytes);
+namespace {
+
+// One-shot needs the board, which exists only when every rank is on this host.
+bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profile) {
+  return algorithm != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= profile.oneShotMaxBytes);
+}
+
+// `algorithm`'s prediction with the fastest protocol allowed; where no allowed protocol
+// exists at this size (streaming below its threshold), plain stores, which always do.
+Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSetting& protocols,
+                   const CommProfile& profile) {
+  // In place, the one buffer stays in the cache up to twice the size (executor.cc).
+  CommProfile inPlace;
+  if (shape.info.inPlace) {
+    inPlace = profile;
+    inPlace.streamingMinBytes *= 2;
+  }
+  const CommProfile& p = shape.info.inPlace ? inPlace : profile;
+  Choice best{algorithm, Protocol::kSimple, std::numeric_limits<double>::infinity(), ""};
+  for (Protocol protocol : {Protocol::kSimple, Protocol::kStreaming}) {
+    if (!protocols.allows(protocol)) continue;
+    const double us = predictUs(shape.info.kind, algorithm, protocol, shape.bytes, p);
+    if (us < best.predictedUs) {
+      best.protocol = protocol;
+      best.predictedUs = us;
+    }
+  }
+  if (!std::isfinite(best.predictedUs)) best.predictedUs = predictUs(shape.info.kind, algorithm, Protocol::kSimple, shape.bytes, p);
+  return best;
 }
 
 }  // namespace
 
-Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& setting) {
+Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithms, const ProtocolSetting& protocols,
+                       const CommProfile& profile) {
   const CallInfo::Kind kind = shape.info.kind;
-  std::optional<Algorithm> forced = setting.forced(kind);
-  if (forced && fits(*forced, shape)) return {*forced, "forced by LOOM_ALGO"};
-  Preference rule = preferred(shape);
-  for (Algorithm a : rule.order) {
-    if (!setting.allows(kind, a) || !fits(a, shape)) continue;
-    return {a, a == rule.order.front() ? rule.why : "the size rule's first choice is excluded by LOOM_ALGO"};
+  std::optional<Algorithm> forced = algorithms.forced(kind);
+  if (forced && fits(*forced, shape, profile)) {
+    Choice choice = predictWith(shape, *forced, protocols, profile);
+    choice.why = AlgorithmSetting().forced(kind) ? "the only algorithm of this collective" : "forced by LOOM_ALGO";
+    return choice;
   }
-  for (Algorithm a : rule.order) {
-    if (fits(a, shape)) {
-      return {a, "LOOM_ALGO's oneshot set aside: it carries at most 32 KiB between ranks of one host"};
+  // Allowed first; if LOOM_ALGO allows only what cannot run here (oneshot), any.
+  for (bool onlyAllowed : {true, false}) {
+    Choice best{Algorithm::kRing, Protocol::kSimple, std::numeric_limits<double>::infinity(), nullptr};
+    for (Algorithm a : kAlgorithms) {
+      if (!supports(kind, a) || !fits(a, shape, profile) || (onlyAllowed && !algorithms.allows(kind, a))) continue;
+      Choice candidate = predictWith(shape, a, protocols, profile);
+      // Strictly faster: ties keep the enum order.
+      if (best.why == nullptr || candidate.predictedUs < best.predictedUs) {
+        best = candidate;
+        best.why = "";
+      }
+    }
+    if (best.why == nullptr) continue;
+    best.why = onlyAllowed ? "predicted fastest"
+                           : "LOOM_ALGO's oneshot set aside: it carries at most 32 KiB between ranks of one host";
+    return best;
+  }
+  // Unreachable for a collective: every one has an algorithm that always fits.
+  return {Algorithm::kRing, Protocol::kSimple, 0, "no algorithm fits"};
+}
+
+std::string describePredictions(const CallShape& shape, const AlgorithmSetting& algorithms,
+                                const ProtocolSetting& protocols, const CommProfile& profile) {
+  std::vector<Choice> ranked;
+  std::string cannot;
+  for (Algorithm a : kAlgorithms) {
+    if (!supports(shape.info.kind, a) || !algorithms.allows(shape.info.kind, a)) continue;
+    Choice c = predictWith(shape, a, protocols, profile);
+    if (fits(a, shape, profile) && std::isfinite(c.predictedUs)) {
+      ranked.push_back(c);
+    } else {
+      cannot += std::string(cannot.empty() ? "" : ", ") + algorithmName(a);
     }
   }
-  return {rule.order.front(), rule.why};
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Choice& x, const Choice& y) { return x.predictedUs < y.predictedUs; });
+  std::string text;
+  char item[96];
+  for (const Choice& c : ranked) {
+    std::snprintf(item, sizeof item, "%s%s/%s %.1f us", text.empty() ? "" : ", ", algorithmName(c.algorithm),
+                  protocolName(c.protocol), c.predictedUs);
+    text += item;
+  }
+  if (!cannot.empty()) text += " (" + cannot + " cannot run here)";
+  return text;
 }
 
 }  // namespace loom

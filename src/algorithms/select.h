@@ -1,5 +1,6 @@
-// Which algorithm runs a call: the first that LOOM_ALGO allows in the order a size and
-// rank-count rule prefers (until the tuner lands). Also parses LOOM_ALGO.
+// Which algorithm and protocol run a call: among those LOOM_ALGO and LOOM_PROTO allow, the
+// one the cost model (cost_model.h) predicts fastest for the communicator's profile. Also
+// parses LOOM_ALGO and LOOM_PROTO.
 #pragma once
 
 #include <array>
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "algorithms/algorithm.h"
+#include "algorithms/cost_model.h"
 #include "core/status.h"
 
 namespace loom {
@@ -27,20 +29,38 @@ struct AlgorithmSetting {
 // named collective lacks and settings that leave a collective nothing are loomInvalidArgument.
 Status parseAlgorithmSetting(const std::string& value, AlgorithmSetting* out);
 
+// The protocols LOOM_PROTO allows: a bit per Protocol. "simple", "streaming", a list of
+// them, or "^name" for all but one; unknown names and settings that allow none are
+// loomInvalidArgument.
+struct ProtocolSetting {
+  uint32_t allowed = ~0u;
+  bool allows(Protocol protocol) const { return (allowed & (1u << static_cast<unsigned>(protocol))) != 0; }
+};
+Status parseProtocolSetting(const std::string& value, ProtocolSetting* out);
+
 // What the choice may depend on.
 struct CallShape {
   CallInfo info;
   size_t bytes = 0;     // of the whole buffer one rank contributes or receives
-  int nranks = 1;
-  bool oneHost = true;  // every rank on this host, with shared memory on
+  bool oneHost = true;  // every rank on this host, with the one-shot board
 };
 
 struct Choice {
   Algorithm algorithm;
+  Protocol protocol;
+  double predictedUs;
   const char* why;  // for the INFO log
 };
 
-Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& setting);
+// Ranks agree on the choice as long as they agree on the profile (the communicator makes
+// them: communicator.cc) and on LOOM_ALGO.
+Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithms, const ProtocolSetting& protocols,
+                       const CommProfile& profile);
+
+// "ring 12.5 us, tree 14.0 us, rd 30.1 us (oneshot cannot run)": the candidates LOOM_ALGO
+// allows with their predictions, fastest first, for the INFO log.
+std::string describePredictions(const CallShape& shape, const AlgorithmSetting& algorithms,
+                                const ProtocolSetting& protocols, const CommProfile& profile);
 
 // Whether `algorithm` implements collective `kind`.
 bool supports(CallInfo::Kind kind, Algorithm algorithm);

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <set>
+#include <type_traits>
 
+#include "algorithms/tuning_file.h"
 #include "core/device_queue.h"
 #include "core/env.h"
 #include "core/host_identity.h"
@@ -19,8 +21,8 @@ namespace loom {
 
 namespace {
 
-// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_RING_ORDER, LOOM_CHECK, LOOM_SLICE_BYTES, LOOM_STREAMING_MIN_BYTES,
-// LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES, LOOM_CUDA_EXPERIMENTAL.
+// LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
+// LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES, LOOM_CUDA_EXPERIMENTAL.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = false;
@@ -38,6 +40,11 @@ Status readDataPathSettings(CommConfig* c) {
     return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket)", transports.c_str());
   }
   LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &c->algorithms));
+  LOOM_TRY(parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &c->protocols));
+  c->tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
+  long long channels = 0;
+  LOOM_TRY(env::getInt("LOOM_CHANNELS", 0, 16, &channels));
+  c->channels = static_cast<int>(channels);
   std::string ringOrder = env::getOrDefault("LOOM_RING_ORDER");
   if (ringOrder != "topology" && ringOrder != "rank") {
     return error(loomInvalidArgument, "LOOM_RING_ORDER=\"%s\": expected topology or rank", ringOrder.c_str());
@@ -47,7 +54,7 @@ Status readDataPathSettings(CommConfig* c) {
   LOOM_TRY(env::getInt("LOOM_CHECK", 0, 1, &check));
   c->check = check != 0;
   long long slice = 0;
-  LOOM_TRY(env::getInt("LOOM_SLICE_BYTES", 4096, 1LL << 30, &slice));
+  LOOM_TRY(env::getInt("LOOM_CHUNK_SIZE", 4096, 1LL << 30, &slice));
   c->sliceBytes = static_cast<size_t>(slice);
   long long streaming = 0;
   LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming));
@@ -60,6 +67,13 @@ Status readDataPathSettings(CommConfig* c) {
   LOOM_TRY(env::getInt("LOOM_CUDA_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));
   c->deviceSliceBytes = static_cast<size_t>(deviceSlice);
   return Status::ok();
+}
+
+// "a = 1\nb = 2\n" as "a = 1, b = 2", for one log line.
+std::string oneLine(std::string text) {
+  while (!text.empty() && text.back() == '\n') text.pop_back();
+  for (size_t at = text.find('\n'); at != std::string::npos; at = text.find('\n', at)) text.replace(at, 1, ", ");
+  return text;
 }
 
 }  // namespace
@@ -187,6 +201,7 @@ Status Communicator::finishInit() {
   }
   int socketLinks = socket ? socket->linksPerPeer() : 0;
   transport_ = std::make_unique<transport::RoutedTransport>(std::move(shm), std::move(socket), viaShm);
+  LOOM_TRY(agreeOnProfile());
   bootstrap_->setTimeoutMs(config_.timeoutMs);
 
   LOOM_INFO("comm %016llx%s%s: rank %d of %d on host %s (local rank %d of %d, %d host%s), "
@@ -218,6 +233,32 @@ Status Communicator::finishInit() {
     findDeviceCpus();
     LOOM_TRY(DeviceQueue::create(this, &deviceQueue_));
   }
+  return Status::ok();
+}
+
+Status Communicator::agreeOnProfile() {
+  CommProfile mine = CommProfile::defaults(nranks_, hosts_);
+  mine.sliceBytes = config_.sliceBytes;
+  mine.streamingMinBytes = config_.streamingMinBytes;
+  mine.channels = config_.channels > 0 ? config_.channels : transport_->linksPerPeer();
+  mine.channelsFixed = config_.channels > 0;
+  if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &mine));
+  // Ranks that chose differently would run different plans and wait on each other
+  // forever, so every rank takes rank 0's constants.
+  static_assert(std::is_trivially_copyable_v<CommProfile>);
+  std::vector<CommProfile> all(static_cast<size_t>(nranks_));
+  all[static_cast<size_t>(rank_)] = mine;
+  LOOM_TRY(bootstrap_->allGather(all.data(), sizeof(CommProfile)).withContext("tuner constants exchange"));
+  profile_ = all[0];
+  const std::string ours = tuningText(mine), chosen = tuningText(profile_);
+  if (ours != chosen || mine.sliceBytes != profile_.sliceBytes || mine.channels != profile_.channels ||
+      mine.streamingMinBytes != profile_.streamingMinBytes) {
+    LOOM_WARN("comm %016llx: this rank's tuning constants (LOOM_TUNING_FILE, LOOM_CHUNK_SIZE, LOOM_CHANNELS, "
+              "LOOM_STREAMING_MIN_BYTES) differ from rank 0's; choosing algorithms with rank 0's",
+              static_cast<unsigned long long>(commId()));
+  }
+  LOOM_INFO("comm %016llx: tuner constants (%s): %s", static_cast<unsigned long long>(commId()),
+            config_.tuningFile.empty() ? "built in" : config_.tuningFile.c_str(), oneLine(chosen).c_str());
   return Status::ok();
 }
 

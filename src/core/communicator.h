@@ -30,8 +30,11 @@ struct CommConfig {
   bool shm = true;     // LOOM_TRANSPORTS lists shm
   bool socket = true;  // LOOM_TRANSPORTS lists socket
   AlgorithmSetting algorithms;  // LOOM_ALGO
+  ProtocolSetting protocols;    // LOOM_PROTO
+  std::string tuningFile;       // LOOM_TUNING_FILE
+  int channels = 0;             // LOOM_CHANNELS (0: by size)
   bool topologyRing = true;     // LOOM_RING_ORDER=topology
-  size_t sliceBytes = 0;        // LOOM_SLICE_BYTES
+  size_t sliceBytes = 0;        // LOOM_CHUNK_SIZE
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
   bool check = false;           // LOOM_CHECK
   bool cudaIpc = false;         // LOOM_CUDA_IPC
@@ -66,6 +69,8 @@ class Communicator {
   transport::Transport& transport() { return *transport_; }
   // The one-shot board when every rank is on this host and shm is allowed; else nullptr.
   transport::ShmBoard* board() { return board_.get(); }
+  // What the tuner knows of this communicator; the same on every rank (rank 0's).
+  const CommProfile& profile() const { return profile_; }
   // The order of ranks on rings and trees; nullptr when it is rank order.
   const RingOrder* ringOrder() const { return ringOrder_.get(); }
   // The CPUs of the NUMA domain nearest this communicator's GPU (empty: unknown).
@@ -110,11 +115,15 @@ class Communicator {
   // The common end of create and split: transport, host grouping, logs.
   Status finishInit();
   void findDeviceCpus();
+  // Builds the tuner's profile (defaults, LOOM_TUNING_FILE, data-path settings) and makes
+  // every rank use rank 0's (collective).
+  Status agreeOnProfile();
 
   std::unique_ptr<Bootstrap> bootstrap_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::ShmBoard> board_;
   std::unique_ptr<RingOrder> ringOrder_;
+  CommProfile profile_;
   std::vector<int> deviceCpus_;
   CancelSignal cancel_;
   CallLog callLog_;

@@ -60,19 +60,32 @@ const std::vector<Variable>& variables() {
        "Which algorithms may run: ring, tree, rd (recursive doubling), oneshot (shared memory, one "
        "host), pairwise. One name forces it for every collective that has it; a list allows only those "
        "('ring,tree'); ^ excludes ('^oneshot'); 'allreduce=tree,broadcast=^tree' applies per collective. "
-       "Among the allowed, the size rule's order decides. Default: all allowed. Read at communicator "
-       "creation."},
+       "Among the allowed, the tuner picks the one its cost model predicts fastest (docs/TUNING.md). "
+       "Default: all allowed. Read at communicator creation."},
+      {"LOOM_PROTO", "", kData,
+       "Which protocols may run: simple (plain stores, results stay in the cache) and streaming "
+       "(non-temporal stores, only for calls of LOOM_STREAMING_MIN_BYTES or more). One name forces "
+       "it where it exists, ^ excludes one. Default: both, the tuner picks per call."},
+      {"LOOM_TUNING_FILE", "", kData,
+       "A tuning file written by `loom-perf --calibrate FILE`: the cost model's latencies and "
+       "bandwidths measured on this machine (docs/TUNING.md). Rank 0's file decides for the whole "
+       "communicator. Default: built-in constants."},
+      {"LOOM_CHANNELS", "0", kData,
+       "Channels per call (1 to 16): each channel carries its share of the buffer over its own "
+       "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS). 0 (default): all links once a "
+       "call gives each channel two chunks, else one."},
       {"LOOM_RING_ORDER", "topology", kData,
        "topology (default): rings and trees order the ranks so that neighbours share the widest path "
        "(NVLink, one PCIe switch, one NUMA domain) and each host's ranks stay together "
        "(docs/TOPOLOGY.md); the ring is logged at INFO. rank: rank order 0, 1, ..., n-1."},
-      {"LOOM_SLICE_BYTES", "524288", kData,
-       "Pipeline slice: collectives move and reduce data in pieces of at most this many bytes, "
-       "so that sending one piece overlaps with reducing the next."},
+      {"LOOM_CHUNK_SIZE", "524288", kData,
+       "Pipeline chunk (slice): collectives move and reduce data in pieces of at most this many "
+       "bytes, so that sending one piece overlaps with reducing the next."},
       {"LOOM_STREAMING_MIN_BYTES", "33554432", kData,
-       "Calls whose buffer is at least this large write received and reduced data with "
-       "non-temporal stores (past the cache, saving the read of each destination line); in-place "
-       "calls from twice this size, and never for an in-place reduction; 0 never."},
+       "Calls whose buffer is at least this large no longer fit the cache: the streaming protocol "
+       "(non-temporal stores, saving the read of each destination line) exists for them, in-place "
+       "calls from twice this size, never for an in-place reduction; the tuner decides whether it "
+       "runs. 0: never."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
       {"LOOM_SHM_DIR", "/dev/shm", kData,

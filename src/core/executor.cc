@@ -272,12 +272,7 @@ bool Run::streams(const Plan& plan, size_t step) const {
   // the cache would throw that away (measured 30% slower).
   const Step& s = plan.steps[step];
   if (s.kind == Step::Kind::kRecvReduce && s.dst == s.src) return false;
-  size_t threshold = plan.comm->config().streamingMinBytes;
-  const CallInfo& call = plan.callOfStep(step);
-  // The threshold is for an out-of-place call's two buffers; in place there is one, which
-  // stays in the cache up to twice the size.
-  if (call.inPlace) threshold *= 2;
-  return threshold > 0 && call.kind != CallInfo::Kind::kSend && call.count * typeSize(call.type) >= threshold;
+  return plan.callOfStep(step).streaming;
 }
 
 // dst = src op incoming, whole elements at a time as they arrive. Once dst may be written,

@@ -70,7 +70,7 @@ struct Config {
   int nranks;
   std::string algo;        // LOOM_ALGO; "" = unset (the default choice)
   std::string transports;  // LOOM_TRANSPORTS; "" = unset (shm,socket)
-  std::string sliceBytes;  // LOOM_SLICE_BYTES; "" = unset; small slices pipeline small calls
+  std::string sliceBytes;  // LOOM_CHUNK_SIZE; "" = unset; small slices pipeline small calls
   unsigned rotation = 0;   // shifts which case meets which count, root and in-place
 };
 
@@ -193,7 +193,7 @@ TEST_P(CollectivesTest, EveryCollectiveTypeAndOpAgainstTheReference) {
   const bool full = fullMatrix();
   ScopedEnv algo("LOOM_ALGO", config.algo);
   ScopedEnv transports("LOOM_TRANSPORTS", config.transports);
-  ScopedEnv slice("LOOM_SLICE_BYTES", config.sliceBytes);
+  ScopedEnv slice("LOOM_CHUNK_SIZE", config.sliceBytes);
   const std::vector<CollectiveCase> cases = full ? loomtest::fullCases(config.nranks, config.rotation)
                                                  : loomtest::sliceCases(config.nranks, config.rotation);
   loomtest::RankOptions options;

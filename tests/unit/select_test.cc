@@ -1,4 +1,5 @@
-// LOOM_ALGO's syntax (lists, ^ exclusion, per collective) and the choice it leaves.
+// LOOM_ALGO's and LOOM_PROTO's syntax (lists, ^ exclusion, per collective) and the choice
+// the tuner makes among what they leave, on the cost model's built-in constants.
 #include <gtest/gtest.h>
 
 #include "algorithms/select.h"
@@ -10,16 +11,27 @@ CallShape shape(CallInfo::Kind kind, size_t bytes, bool oneHost = true) {
   CallShape s;
   s.info.kind = kind;
   s.bytes = bytes;
-  s.nranks = 4;
   s.oneHost = oneHost;
   return s;
 }
 
-Algorithm choose(const std::string& algo, const CallShape& s) {
-  AlgorithmSetting setting;
-  Status status = parseAlgorithmSetting(algo, &setting);
+// 4 ranks, on one host or two hosts of two.
+CommProfile profileFor(const CallShape& s) { return CommProfile::defaults(4, s.oneHost ? 1 : 2); }
+
+Choice chooseWith(const std::string& algo, const std::string& proto, const CallShape& s) {
+  AlgorithmSetting algorithms;
+  Status status = parseAlgorithmSetting(algo, &algorithms);
   EXPECT_TRUE(status.isOk()) << status.message();
-  return chooseAlgorithm(s, setting).algorithm;
+  ProtocolSetting protocols;
+  status = parseProtocolSetting(proto, &protocols);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  return chooseAlgorithm(s, algorithms, protocols, profileFor(s));
+}
+
+Algorithm choose(const std::string& algo, const CallShape& s) { return chooseWith(algo, "", s).algorithm; }
+
+Choice chooseAlgorithm(const CallShape& s, const AlgorithmSetting& algorithms) {
+  return loom::chooseAlgorithm(s, algorithms, ProtocolSetting(), profileFor(s));
 }
 
 std::string parseError(const std::string& algo) {
@@ -33,7 +45,7 @@ constexpr auto kAllReduce = CallInfo::Kind::kAllReduce;
 constexpr auto kBroadcast = CallInfo::Kind::kBroadcast;
 constexpr auto kAllToAll = CallInfo::Kind::kAllToAll;
 
-TEST(AlgoSetting, UnsetFollowsTheSizeRule) {
+TEST(AlgoSetting, UnsetTakesThePredictedFastest) {
   EXPECT_EQ(choose("", shape(kAllReduce, 8)), Algorithm::kOneShot);
   EXPECT_EQ(choose("", shape(kAllReduce, 8, false)), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(choose("", shape(kAllReduce, 1 << 20)), Algorithm::kRing);
@@ -50,8 +62,8 @@ TEST(AlgoSetting, OneNameForcesItWhereItExists) {
   EXPECT_STREQ(c.why, "forced by LOOM_ALGO");
 }
 
-TEST(AlgoSetting, AListAllowsOnlyThoseInTheRulesOrder) {
-  // At 8 bytes the rule prefers oneshot, then rd, then tree.
+TEST(AlgoSetting, AListAllowsOnlyThose) {
+  // At 8 bytes the model ranks oneshot, rd, tree, ring.
   EXPECT_EQ(choose("ring,tree", shape(kAllReduce, 8)), Algorithm::kTree);
   EXPECT_EQ(choose("ring,tree", shape(kAllReduce, 1 << 20)), Algorithm::kRing);
 }
@@ -86,6 +98,68 @@ TEST(AlgoSetting, BadValuesSayWhat) {
   EXPECT_NE(parseError("allreduce=pairwise").find("allreduce has no pairwise"), std::string::npos);
   EXPECT_NE(parseError("alltoall=^pairwise").find("leaves alltoall no algorithm"), std::string::npos);
   EXPECT_NE(parseError("broadcast=^ring,broadcast=^tree").find("leaves broadcast no algorithm"), std::string::npos);
+}
+
+TEST(ProtoSetting, ParsesNamesListsAndExclusion) {
+  ProtocolSetting p;
+  ASSERT_TRUE(parseProtocolSetting("", &p).isOk());
+  EXPECT_TRUE(p.allows(Protocol::kSimple) && p.allows(Protocol::kStreaming));
+  ASSERT_TRUE(parseProtocolSetting("simple", &p).isOk());
+  EXPECT_TRUE(p.allows(Protocol::kSimple) && !p.allows(Protocol::kStreaming));
+  ASSERT_TRUE(parseProtocolSetting("^simple", &p).isOk());
+  EXPECT_TRUE(!p.allows(Protocol::kSimple) && p.allows(Protocol::kStreaming));
+  Status bad = parseProtocolSetting("ll128", &p);
+  EXPECT_EQ(bad.code(), loomInvalidArgument);
+  EXPECT_NE(bad.message().find("unknown protocol \"ll128\""), std::string::npos) << bad.message();
+  bad = parseProtocolSetting("^simple,^streaming", &p);
+  EXPECT_NE(bad.message().find("leaves no protocol"), std::string::npos) << bad.message();
+}
+
+TEST(ProtoSetting, StreamingRunsOnlyPastTheCache) {
+  const size_t threshold = CommProfile::defaults(4, 1).streamingMinBytes;
+  // Built in, streaming (6 GB/s) beats plain stores (4.5) once a call leaves the cache.
+  EXPECT_EQ(chooseWith("", "", shape(kAllReduce, threshold)).protocol, Protocol::kStreaming);
+  EXPECT_EQ(chooseWith("", "", shape(kAllReduce, threshold - 4)).protocol, Protocol::kSimple);
+  EXPECT_EQ(chooseWith("", "simple", shape(kAllReduce, threshold)).protocol, Protocol::kSimple);
+  // Forced where it cannot run, streaming gives way to plain stores.
+  EXPECT_EQ(chooseWith("", "streaming", shape(kAllReduce, 8)).protocol, Protocol::kSimple);
+  // In place, one buffer fits the cache up to twice the size.
+  CallShape inPlace = shape(kAllReduce, threshold);
+  inPlace.info.inPlace = true;
+  EXPECT_EQ(chooseWith("", "", inPlace).protocol, Protocol::kSimple);
+  inPlace.bytes = 2 * threshold;
+  EXPECT_EQ(chooseWith("", "", inPlace).protocol, Protocol::kStreaming);
+}
+
+TEST(Tuner, SwitchesToRingWhereItsModelSays) {
+  // Two hosts: recursive doubling's log2(n) network latencies win small calls, the ring's
+  // bandwidth large ones; the choice changes exactly at the model's crossover.
+  const CallShape small = shape(kAllReduce, 8, false);
+  const CommProfile profile = profileFor(small);
+  const size_t crossover = crossoverBytes(kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, profile);
+  ASSERT_GT(crossover, 8u);
+  ASSERT_LT(crossover, size_t{1} << 30);
+  EXPECT_EQ(choose("ring,rd", shape(kAllReduce, crossover - 4, false)), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(choose("ring,rd", shape(kAllReduce, crossover, false)), Algorithm::kRing);
+  EXPECT_EQ(choose("ring,rd", small), Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(choose("ring,rd", shape(kAllReduce, 64 << 20, false)), Algorithm::kRing);
+}
+
+TEST(Tuner, ChoiceCarriesItsPredictionAndReasoning) {
+  AlgorithmSetting algorithms;
+  ASSERT_TRUE(parseAlgorithmSetting("^oneshot", &algorithms).isOk());
+  const CallShape s = shape(kAllReduce, 1 << 20);
+  const Choice c = loom::chooseAlgorithm(s, algorithms, ProtocolSetting(), profileFor(s));
+  EXPECT_STREQ(c.why, "predicted fastest");
+  EXPECT_DOUBLE_EQ(c.predictedUs, predictUs(kAllReduce, c.algorithm, Protocol::kSimple, 1 << 20, profileFor(s)));
+  const std::string text = describePredictions(s, algorithms, ProtocolSetting(), profileFor(s));
+  EXPECT_EQ(text.rfind("ring/simple ", 0), 0u) << text;  // fastest first
+  EXPECT_NE(text.find("tree/simple "), std::string::npos) << text;
+  EXPECT_NE(text.find("rd/simple "), std::string::npos) << text;
+  EXPECT_EQ(text.find("oneshot"), std::string::npos) << text;  // excluded, so not a candidate
+  const std::string small = describePredictions(shape(kAllReduce, 8, false), AlgorithmSetting(), ProtocolSetting(),
+                                                profileFor(shape(kAllReduce, 8, false)));
+  EXPECT_NE(small.find("(oneshot cannot run here)"), std::string::npos) << small;
 }
 
 }  // namespace

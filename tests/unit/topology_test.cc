@@ -341,5 +341,132 @@ TEST(LoomTopo, BadArgumentsSayWhat) {
   EXPECT_NE(out.find("/nonexistent/topo.xml"), std::string::npos) << out;
 }
 
+// The shipped machines (tests/topologies/), as LOOM_TOPO_FILE loads them.
+Graph fixture(const char* name) {
+  Graph g;
+  Status st = loadXml(std::string(LOOM_SOURCE_ROOT) + "/tests/topologies/" + name, &g);
+  EXPECT_TRUE(st.isOk()) << st.message();
+  return g;
+}
+
+// One GPU rank per listed ordinal, each on its GPU's NUMA domain.
+std::vector<Place> gpuRanks(const Graph& g, const std::vector<int>& ordinals) {
+  std::vector<Place> places;
+  for (int ordinal : ordinals) {
+    const int gpu = g.gpuByOrdinal(ordinal);
+    EXPECT_GE(gpu, 0) << "gpu" << ordinal;
+    places.push_back({g.node(gpu).cpu, gpu});
+  }
+  return places;
+}
+
+std::vector<int> ordinalsAround(const Graph& g, const std::vector<Place>& places, const std::vector<int>& chain) {
+  std::vector<int> ordinals;
+  for (int i : chain) ordinals.push_back(g.node(places[static_cast<size_t>(i)].gpu).index);
+  return ordinals;
+}
+
+TEST(TopologyFixtures, DgxH100HasEightNvSwitchedGpusEachWithItsNic) {
+  Graph g = fixture("dgx_h100.xml");
+  EXPECT_EQ(g.all(NodeKind::kCpu).size(), 2u);
+  EXPECT_EQ(g.all(NodeKind::kGpu).size(), 8u);
+  EXPECT_EQ(g.all(NodeKind::kNic).size(), 9u);  // 8 ConnectX-7 and the management port
+  std::string matrix = renderMatrix(g);
+  // Every GPU pair through the NVSwitches (18 links each), each GPU's own NIC on its switch.
+  // Columns after the GPUs: eno1 (the 10 GbE port on socket 0's host bridge), then mlx5_0...
+  EXPECT_NE(matrix.find("gpu0   X      NV18   NV18   NV18   NV18   NV18   NV18   NV18   NODE   PIX    PHB"),
+            std::string::npos)
+      << matrix;
+  int mlx5_3 = -1;
+  for (int nic : g.all(NodeKind::kNic)) {
+    if (g.node(nic).name == "mlx5_3") mlx5_3 = nic;
+  }
+  ASSERT_GE(mlx5_3, 0);
+  EXPECT_EQ(g.path(g.gpuByOrdinal(3), mlx5_3).type, PathType::kPix);
+}
+
+TEST(TopologyFixtures, DgxH100RingIsGpuOrderWithoutCrossings) {
+  Graph g = fixture("dgx_h100.xml");
+  std::vector<Place> places = gpuRanks(g, {0, 1, 2, 3, 4, 5, 6, 7});
+  std::vector<int> chain = hostChain(g, places);
+  EXPECT_EQ(chain, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  ChainQuality q = chainQuality(g, places, chain);
+  EXPECT_DOUBLE_EQ(q.gbps, 450.0);  // 18 NVLink 4 links of 25 GB/s each way
+  EXPECT_EQ(q.crossings, 0);
+}
+
+TEST(TopologyFixtures, PcieBoxRingPairsGpusOfOneSwitch) {
+  Graph g = fixture("pcie_2socket_4gpu.xml");
+  EXPECT_EQ(g.all(NodeKind::kCpu).size(), 2u);
+  EXPECT_EQ(g.all(NodeKind::kGpu).size(), 4u);
+  EXPECT_EQ(g.all(NodeKind::kNic).size(), 2u);
+  EXPECT_EQ(g.path(g.gpuByOrdinal(0), g.gpuByOrdinal(1)).type, PathType::kPix);
+  EXPECT_EQ(g.path(g.gpuByOrdinal(1), g.gpuByOrdinal(2)).type, PathType::kSys);
+  // Ranks handed their GPUs crosswise still ring switch neighbours together: the ring
+  // crosses sockets twice, the least a closed ring over two sockets can, where rank
+  // order (0 2 1 3) would cross four times.
+  // The ring 0 2 3 1 (back to 0) keeps the pairs 2,3 and 1,0 on their switches.
+  std::vector<Place> places = gpuRanks(g, {0, 2, 1, 3});
+  std::vector<int> chain = hostChain(g, places);
+  EXPECT_EQ(ordinalsAround(g, places, chain), (std::vector<int>{0, 2, 3, 1}));
+  EXPECT_EQ(chainQuality(g, places, chain).crossings, 2);
+  EXPECT_EQ(chainQuality(g, places, {0, 1, 2, 3}).crossings, 4);
+  EXPECT_NEAR(chainQuality(g, places, chain).gbps, 31.5, 0.01);  // PCIe 4.0 x16
+}
+
+TEST(TopologyFixtures, TwoSocketCpuHostGroupsRanksByNumaDomain) {
+  Graph g = fixture("cpu_2socket.xml");
+  std::vector<int> cpus = g.all(NodeKind::kCpu);
+  ASSERT_EQ(cpus.size(), 4u);  // EPYC in NPS2: two NUMA domains per socket
+  EXPECT_EQ(g.node(cpus[1]).socket, 0);
+  EXPECT_EQ(g.node(cpus[2]).socket, 1);
+  EXPECT_EQ(g.all(NodeKind::kGpu).size(), 0u);
+  // Ranks dealt round-robin over the domains come back grouped, socket 0's domains first.
+  std::vector<Place> places;
+  for (int r = 0; r < 8; ++r) places.push_back({cpus[static_cast<size_t>(r % 4)]});
+  EXPECT_EQ(hostChain(g, places), (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
+  EXPECT_EQ(chainQuality(g, places, hostChain(g, places)).crossings, 4);
+}
+
+TEST(TopologyFixtures, LaptopHasOneGpuAndItsWifi) {
+  Graph g = fixture("laptop.xml");
+  EXPECT_EQ(g.all(NodeKind::kCpu).size(), 1u);
+  ASSERT_EQ(g.all(NodeKind::kGpu).size(), 1u);
+  ASSERT_EQ(g.all(NodeKind::kNic).size(), 1u);  // the NVMe drive is not a NIC
+  EXPECT_EQ(g.path(g.all(NodeKind::kGpu)[0], g.all(NodeKind::kNic)[0]).type, PathType::kNode);
+}
+
+TEST(TopologyFixtures, TopoFileReplacesTheLiveMachine) {
+  const std::string path = std::string(LOOM_SOURCE_ROOT) + "/tests/topologies/pcie_2socket_4gpu.xml";
+  ASSERT_EQ(::setenv("LOOM_TOPO_FILE", path.c_str(), 1), 0);
+  Graph g;
+  Source source;
+  Status st = discover(&g, &source);
+  ::unsetenv("LOOM_TOPO_FILE");
+  ASSERT_TRUE(st.isOk()) << st.message();
+  EXPECT_EQ(source, Source::kFile);
+  EXPECT_EQ(g.all(NodeKind::kGpu).size(), 4u);
+}
+
+TEST(TopologyFixtures, GarbageXmlIsAnErrorNamingTheFile) {
+  const std::string path = fs::temp_directory_path() / ("loom-garbage-" + std::to_string(getpid()) + ".xml");
+  std::ofstream(path) << "<topology version=\"2.0\"><object type=\"Nonsense\"";
+  Graph g;
+  Status st = loadXml(path, &g);
+  fs::remove(path);
+  ASSERT_FALSE(st.isOk());
+  EXPECT_NE(st.message().find(path), std::string::npos) << st.message();
+}
+
+TEST(LoomTopo, RingsOnTheShippedPcieBox) {
+  std::string out;
+  ASSERT_EQ(loomTopo("--file " + std::string(LOOM_SOURCE_ROOT) + "/tests/topologies/pcie_2socket_4gpu.xml --rings 4",
+                     &out),
+            0)
+      << out;
+  EXPECT_NE(out.find("ring: 0 -PIX-> 1 -SYS-> 2 -PIX-> 3 -SYS-> 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("narrowest hop 31.5 GB/s, 2 NUMA crossings"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace loom::topo

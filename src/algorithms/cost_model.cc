@@ -1,0 +1,366 @@
+// The cost model's formulas. Every algorithm that uses links becomes one pipelined Schedule,
+// timed by scheduleUs(); the functions per algorithm below only say what its schedule is.
+//
+//   time = alpha of each hop one slice crosses, first send to last receive     latency
+//        + fill x (one slice's transfer)                                       pipeline fill
+//        + load x stepBytes / bandwidth                                        bandwidth
+//        + reduceBytes / reduceGbps                                            reduction
+//
+// `load` counts the stepBytes that the busiest rank sends (or receives) in all: what bounds
+// the throughput is a rank's own transfers, since one executor thread per rank copies into
+// shared memory or hands bytes to the kernel's sockets, so a tree node with two children
+// sends twice. `fill` counts the slice times spent outside that rank's stream. Slices are
+// cut as partition.h cuts them (full slices, the last one shorter), so with S slices:
+//
+//   chain of h hops (broadcast root -> ... -> last):    fill = h - 1
+//     slice 0 reaches the last rank after h hops, each alpha + one slice; the other S - 1
+//     follow one slice apart:  h alpha + (h - 1) slice + stepBytes / bw.
+//
+//   ring pass of h steps (every rank sends at every step to its next):    fill = 0
+//     each rank's link has work from the start, and the next step's slices queue behind the
+//     current ones, so the link streams all h stepBytes:  h alpha + h stepBytes / bw.
+//     (Exactly (h - 1) max(S slice, alpha + slice) + S slice + alpha: the sum bounds it.)
+//
+// Reductions run on the thread that copies, and are added rather than overlapped: like the
+// ring's alphas, an upper bound, tightest where one term dominates.
+//
+// Links: a hop between hosts pays `inter`, one within a host `intra`. The bandwidth is the
+// slowest kind of link the call uses (every algorithm here uses both kinds when both exist).
+// With C channels on, a call's bytes split evenly over C links per peer: between hosts each
+// channel has its own TCP connection at inter.gbps; within a host the channels share the
+// pair's one shared-memory link (routed_transport.h), at intra.gbps / C each.
+#include "algorithms/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "algorithms/select.h"
+
+namespace loom {
+namespace {
+
+constexpr double kInfinity = std::numeric_limits<double>::infinity();
+
+// µs to move `bytes` at `gbps` (1 GB/s = 1e3 bytes per µs).
+double transferUs(double bytes, double gbps) { return bytes / (gbps * 1e3); }
+
+int log2Floor(int n) {
+  int k = 0;
+  while ((2 << k) <= n) ++k;
+  return k;
+}
+
+// The depth of tree.h's binary tree over n ranks.
+int log2Ceil(int n) { return n <= 1 ? 0 : log2Floor(n - 1) + 1; }
+
+// The most children a rank has in tree.h's binary tree over n: the root has one, the inner
+// ranks two once there are four or more.
+int treeFanout(int n) { return n >= 4 ? 2 : 1; }
+
+// Hops one slice crosses, by kind of link.
+struct Hops {
+  int intra = 0;
+  int inter = 0;
+  int count() const { return intra + inter; }
+};
+
+double alphaUs(const Hops& hops, const CommProfile& p) {
+  return hops.intra * p.intra.latencyUs + hops.inter * p.inter.latencyUs;
+}
+
+// Whether ring positions `distance` apart are on different hosts. Exact for partners that
+// are aligned to the hosts (recursive doubling's, with ranksPerHost a power of two); for the
+// binary trees an edge shorter than a host can still cross a boundary, which this leaves
+// out.
+bool crossesHosts(int distance, const CommProfile& p) {
+  return p.nhosts > 1 && distance >= p.ranksPerHost();
+}
+
+// Of `hops` consecutive hops around the ring, those between hosts: hosts are contiguous on
+// the ring, so one hop in every ranksPerHost leaves a host (every hop, with one rank per
+// host). A walk meets at most ceil(hops / ranksPerHost) of them, and the call ends with the
+// walk that meets the most.
+Hops ringWalk(int hops, const CommProfile& p) {
+  const int r = p.ranksPerHost();
+  const int inter = p.nhosts > 1 ? (hops + r - 1) / r : 0;
+  return {hops - inter, inter};
+}
+
+// Hops between partners 1, 2, 4, ..., 2^(levels-1) positions apart: recursive doubling's
+// rounds, and the levels of a binary tree over ring positions (tree.h).
+Hops doublingHops(int levels, const CommProfile& p) {
+  Hops hops;
+  for (int k = 0; k < levels; ++k) {
+    if (crossesHosts(1 << k, p)) {
+      ++hops.inter;
+    } else {
+      ++hops.intra;
+    }
+  }
+  return hops;
+}
+
+// Channels a call of `bytes` spreads over: all links per peer only when each gets a few
+// slices' worth (collective.cc).
+int activeChannels(size_t bytes, const CommProfile& p) {
+  if (p.channelsFixed) return p.channels;
+  const size_t threshold = static_cast<size_t>(p.channels) * 2 * p.sliceBytes;
+  return p.channels > 1 && bytes >= threshold ? p.channels : 1;
+}
+
+bool pastTheCache(size_t bytes, const CommProfile& p) {
+  return p.streamingMinBytes > 0 && bytes >= p.streamingMinBytes;
+}
+
+// A shared-memory hop's bandwidth for a call of `bytes`.
+double intraGbps(const CommProfile& p, Protocol protocol, size_t bytes) {
+  if (!pastTheCache(bytes, p)) return p.intra.gbps;
+  return protocol == Protocol::kStreaming ? p.streamingGbps : p.memGbps;
+}
+
+// One channel's bandwidth on the slowest kind of link (see the top of the file).
+double channelGbps(const CommProfile& p, Protocol protocol, size_t bytes, int channels) {
+  double gbps = kInfinity;
+  if (p.ranksPerHost() > 1) gbps = intraGbps(p, protocol, bytes) / channels;
+  if (p.nhosts > 1) gbps = std::min(gbps, p.inter.gbps);
+  return gbps;
+}
+
+struct Schedule {
+  Hops path;               // the hops one slice crosses, first send to last receive
+  double stepBytes = 0;    // what one hop carries, all slices, all channels
+  double load = 0;         // stepBytes the busiest rank sends (or receives) in all
+  double fill = 0;         // slice times outside that rank's stream
+  double reduceBytes = 0;  // output bytes the busiest rank reduces
+  int channels = 1;
+};
+
+double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, size_t bytes) {
+  const double gbps = channelGbps(p, protocol, bytes, s.channels);
+  const double step = s.stepBytes / s.channels;
+  const double slice = std::min(step, static_cast<double>(p.sliceBytes));
+  return alphaUs(s.path, p) + s.fill * transferUs(slice, gbps) + s.load * transferUs(step, gbps) +
+         transferUs(s.reduceBytes, p.reduceGbps);
+}
+
+// A chain: every slice crosses `path` (h hops) hop after hop, each rank forwarding it as
+// soon as it has it (reduced, on the way up a tree), and the busiest rank makes `fanout`
+// transfers of every slice (its children):
+//   h alpha + (h - 1) slice / bw + fanout stepBytes / bw + reduceBytes / reduceGbps,
+// slice = min(stepBytes, sliceBytes). Ring broadcast and reduce, tree broadcast, reduce and
+// allreduce are chains.
+Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double reduceBytes, int channels) {
+  Schedule s;
+  s.path = path;
+  s.stepBytes = stepBytes;
+  s.load = fanout;
+  s.fill = path.count() - 1;
+  s.reduceBytes = reduceBytes;
+  s.channels = channels;
+  return s;
+}
+
+// `passes` passes around the ring (ring.cc) of n - 1 steps each, every step moving one
+// chunk of bytes / n per rank; with `reduces` the first pass reduces what arrives, n - 1
+// chunks. Allgather and reduce-scatter are one pass:
+//   (n-1) alpha + (n-1)/n bytes / bw [+ (n-1)/n bytes / reduceGbps],
+// allreduce (reduce-scatter, then allgather) two:
+//   2(n-1) alpha + 2(n-1)/n bytes / bw + (n-1)/n bytes / reduceGbps.
+Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p, int channels) {
+  const int n = p.nranks, steps = passes * (n - 1);
+  Schedule s;
+  s.path = ringWalk(steps, p);
+  s.stepBytes = bytes / n;
+  s.load = steps;
+  s.fill = 0;
+  s.reduceBytes = reduces ? bytes * (n - 1) / n : 0;
+  s.channels = channels;
+  return s;
+}
+
+// Double binary tree (tree.h): each tree carries half the buffer up to its root, reduced on
+// the way, and the result back down: a chain of 2 x depth hops. On one host the depth is
+// the binary tree's, ceil(log2 n); across hosts it is a host's chain of r - 1 ranks plus
+// ceil(log2 nhosts) levels between the hosts' heads. The busiest rank is inner in one tree
+// and a leaf in the other: it sends its half up both (n = 2: every rank is one tree's root,
+// so up one) and the result down to each of its c children, and folds each child's half:
+//   2 depth alpha + (2 depth - 1) slice / bw + (2 + c) (bytes / 2) / bw
+//     + c (bytes / 2) / reduceGbps,
+// which at large sizes is NCCL's 2 bytes / bw for a tree against the ring's 2(n-1)/n.
+Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
+  const int n = p.nranks, hosts = p.nhosts, r = p.ranksPerHost();
+  const Hops depth = hosts == 1 ? doublingHops(log2Ceil(n), p) : Hops{r - 1, log2Ceil(hosts)};
+  const int fanout = hosts == 1 ? treeFanout(n) : (r > 1 ? 1 : 0) + treeFanout(hosts);
+  const double sends = (n == 2 ? 1 : 2) + fanout;
+  // The two trees run on channels 0 and 1 (tree.cc), so more channels do not help.
+  return pipelinedChain({2 * depth.intra, 2 * depth.inter}, bytes / 2, sends, fanout * bytes / 2,
+                        std::min(channels, 2));
+}
+
+// Recursive doubling (recursive_doubling.cc): with q the largest power of two <= n, log2(q)
+// rounds in which partners 1, 2, 4, ... positions apart swap the whole buffer and both
+// reduce; when n is not a power of two, the first 2(n - q) ranks fold in pairs before (a
+// round) and hand the result back after (another). Slices go through the rounds one after
+// another, each round on another link but all sent by the same ranks, so the busiest (an
+// odd rank that others fold into) streams log2(q) + 1 buffers and reduces as many, after
+// waiting one hop for the fold: fill 1. A power of two:
+//   log2(n) (alpha + bytes / bw + bytes / reduceGbps);
+// otherwise (log2(q) + 2) alpha + slice / bw + (log2(q) + 1) (bytes / bw + bytes /
+// reduceGbps). Always one channel.
+Schedule recursiveDoubling(double bytes, const CommProfile& p) {
+  const int rounds = log2Floor(p.nranks);
+  const bool folds = (1 << rounds) != p.nranks;
+  Schedule s;
+  s.path = doublingHops(rounds, p);
+  if (folds) {
+    // Folding pairs are neighbours on the ring.
+    const Hops fold = doublingHops(1, p);
+    s.path.intra += 2 * fold.intra;
+    s.path.inter += 2 * fold.inter;
+  }
+  s.stepBytes = bytes;
+  s.load = rounds + (folds ? 1 : 0);
+  s.fill = folds ? 1 : 0;
+  s.reduceBytes = s.load * bytes;
+  s.channels = 1;
+  return s;
+}
+
+// Pairwise all-to-all (pairwise.cc): each rank sends its n - 1 blocks of bytes / n to their
+// owners all at once, one hop deep, and the blocks queue on the sending rank:
+//   alpha + (n-1)/n bytes / bw.
+Schedule pairwise(double bytes, const CommProfile& p, int channels) {
+  Schedule s;
+  s.path = p.nhosts > 1 ? Hops{0, 1} : Hops{1, 0};
+  s.stepBytes = bytes / p.nranks;
+  s.load = p.nranks - 1;
+  s.fill = 0;
+  s.channels = channels;
+  return s;
+}
+
+// The schedule of a link algorithm for a collective it supports.
+Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, const CommProfile& p) {
+  using K = CallInfo::Kind;
+  const int n = p.nranks, channels = activeChannels(size, p);
+  const double bytes = static_cast<double>(size);
+  const bool reduces = kind == K::kReduce;
+  switch (algorithm) {
+    case Algorithm::kRing:
+      if (kind == K::kAllReduce) return ringPasses(2, true, bytes, p, channels);
+      if (kind == K::kAllGather || kind == K::kReduceScatter) {
+        return ringPasses(1, kind == K::kReduceScatter, bytes, p, channels);
+      }
+      // Broadcast and reduce: a chain of n - 1 hops around the ring from (to) the root.
+      return pipelinedChain(ringWalk(n - 1, p), bytes, 1, reduces ? bytes : 0, channels);
+    case Algorithm::kTree: {
+      if (kind == K::kAllReduce) return doubleTreeAllReduce(bytes, p, channels);
+      // Broadcast down, or reduce up, the binary tree rooted at the root: ceil(log2 n) hops;
+      // an inner rank sends every slice to (reduces every slice from) each of its children.
+      const int fanout = treeFanout(n);
+      return pipelinedChain(doublingHops(log2Ceil(n), p), bytes, fanout, reduces ? fanout * bytes : 0, channels);
+    }
+    case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p);
+    case Algorithm::kPairwise: return pairwise(bytes, p, channels);
+    case Algorithm::kOneShot: break;  // no links: predictUs times it
+  }
+  return Schedule();
+}
+
+// One-shot (one_shot.cc): each rank posts its buffer in its board slot (a copy), then folds
+// the n slots in rank order (n - 1 reductions of the buffer), after a fixed cost for posting
+// the flags and waiting for the others':
+//   oneShotLatencyUs + bytes / copyGbps + (n-1) bytes / reduceGbps.
+double oneShotUs(size_t bytes, const CommProfile& p) {
+  const double b = static_cast<double>(bytes);
+  return p.oneShotLatencyUs + transferUs(b, p.copyGbps) + (p.nranks - 1) * transferUs(b, p.reduceGbps);
+}
+
+}  // namespace
+
+// Typical figures, to be replaced by calibration (tuning_file.h):
+// - intra 1.5 µs, 8 GB/s: a shared-memory FIFO hop, a flag handed between cores plus the
+//   receiver's wake-up. docs/RESULTS.md: 2-rank allreduce over shared memory sustains
+//   8.2-8.9 GB/s bus bandwidth from 128 KiB to 16 MiB; its one-hop 8 B broadcast took
+//   0.74 µs on an idle VM, so 1.5 µs is a loaded host's figure.
+// - inter 25 µs, 1.2 GB/s: TCP over 10 Gb Ethernet (1.25 GB/s on the wire, less headers);
+//   the kernel's one-way small-message latency with interrupts is tens of µs.
+// - reduce 10 GB/s: docs/KERNELS.md, the vector kernels at 1 MiB per array (last-level
+//   cache) move 32 GB/s read + written, 10.7 GB/s of output.
+// - copy 13 GB/s: docs/RESULTS.md, one core's memcpy from 2 to 16 MiB, 13.3-14.3 GB/s.
+// - one-shot 0.5 µs: docs/RESULTS.md, an 8 B allreduce of 2 ranks on the board takes
+//   0.35-0.37 µs; rounded up for more ranks' flags.
+// - past the cache (32 MiB and up), 4.5 GB/s with plain stores and 6 GB/s streaming:
+//   docs/RESULTS.md, 2-rank allreduce at 128 MiB, 3.7 GB/s bus bandwidth before
+//   non-temporal stores and 4.6 with them, less the reduction's share.
+// - channels: LOOM_SOCKET_NSOCKS's default, 2, where sockets run (several hosts); on one
+//   host shared memory has one link per peer.
+CommProfile CommProfile::defaults(int nranks, int nhosts) {
+  CommProfile p;
+  p.nranks = nranks;
+  p.nhosts = nhosts;
+  p.intra = {1.5, 8.0};
+  p.inter = {25.0, 1.2};
+  p.reduceGbps = 10.0;
+  p.copyGbps = 13.0;
+  p.oneShotLatencyUs = 0.5;
+  p.memGbps = 4.5;
+  p.streamingGbps = 6.0;
+  p.channels = nhosts > 1 ? 2 : 1;
+  return p;
+}
+
+int CommProfile::ranksPerHost() const { return std::max(1, nranks / std::max(1, nhosts)); }
+
+const char* protocolName(Protocol protocol) {
+  return protocol == Protocol::kStreaming ? "streaming" : "simple";
+}
+
+double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p) {
+  if (!supports(kind, algorithm)) return kInfinity;
+  if (protocol == Protocol::kStreaming && !pastTheCache(bytes, p)) return kInfinity;
+  if (algorithm == Algorithm::kOneShot && (p.nhosts > 1 || bytes > p.oneShotMaxBytes)) return kInfinity;
+  // Alone, every algorithm is one local copy.
+  if (p.nranks == 1) return transferUs(static_cast<double>(bytes), p.copyGbps);
+  if (algorithm == Algorithm::kOneShot) return oneShotUs(bytes, p);
+  return scheduleUs(linkSchedule(kind, algorithm, bytes, p), p, protocol, bytes);
+}
+
+Prediction predict(CallInfo::Kind kind, Algorithm algorithm, size_t bytes, const CommProfile& p) {
+  Prediction best{algorithm, Protocol::kSimple, predictUs(kind, algorithm, Protocol::kSimple, bytes, p)};
+  const double streaming = predictUs(kind, algorithm, Protocol::kStreaming, bytes, p);
+  if (streaming < best.us) best = {algorithm, Protocol::kStreaming, streaming};
+  return best;
+}
+
+std::vector<Prediction> rankAlgorithms(CallInfo::Kind kind, size_t bytes, const CommProfile& p, uint32_t allowed) {
+  std::vector<Prediction> ranked;
+  // Enum order is the tie order.
+  for (int i = 0; i < kNumAlgorithms; ++i) {
+    if ((allowed & (1u << i)) == 0) continue;
+    Prediction prediction = predict(kind, static_cast<Algorithm>(i), bytes, p);
+    if (std::isfinite(prediction.us)) ranked.push_back(prediction);
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const Prediction& x, const Prediction& y) { return x.us < y.us; });
+  return ranked;
+}
+
+size_t crossoverBytes(CallInfo::Kind kind, Algorithm a, Algorithm b, const CommProfile& p) {
+  auto bCaughtUp = [&](size_t bytes) {
+    const double tb = predict(kind, b, bytes, p).us;
+    return std::isfinite(tb) && tb <= predict(kind, a, bytes, p).us;
+  };
+  size_t lo = 8, hi = size_t{1} << 30;
+  if (bCaughtUp(lo)) return lo;
+  if (!bCaughtUp(hi)) return 0;
+  // b is slower at lo and caught up at hi; both stay multiples of 4.
+  while (hi - lo > 4) {
+    const size_t mid = lo + (hi - lo) / 8 * 4;
+    (bCaughtUp(mid) ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+}  // namespace loom

@@ -1,0 +1,50 @@
+// The cost model's calibrated constants on disk, and the fit that calibration makes from
+// measured times. The file is small text, one `key = value` a line, '#' to the end of a
+// line is a comment:
+//
+//   # loom tuning file v1
+//   machine = node17              (informational: where it was measured)
+//   intra.latency_us = 1.5        µs, >= 0
+//   intra.gbps = 8                GB/s, > 0
+//   inter.latency_us = 25
+//   inter.gbps = 1.2
+//   reduce.gbps = 10
+//   copy.gbps = 13
+//   oneshot.latency_us = 0.5
+//   mem.gbps = 4.5                shared memory past the cache, plain stores
+//   streaming.gbps = 6            ... and non-temporal stores
+//
+// Every key is optional; when one appears twice, the last one read wins.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "algorithms/cost_model.h"
+#include "core/status.h"
+
+namespace loom {
+
+// Sets the constants that `path` names in *inout and leaves the others. An unreadable file,
+// a line without '=', an unknown key, a value that is not a finite number, a negative
+// latency or a bandwidth <= 0 is loomInvalidArgument naming the file, the line and the key;
+// *inout is then untouched.
+Status loadTuningFile(const std::string& path, CommProfile* inout);
+
+// Every key above as the file's lines, for `profile`.
+std::string tuningText(const CommProfile& profile);
+
+// Writes every key above for `profile` (`machine` when `hostname` is not empty), each value
+// in the fewest digits that read back to the same double. loomSystemError when the file
+// cannot be written.
+Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname);
+
+// The link that best explains measured (bytes, µs) points: the least-squares line
+// time = latencyUs + bytes / (gbps * 1e3). A negative intercept is clamped to 0 (the line
+// through the origin is then fitted). Fewer than two distinct sizes, or times that do not
+// grow with size, are loomInvalidArgument; *out is then untouched.
+Status fitLinkCost(const std::vector<std::pair<size_t, double>>& bytesAndUs, LinkCost* out);
+
+}  // namespace loom

@@ -1,0 +1,425 @@
+// The tuner's cost model: the shape of its predictions (growth with size, who wins small and
+// large, where a slow network moves the choice), values derived by hand from the formulas in
+// cost_model.cc, crossovers that agree with the predictions, and the tuning file and link
+// fit that calibration uses.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "algorithms/cost_model.h"
+#include "algorithms/tuning_file.h"
+
+namespace loom {
+namespace {
+
+using Kind = CallInfo::Kind;
+constexpr Kind kCollectives[] = {Kind::kAllReduce, Kind::kBroadcast,     Kind::kReduce,
+                                 Kind::kAllGather, Kind::kReduceScatter, Kind::kAllToAll};
+constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kRecursiveDoubling,
+                                     Algorithm::kOneShot, Algorithm::kPairwise};
+constexpr size_t kKiB = 1 << 10, kMiB = 1 << 20;
+
+double simpleUs(Kind kind, Algorithm algorithm, size_t bytes, const CommProfile& p) {
+  return predictUs(kind, algorithm, Protocol::kSimple, bytes, p);
+}
+
+double allReduceUs(Algorithm algorithm, size_t bytes, const CommProfile& p) {
+  return simpleUs(Kind::kAllReduce, algorithm, bytes, p);
+}
+
+// Multiples of 4 from 8 B to 1 GiB: the powers of two, 4 bytes either side of them (slice
+// and channel boundaries), and halfway to the next.
+std::vector<size_t> sweep() {
+  std::vector<size_t> sizes;
+  for (size_t b = 8; b <= (size_t{1} << 30); b *= 2) {
+    if (b > 8) sizes.push_back(b - 4);
+    sizes.push_back(b);
+    sizes.push_back(b + 4);
+    sizes.push_back(b + b / 2);
+  }
+  return sizes;
+}
+
+// Checks that predictions never shrink as the size grows, over the sizes where `protocol`
+// exists; returns how many finite predictions it compared.
+int expectGrowing(const CommProfile& p, Protocol protocol) {
+  int compared = 0;
+  for (Kind kind : kCollectives) {
+    for (Algorithm algorithm : kAlgorithms) {
+      double previous = -1;
+      for (size_t bytes : sweep()) {
+        if (protocol == Protocol::kStreaming && bytes < p.streamingMinBytes) continue;
+        const double us = predictUs(kind, algorithm, protocol, bytes, p);
+        if (std::isinf(us)) continue;
+        EXPECT_GE(us, previous) << "n " << p.nranks << " hosts " << p.nhosts << " kind " << static_cast<int>(kind)
+                                << " " << algorithmName(algorithm) << " " << protocolName(protocol) << " at " << bytes;
+        previous = us;
+        ++compared;
+      }
+    }
+  }
+  return compared;
+}
+
+TEST(CostModel, PredictionsGrowWithSize) {
+  const int layouts[][2] = {{2, 1}, {3, 1}, {4, 1}, {5, 1}, {8, 1}, {16, 1},
+                            {4, 2}, {6, 3}, {8, 2}, {8, 4}, {16, 4}, {16, 16}};
+  for (const auto& layout : layouts) {
+    CommProfile p = CommProfile::defaults(layout[0], layout[1]);
+    p.channels = 1;  // channels switching on speed a call up on purpose (next test)
+    EXPECT_GT(expectGrowing(p, Protocol::kSimple), 0);
+    EXPECT_GT(expectGrowing(p, Protocol::kStreaming), 0);
+  }
+}
+
+// From channels * 2 slices on, a call runs one ring per TCP connection: between hosts the
+// bandwidth multiplies; on one host the channels share one shared-memory link.
+TEST(CostModel, ChannelsMultiplyOnlyInterHostBandwidth) {
+  CommProfile two = CommProfile::defaults(8, 2);
+  ASSERT_EQ(two.channels, 2);
+  CommProfile one = two;
+  one.channels = 1;
+  const size_t on = 2 * 2 * two.sliceBytes;
+  EXPECT_EQ(allReduceUs(Algorithm::kRing, on - 4, two), allReduceUs(Algorithm::kRing, on - 4, one));
+  EXPECT_LT(allReduceUs(Algorithm::kRing, on, two), 0.6 * allReduceUs(Algorithm::kRing, on, one));
+
+  CommProfile shm = CommProfile::defaults(8, 1);
+  shm.channels = 2;
+  CommProfile shmOne = shm;
+  shmOne.channels = 1;
+  EXPECT_GE(allReduceUs(Algorithm::kRing, on, shm), allReduceUs(Algorithm::kRing, on, shmOne));
+}
+
+TEST(CostModel, LatencyAlgorithmsWinSmallRingWinsLarge) {
+  for (int n : {2, 4, 8}) {
+    const CommProfile p = CommProfile::defaults(n, 1);
+    SCOPED_TRACE(n);
+    EXPECT_LT(allReduceUs(Algorithm::kRecursiveDoubling, 8, p), allReduceUs(Algorithm::kRing, 8, p));
+    EXPECT_LT(allReduceUs(Algorithm::kOneShot, 8, p), allReduceUs(Algorithm::kRing, 8, p));
+    EXPECT_LT(allReduceUs(Algorithm::kOneShot, 8, p), allReduceUs(Algorithm::kRecursiveDoubling, 8, p));
+    for (size_t bytes : {kMiB, 256 * kMiB}) {
+      EXPECT_LT(allReduceUs(Algorithm::kRing, bytes, p), allReduceUs(Algorithm::kRecursiveDoubling, bytes, p));
+    }
+  }
+}
+
+// Values worked out by hand from cost_model.cc's formulas with the defaults (intra 1.5 µs,
+// 8 GB/s = 8000 B/µs; inter 25 µs, 1200 B/µs; reduce 10000 B/µs; slices of 512 KiB).
+TEST(CostModel, HandDerivedValues) {
+  // Ring allreduce, 4 ranks, 1 MiB: 6 steps of a 256 KiB chunk (one slice, no fill):
+  // 6 x 1.5 + 6 x 262144 / 8000 + 3/4 x 1048576 / 10000 = 9 + 196.608 + 78.6432.
+  EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, CommProfile::defaults(4, 1)), 284.2512, 1e-9);
+
+  // 16 hosts of one rank, 128 KiB (below the channels' 2 MiB). Ring: 30 steps, all between
+  // hosts, of 8 KiB: 30 x 25 + 30 x 8192 / 1200 + 15/16 x 131072 / 10000
+  // = 750 + 204.8 + 12.288.
+  const CommProfile hosts = CommProfile::defaults(16, 16);
+  EXPECT_NEAR(allReduceUs(Algorithm::kRing, 128 * kKiB, hosts), 967.088, 1e-9);
+  // Double tree: 4 levels between hosts up and down (8 x 25); each tree carries 64 KiB in
+  // one slice, so the chain's fill is 7 slices; the busiest rank sends its half up both
+  // trees and down to 2 children (4 halves) and folds 2 children's halves:
+  // 200 + 7 x 65536 / 1200 + 4 x 65536 / 1200 + 2 x 65536 / 10000.
+  EXPECT_NEAR(allReduceUs(Algorithm::kTree, 128 * kKiB, hosts), 200 + 11 * 65536 / 1200.0 + 13.1072, 1e-9);
+
+  // 2 hosts of 4 ranks, 8 B: of the ring's 14 steps, a walk meets a host boundary every 4
+  // hops, so the last to finish crosses 4 times (hops 0, 4, 8, 12); each step moves 1 byte
+  // at the slower link: 4 x 25 + 10 x 1.5 + 14 x 1 / 1200 + 7/8 x 8 / 10000.
+  const CommProfile twoHosts = CommProfile::defaults(8, 2);
+  EXPECT_NEAR(allReduceUs(Algorithm::kRing, 8, twoHosts), 115 + 14 / 1200.0 + 0.0007, 1e-9);
+  // Recursive doubling there: partners 1 and 2 apart share a host, 4 apart do not:
+  // 2 x 1.5 + 25 + 3 x 8 / 1200 + 3 x 8 / 10000.
+  EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, 8, twoHosts), 28 + 24 / 1200.0 + 0.0024, 1e-9);
+
+  // Two ranks: ring = 2 x 1.5 + B / 8000 + (B / 2) / 10000 and rd = 1.5 + B / 8000 +
+  // B / 10000, equal at B = 2 x 1.5 x 10000 = 30000 bytes.
+  EXPECT_NEAR(static_cast<double>(crossoverBytes(Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing,
+                                                 CommProfile::defaults(2, 1))),
+              30000, 4);
+}
+
+TEST(CostModel, CrossoverAgreesWithPredictions) {
+  struct Case {
+    Kind kind;
+    Algorithm a, b;
+    int nranks, nhosts;
+  };
+  const Case cases[] = {
+      {Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, 2, 1},
+      {Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, 4, 1},
+      {Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, 8, 1},
+      {Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, 16, 4},
+      {Kind::kAllReduce, Algorithm::kTree, Algorithm::kRing, 8, 1},
+      {Kind::kAllReduce, Algorithm::kTree, Algorithm::kRing, 16, 16},
+      {Kind::kAllReduce, Algorithm::kOneShot, Algorithm::kRecursiveDoubling, 4, 1},
+      {Kind::kBroadcast, Algorithm::kTree, Algorithm::kRing, 8, 1},
+      {Kind::kReduce, Algorithm::kTree, Algorithm::kRing, 4, 1},
+  };
+  for (const Case& c : cases) {
+    const CommProfile p = CommProfile::defaults(c.nranks, c.nhosts);
+    const size_t at = crossoverBytes(c.kind, c.a, c.b, p);
+    SCOPED_TRACE(std::string(algorithmName(c.a)) + " -> " + algorithmName(c.b) + " n " + std::to_string(c.nranks) +
+                 " hosts " + std::to_string(c.nhosts) + " at " + std::to_string(at));
+    ASSERT_GT(at, 8u);  // a real crossing: b slower at 8 B, caught up by 1 GiB
+    EXPECT_EQ(at % 4, 0u);
+    EXPECT_GT(predict(c.kind, c.b, at - 4, p).us, predict(c.kind, c.a, at - 4, p).us);
+    EXPECT_LE(predict(c.kind, c.b, at, p).us, predict(c.kind, c.a, at, p).us);
+  }
+  // Already as fast at 8 B.
+  EXPECT_EQ(crossoverBytes(Kind::kAllReduce, Algorithm::kRing, Algorithm::kRecursiveDoubling,
+                           CommProfile::defaults(4, 1)),
+            8u);
+  // Never: b cannot run (one-shot across hosts), or is still slower at 1 GiB: on 2 ranks
+  // ring and rd move the same bytes, and with reductions almost free nothing pays for the
+  // ring's extra alpha (1.5 µs against B / 2e9 µs saved).
+  EXPECT_EQ(crossoverBytes(Kind::kAllReduce, Algorithm::kRing, Algorithm::kOneShot, CommProfile::defaults(4, 2)), 0u);
+  CommProfile freeReduce = CommProfile::defaults(2, 1);
+  freeReduce.reduceGbps = 1e6;
+  EXPECT_EQ(crossoverBytes(Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, freeReduce), 0u);
+}
+
+// Why the network moves the choice, from the formulas. At 128 KiB both trees' halves are
+// one slice, so the double tree is a store-and-forward chain of 2 x depth hops, while the
+// ring pays an alpha per step but moves 1/n of the buffer a step:
+//   one host of 16:  ring 30 x 1.5 + 30 x 8192 / 8000 + 12.3            =  88 µs
+//                    tree  8 x 1.5 + 11 x 65536 / 8000 + 13.1           = 115 µs
+//   16 hosts of 1:   ring 30 x 25  + 30 x 8192 / 1200 + 12.3            = 967 µs
+//                    tree  8 x 25  + 11 x 65536 / 1200 + 13.1           = 814 µs
+// 22 more alphas cost the ring 33 µs over shared memory but 550 µs over TCP. At 256 MiB the
+// bandwidth terms decide (ring 2(n-1)/n of the buffer a rank, the tree 2 buffers), so the
+// ring is ahead again.
+TEST(CostModel, SlowNetworkMakesTheTreeWinMidSizes) {
+  const CommProfile oneHost = CommProfile::defaults(16, 1), manyHosts = CommProfile::defaults(16, 16);
+  EXPECT_LT(allReduceUs(Algorithm::kRing, 128 * kKiB, oneHost), allReduceUs(Algorithm::kTree, 128 * kKiB, oneHost));
+  EXPECT_LT(allReduceUs(Algorithm::kTree, 128 * kKiB, manyHosts),
+            allReduceUs(Algorithm::kRing, 128 * kKiB, manyHosts));
+  EXPECT_LT(allReduceUs(Algorithm::kRing, 256 * kMiB, manyHosts),
+            allReduceUs(Algorithm::kTree, 256 * kMiB, manyHosts));
+}
+
+TEST(CostModel, OneShotOnlyOnOneHostAndUpTo32KiB) {
+  const CommProfile oneHost = CommProfile::defaults(4, 1);
+  EXPECT_TRUE(std::isfinite(allReduceUs(Algorithm::kOneShot, 32 * kKiB, oneHost)));
+  EXPECT_TRUE(std::isinf(allReduceUs(Algorithm::kOneShot, 32 * kKiB + 4, oneHost)));
+  const CommProfile twoHosts = CommProfile::defaults(4, 2);
+  EXPECT_TRUE(std::isinf(allReduceUs(Algorithm::kOneShot, 8, twoHosts)));
+  for (const Prediction& p : rankAlgorithms(Kind::kAllReduce, 8, twoHosts)) {
+    EXPECT_NE(p.algorithm, Algorithm::kOneShot);
+  }
+}
+
+TEST(CostModel, AlgorithmsACollectiveLacksCannotRun) {
+  const CommProfile p = CommProfile::defaults(4, 1);
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kAllGather, Algorithm::kTree, kKiB, p)));
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kBroadcast, Algorithm::kRecursiveDoubling, kKiB, p)));
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kAllToAll, Algorithm::kRing, kKiB, p)));
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kAllReduce, Algorithm::kPairwise, kKiB, p)));
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kSend, Algorithm::kRing, kKiB, p)));
+  EXPECT_TRUE(std::isfinite(simpleUs(Kind::kAllToAll, Algorithm::kPairwise, kKiB, p)));
+}
+
+TEST(CostModel, StreamingOnlyFromItsThreshold) {
+  CommProfile p = CommProfile::defaults(4, 1);
+  const size_t from = p.streamingMinBytes;
+  EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, from - 4, p)));
+  const double streaming = predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, from, p);
+  EXPECT_LT(streaming, allReduceUs(Algorithm::kRing, from, p));  // 6 GB/s streaming beats 4.5 cached
+  const Prediction best = predict(Kind::kAllReduce, Algorithm::kRing, from, p);
+  EXPECT_EQ(best.protocol, Protocol::kStreaming);
+  EXPECT_EQ(best.us, streaming);
+  EXPECT_EQ(predict(Kind::kAllReduce, Algorithm::kRing, from - 4, p).protocol, Protocol::kSimple);
+
+  // Only shared-memory hops change: with one rank per host there are none.
+  const CommProfile apart = CommProfile::defaults(4, 4);
+  EXPECT_EQ(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, from, apart),
+            predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kSimple, from, apart));
+
+  p.streamingMinBytes = 0;  // LOOM_STREAMING_MIN_BYTES=0: never
+  EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, size_t{1} << 30, p)));
+}
+
+TEST(CostModel, RankingIsFastestFirstAndHonoursTheMask) {
+  const CommProfile p = CommProfile::defaults(8, 1);
+  const std::vector<Prediction> all = rankAlgorithms(Kind::kAllReduce, 8, p);
+  ASSERT_EQ(all.size(), 4u);  // pairwise is no allreduce
+  EXPECT_EQ(all.front().algorithm, Algorithm::kOneShot);
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].us, all[i].us);
+  for (const Prediction& x : all) EXPECT_EQ(x.us, allReduceUs(x.algorithm, 8, p));
+
+  const uint32_t noOneShot = ~(1u << static_cast<unsigned>(Algorithm::kOneShot));
+  const std::vector<Prediction> rest = rankAlgorithms(Kind::kAllReduce, 8, p, noOneShot);
+  ASSERT_EQ(rest.size(), 3u);
+  EXPECT_EQ(rest.front().algorithm, Algorithm::kRecursiveDoubling);
+
+  // Alone, every algorithm is the same copy: ties keep ring, tree, rd, oneshot.
+  const std::vector<Prediction> tied = rankAlgorithms(Kind::kAllReduce, kKiB, CommProfile::defaults(1, 1));
+  ASSERT_EQ(tied.size(), 4u);
+  EXPECT_EQ(tied[0].algorithm, Algorithm::kRing);
+  EXPECT_EQ(tied[1].algorithm, Algorithm::kTree);
+  EXPECT_EQ(tied[2].algorithm, Algorithm::kRecursiveDoubling);
+  EXPECT_EQ(tied[3].algorithm, Algorithm::kOneShot);
+}
+
+// ---- tuning file ----
+
+std::string tempPath(const std::string& name) { return ::testing::TempDir() + "loom_cost_model_test_" + name; }
+
+std::string writeFile(const std::string& name, const std::string& text) {
+  const std::string path = tempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// Removes the file when the test is done with it.
+struct RemoveAtEnd {
+  std::string path;
+  ~RemoveAtEnd() { std::remove(path.c_str()); }
+};
+
+std::string readFile(const std::string& path) {
+  std::ostringstream text;
+  text << std::ifstream(path).rdbuf();
+  return text.str();
+}
+
+void expectSameConstants(const CommProfile& a, const CommProfile& b) {
+  EXPECT_EQ(a.intra.latencyUs, b.intra.latencyUs);
+  EXPECT_EQ(a.intra.gbps, b.intra.gbps);
+  EXPECT_EQ(a.inter.latencyUs, b.inter.latencyUs);
+  EXPECT_EQ(a.inter.gbps, b.inter.gbps);
+  EXPECT_EQ(a.reduceGbps, b.reduceGbps);
+  EXPECT_EQ(a.copyGbps, b.copyGbps);
+  EXPECT_EQ(a.oneShotLatencyUs, b.oneShotLatencyUs);
+  EXPECT_EQ(a.memGbps, b.memGbps);
+  EXPECT_EQ(a.streamingGbps, b.streamingGbps);
+}
+
+TEST(TuningFile, SavedConstantsLoadBackExactly) {
+  CommProfile saved = CommProfile::defaults(4, 2);
+  saved.intra = {1.0 / 3, 7.77};
+  saved.inter = {31.25, 0.1};
+  saved.reduceGbps = 12345.678901234;
+  saved.copyGbps = 1e-3;
+  saved.oneShotLatencyUs = 0;
+  saved.memGbps = 2.0 / 3;
+  saved.streamingGbps = 9.5;
+  const std::string path = tempPath("roundtrip");
+  RemoveAtEnd cleanup{path};
+  Status status = saveTuningFile(path, saved, "node17");
+  ASSERT_TRUE(status.isOk()) << status.message();
+  const std::string text = readFile(path);
+  EXPECT_EQ(text.rfind("# loom tuning file v1\nmachine = node17\n", 0), 0u) << text;
+
+  CommProfile loaded = CommProfile::defaults(4, 2);
+  status = loadTuningFile(path, &loaded);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  expectSameConstants(loaded, saved);
+}
+
+TEST(TuningFile, LoadsOnlyTheKeysPresent) {
+  const std::string path = writeFile("partial",
+                                     "# loom tuning file v1\n"
+                                     "\n"
+                                     "  inter.gbps =  3.5   # measured with iperf\n"
+                                     "machine = somewhere # informational\n");
+  RemoveAtEnd cleanup{path};
+  CommProfile loaded = CommProfile::defaults(8, 2);
+  Status status = loadTuningFile(path, &loaded);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  CommProfile expected = CommProfile::defaults(8, 2);
+  expected.inter.gbps = 3.5;
+  expectSameConstants(loaded, expected);
+}
+
+// Loads `text` and returns the error's message; the profile must come back untouched.
+std::string loadError(const std::string& name, const std::string& text) {
+  const std::string path = writeFile(name, text);
+  RemoveAtEnd cleanup{path};
+  CommProfile profile = CommProfile::defaults(4, 1);
+  Status status = loadTuningFile(path, &profile);
+  EXPECT_EQ(status.code(), loomInvalidArgument) << text;
+  expectSameConstants(profile, CommProfile::defaults(4, 1));
+  return status.message();
+}
+
+TEST(TuningFile, ErrorsNameFileLineAndKey) {
+  const std::string path = tempPath("unknown");
+  std::string message = loadError("unknown", "intra.gbps = 9\n# fine so far\nintra.bandwidth = 9\n");
+  EXPECT_NE(message.find(path + ":3"), std::string::npos) << message;
+  EXPECT_NE(message.find("unknown key \"intra.bandwidth\""), std::string::npos) << message;
+
+  message = loadError("number", "intra.latency_us = 2\nintra.gbps = fast\n");
+  EXPECT_NE(message.find(tempPath("number") + ":2"), std::string::npos) << message;
+  EXPECT_NE(message.find("intra.gbps = \"fast\" is not a number"), std::string::npos) << message;
+
+  message = loadError("trailing", "copy.gbps = 12 GB/s\n");
+  EXPECT_NE(message.find(":1: copy.gbps = \"12 GB/s\" is not a number"), std::string::npos) << message;
+
+  message = loadError("zero", "\n\n\n\nreduce.gbps = 0\n");
+  EXPECT_NE(message.find(tempPath("zero") + ":5: reduce.gbps = 0: a bandwidth"), std::string::npos) << message;
+
+  message = loadError("negative", "inter.latency_us = -1\n");
+  EXPECT_NE(message.find(":1: inter.latency_us = -1: a latency cannot be negative"), std::string::npos) << message;
+
+  message = loadError("noequals", "intra.gbps 8\n");
+  EXPECT_NE(message.find(":1: \"intra.gbps 8\" is not key = value"), std::string::npos) << message;
+
+  CommProfile profile = CommProfile::defaults(4, 1);
+  Status status = loadTuningFile(tempPath("does_not_exist"), &profile);
+  EXPECT_EQ(status.code(), loomInvalidArgument);
+  EXPECT_NE(status.message().find(tempPath("does_not_exist") + ": cannot open it"), std::string::npos)
+      << status.message();
+}
+
+TEST(TuningFile, SaveToAnImpossiblePathFails) {
+  Status status = saveTuningFile(tempPath("no_such_dir/tuning"), CommProfile::defaults(2, 1), "");
+  EXPECT_EQ(status.code(), loomSystemError);
+  EXPECT_NE(status.message().find("no_such_dir/tuning"), std::string::npos) << status.message();
+}
+
+// ---- link fit ----
+
+TEST(LinkFit, RecoversLatencyAndBandwidthFromExactPoints) {
+  // 5 µs + bytes / (2 GB/s = 2000 bytes per µs).
+  std::vector<std::pair<size_t, double>> points;
+  for (size_t bytes : {size_t{1} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20, size_t{1} << 30}) {
+    points.emplace_back(bytes, 5 + static_cast<double>(bytes) / 2000);
+  }
+  LinkCost link;
+  Status status = fitLinkCost(points, &link);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_NEAR(link.latencyUs, 5, 1e-6);
+  EXPECT_NEAR(link.gbps, 2, 1e-9);
+}
+
+TEST(LinkFit, ClampsANegativeLatencyToZero) {
+  // -3 µs + bytes / 1000: the intercept would be negative; the line through the origin
+  // has slope sum(xy) / sum(xx).
+  const std::vector<std::pair<size_t, double>> points = {{10000, 7}, {100000, 97}};
+  LinkCost link;
+  ASSERT_TRUE(fitLinkCost(points, &link).isOk());
+  EXPECT_EQ(link.latencyUs, 0);
+  const double usPerByte = (10000.0 * 7 + 100000.0 * 97) / (10000.0 * 10000 + 100000.0 * 100000);
+  EXPECT_NEAR(link.gbps, 1 / (usPerByte * 1e3), 1e-12);
+}
+
+TEST(LinkFit, RejectsWhatCannotBeFitted) {
+  LinkCost link{7, 7};
+  Status status = fitLinkCost({{4096, 10.0}}, &link);
+  EXPECT_EQ(status.code(), loomInvalidArgument);
+  EXPECT_NE(status.message().find("fewer than two distinct sizes"), std::string::npos) << status.message();
+  EXPECT_EQ(fitLinkCost({{4096, 10.0}, {4096, 11.0}}, &link).code(), loomInvalidArgument);
+  EXPECT_EQ(fitLinkCost({}, &link).code(), loomInvalidArgument);
+  status = fitLinkCost({{1000, 20.0}, {100000, 10.0}}, &link);  // slower for less
+  EXPECT_EQ(status.code(), loomInvalidArgument);
+  EXPECT_NE(status.message().find("do not grow with size"), std::string::npos) << status.message();
+  EXPECT_EQ(link.latencyUs, 7);
+  EXPECT_EQ(link.gbps, 7);
+}
+
+}  // namespace
+}  // namespace loom
