@@ -5,17 +5,26 @@
 //   loom-topo --rings N [--host]   the ring and trees for N ranks on this host (GPU ranks
 //                                  round-robin over the GPUs; --host: host ranks spread
 //                                  evenly over the NUMA domains), with predicted bandwidth
+//   loom-topo --predict COLL --ranks N [--hosts H]
+//                                  the cost model's time for each algorithm of COLL and the
+//                                  tuner's choice, 8 B to 256 MiB, with LOOM_TUNING_FILE's
+//                                  constants (built-in ones without it), LOOM_ALGO, LOOM_PROTO
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <string>
 
+#include "algorithms/cost_model.h"
+#include "algorithms/select.h"
 #include "algorithms/tree.h"
+#include "algorithms/tuning_file.h"
+#include "core/env.h"
 #include "topology/discover.h"
 #include "topology/render.h"
 #include "topology/rings.h"
@@ -28,7 +37,7 @@ int usage(const char* problem) {
   if (problem) std::fprintf(stderr, "loom-topo: %s\n", problem);
   std::fprintf(stderr,
                "usage: loom-topo [--file TOPOLOGY.xml] [--tree] [--matrix] [--dot FILE] [--svg FILE]\n"
-               "                 [--rings N [--host]]\n");
+               "                 [--rings N [--host]] [--predict COLLECTIVE --ranks N [--hosts H]]\n");
   return 2;
 }
 
@@ -96,12 +105,69 @@ void printRings(const Graph& graph, int n, bool hostRanks) {
   }
 }
 
+struct NamedCollective {
+  const char* name;
+  loom::CallInfo::Kind kind;
+};
+constexpr NamedCollective kCollectives[] = {
+    {"allreduce", loom::CallInfo::Kind::kAllReduce},         {"broadcast", loom::CallInfo::Kind::kBroadcast},
+    {"reduce", loom::CallInfo::Kind::kReduce},               {"allgather", loom::CallInfo::Kind::kAllGather},
+    {"reducescatter", loom::CallInfo::Kind::kReduceScatter}, {"alltoall", loom::CallInfo::Kind::kAllToAll},
+};
+
+// The table perf/tuner_check.sh sets beside loom-perf's: one row per size, one column per
+// algorithm of the collective (µs, "-" where it cannot run), then the tuner's choice.
+int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts) {
+  using namespace loom;
+  CommProfile profile = CommProfile::defaults(nranks, nhosts);
+  const std::string tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
+  AlgorithmSetting algorithms;
+  ProtocolSetting protocols;
+  Status status = tuningFile.empty() ? Status::ok() : loadTuningFile(tuningFile, &profile);
+  if (status.isOk()) status = parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &algorithms);
+  if (status.isOk()) status = parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &protocols);
+  if (!status.isOk()) {
+    std::fprintf(stderr, "loom-topo: %s\n", status.message().c_str());
+    return 1;
+  }
+  std::printf("# predicted µs, %d ranks on %d host(s), constants %s\n", nranks, nhosts,
+              tuningFile.empty() ? "built in" : tuningFile.c_str());
+  std::printf("%12s", "bytes");
+  std::vector<Algorithm> candidates;
+  for (int a = 0; a < kNumAlgorithms; ++a) {
+    if (!supports(kind, static_cast<Algorithm>(a))) continue;
+    candidates.push_back(static_cast<Algorithm>(a));
+    std::printf(" %10s", algorithmName(candidates.back()));
+  }
+  std::printf("  choice\n");
+  for (size_t bytes = 8; bytes <= (size_t{256} << 20); bytes *= 2) {
+    CallShape shape;
+    shape.info.kind = kind;
+    shape.bytes = bytes;
+    shape.oneHost = nhosts == 1;
+    std::printf("%12zu", bytes);
+    for (Algorithm a : candidates) {
+      double us = predict(kind, a, bytes, profile).us;
+      if (a == Algorithm::kOneShot && !shape.oneHost) us = INFINITY;
+      if (std::isfinite(us)) {
+        std::printf(" %10.1f", us);
+      } else {
+        std::printf(" %10s", "-");
+      }
+    }
+    const Choice choice = chooseAlgorithm(shape, algorithms, protocols, profile);
+    std::printf("  %s/%s\n", algorithmName(choice.algorithm), protocolName(choice.protocol));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string file, dotFile, svgFile;
   bool tree = false, matrix = false, hostRanks = false;
-  int rings = 0;
+  int rings = 0, ranks = 0, hosts = 1;
+  const NamedCollective* predicted = nullptr;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
@@ -117,6 +183,17 @@ int main(int argc, char** argv) {
       const char* v = value();
       rings = v ? std::atoi(v) : 0;
       if (rings < 1 || rings > 4096) return usage("--rings needs a rank count from 1 to 4096");
+    } else if (arg == "--predict") {
+      const char* v = value();
+      for (const NamedCollective& c : kCollectives) {
+        if (v && std::strcmp(v, c.name) == 0) predicted = &c;
+      }
+      if (!predicted) return usage("--predict needs a collective (allreduce, broadcast, reduce, allgather, "
+                                   "reducescatter, alltoall)");
+    } else if (arg == "--ranks" || arg == "--hosts") {
+      const char* v = value();
+      (arg == "--ranks" ? ranks : hosts) = v ? std::atoi(v) : 0;
+      if ((arg == "--ranks" ? ranks : hosts) < 1) return usage((arg + " needs a count of at least 1").c_str());
     } else if (arg == "--tree") {
       tree = true;
     } else if (arg == "--matrix") {
@@ -129,6 +206,11 @@ int main(int argc, char** argv) {
     } else {
       return usage(("unknown argument " + arg).c_str());
     }
+  }
+  if (predicted) {
+    if (ranks < 1) return usage("--predict needs --ranks N");
+    if (hosts > ranks || ranks % hosts != 0) return usage("--hosts must divide --ranks");
+    return printPredictions(predicted->kind, ranks, hosts);
   }
   Graph graph;
   Source source = Source::kFile;

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "calibrate.h"
 #include "core/launch_env.h"
 #include "device_buffers.h"
 #include "fatal.h"
@@ -190,6 +191,10 @@ int main(int argc, char** argv) {
     }
   }
   Job job = joinJob(o);
+  if (!o.calibratePath.empty()) {
+    if (!job.processComm) fatal("%s", "--calibrate needs two or more processes (loomrun -n 2 loom-perf --calibrate FILE)");
+    return calibrate(job.processComm.get(), o.calibratePath);
+  }
   const int nranks = job.processes * o.threads * o.ranksPerThread;
   Report report(o, nranks);
   const AlgorithmEnv algorithmEnv;

@@ -69,6 +69,8 @@ const char kUsage[] =
     "  --csv FILE           write the results as CSV\n"
     "  --plot FILE.svg      plot busbw against size, one line per algorithm, type and op\n"
     "  --test-corrupt       change one element of a checked result (tests that #wrong can fail)\n"
+    "  --calibrate FILE     measure the tuner's constants on these ranks (2 or more processes)\n"
+    "                       and write them to FILE for LOOM_TUNING_FILE (docs/TUNING.md)\n"
     "Ranks: processes from the launcher (loomrun, mpirun, srun, torchrun) x -t x -g.\n";
 
 // nccl-tests' size syntax: an integer with an optional K, M or G (powers of 1024).
@@ -116,7 +118,7 @@ int bad(const char* format, const char* value) {
   return 2;
 }
 
-enum LongOnly { kDevice = 256, kAlgo, kMinTime, kPin, kCsv, kPlot, kTestCorrupt };
+enum LongOnly { kDevice = 256, kAlgo, kMinTime, kPin, kCsv, kPlot, kTestCorrupt, kCalibrate };
 
 }  // namespace
 
@@ -151,7 +153,7 @@ int parseOptions(int argc, char** argv, Options* out) {
       {"device", required_argument, nullptr, kDevice}, {"algo", required_argument, nullptr, kAlgo},
       {"min-time", required_argument, nullptr, kMinTime}, {"pin", no_argument, nullptr, kPin},
       {"csv", required_argument, nullptr, kCsv},      {"plot", required_argument, nullptr, kPlot},
-      {"test-corrupt", no_argument, nullptr, kTestCorrupt},
+      {"test-corrupt", no_argument, nullptr, kTestCorrupt}, {"calibrate", required_argument, nullptr, kCalibrate},
       {"help", no_argument, nullptr, 'h'},            {nullptr, 0, nullptr, 0}};
   int flag = 0;
   bool nullStreamAsked = false;   // -y 1 given
@@ -277,6 +279,9 @@ int parseOptions(int argc, char** argv, Options* out) {
       case kTestCorrupt:
         o.testCorrupt = true;
         break;
+      case kCalibrate:
+        o.calibratePath = optarg;
+        break;
       case 'h':
         std::fputs(kUsage, stdout);
         return 0;
@@ -290,6 +295,14 @@ int parseOptions(int argc, char** argv, Options* out) {
     if (!findCollective(argv[i], &o.collective)) return bad("'%s' is not a collective", argv[i]);
     o.program = std::string("loom-perf ") + argv[i];
     named = true;
+  }
+  if (!o.calibratePath.empty()) {
+    if (named) return bad("--calibrate measures the tuner's constants; it runs no collective sweep (drop '%s')",
+                          collectiveName(o.collective));
+    if (o.threads != 1 || o.ranksPerThread != 1) return bad("%s", "--calibrate runs one rank per process (no -t, -g)");
+    if (o.cuda) return bad("%s", "--calibrate measures host constants (no --device cuda)");
+    *out = o;
+    return -1;
   }
   if (!named) return bad("%s", "name a collective: loom-perf allreduce|broadcast|reduce|allgather|reducescatter|alltoall|sendrecv");
   if (o.maxBytes < o.minBytes) return bad("%s", "-e must be at least -b");

@@ -52,6 +52,7 @@ struct Options {
   std::string csvPath;                 // --csv
   std::string plotPath;                // --plot (.svg)
   bool testCorrupt = false;            // --test-corrupt: a fault switch for loom-perf's own tests
+  std::string calibratePath;           // --calibrate FILE: write a tuning file, no sweep
 };
 
 // Fills *out from argv. Returns -1 when the run should go on; otherwise the exit status

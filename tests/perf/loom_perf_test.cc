@@ -477,4 +477,53 @@ TEST(Launchers, Mpirun) {
   EXPECT_TRUE(has(r.out, "# Out of bounds values : 0 OK")) << r.out;
 }
 
+// --calibrate: a tuning file that Loom and loom-topo load; the 2 MiB "past the cache" calls
+// (LOOM_STREAMING_MIN_BYTES=1 MiB) keep it quick.
+TEST(Calibrate, WritesATuningFileThatLoads) {
+  const std::string file = ::testing::TempDir() + "loom_perf_test_tuning_" + std::to_string(getpid()) + ".txt";
+  const Result r = run("LOOM_STREAMING_MIN_BYTES=1048576 " + loomrun(2) + perf() + " --calibrate " + file);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "intra ping-pong")) << r.out;
+  EXPECT_TRUE(has(r.out, "inter: one host, kept built in")) << r.out;
+  EXPECT_TRUE(has(r.out, "ring allreduce 2 MiB, streaming")) << r.out;
+  const Result text = run("cat " + file);
+  for (const char* key : {"intra.latency_us = ", "intra.gbps = ", "reduce.gbps = ", "copy.gbps = ",
+                          "oneshot.latency_us = ", "mem.gbps = ", "streaming.gbps = "}) {
+    EXPECT_TRUE(has(text.out, key)) << key << "\n" << text.out;
+  }
+  const Result predicted = run("LOOM_TUNING_FILE=" + file + " " + envPath("LOOM_TOPO") +
+                               " --predict allreduce --ranks 2");
+  EXPECT_EQ(predicted.status, 0) << predicted.out;
+  EXPECT_TRUE(has(predicted.out, "constants " + file)) << predicted.out;
+  // A sweep under the calibrated constants runs and checks out.
+  const Result tuned = run("LOOM_TUNING_FILE=" + file + " " + loomrun(2) + perf() + " allreduce -b 8 -e 64K -f 64 -n 2");
+  EXPECT_EQ(tuned.status, 0) << tuned.out;
+  EXPECT_TRUE(has(tuned.out, "# Out of bounds values : 0 OK")) << tuned.out;
+  std::remove(file.c_str());
+}
+
+TEST(Calibrate, RefusesWhatItCannotMeasure) {
+  Result r = run(perf() + " --calibrate /tmp/unused allreduce");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.out, "it runs no collective sweep")) << r.out;
+  r = run(perf() + " --calibrate /tmp/unused -t 2");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_TRUE(has(r.out, "one rank per process")) << r.out;
+  r = run(perf() + " --calibrate /tmp/unused");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_TRUE(has(r.out, "needs two or more processes")) << r.out;
+  r = run(loomrun(2) + perf() + " --calibrate /nonexistent/dir/tuning.txt");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(has(r.out, "/nonexistent/dir/tuning.txt")) << r.out;
+}
+
+TEST(TuningFile, ABadFileFailsCommunicatorCreationSayingWhere) {
+  const std::string file = ::testing::TempDir() + "loom_perf_test_bad_tuning_" + std::to_string(getpid()) + ".txt";
+  std::ofstream(file) << "intra.gbps = fast\n";
+  const Result r = run("LOOM_TUNING_FILE=" + file + " " + loomrun(2) + perf() + " allreduce -b 8 -e 8 -n 1");
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(has(r.out, file + ":1: intra.gbps = \"fast\" is not a number")) << r.out;
+  std::remove(file.c_str());
+}
+
 }  // namespace

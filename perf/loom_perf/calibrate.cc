@@ -1,0 +1,249 @@
+// Calibration measures what each constant of the cost model stands for, as directly as the
+// public API allows:
+//   intra / inter link   ping-pong between rank 0 and a rank on its host / on another host,
+//                        8 B to 512 KiB (through the FIFO: larger shared-memory sends are
+//                        read straight from the sender), one-way time fitted to a line
+//   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
+//   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
+//   mem, streaming       a ring allreduce past the cache with each protocol forced; the
+//                        bandwidth that makes the model predict the measured time
+// Every constant the job cannot measure (inter with one host, one-shot across hosts) keeps
+// its built-in value, and the output says so.
+#include "calibrate.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "algorithms/cost_model.h"
+#include "algorithms/tuning_file.h"
+#include "fatal.h"
+#include "kernels/reduce.h"
+
+namespace loomperf {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using loom::CallInfo;
+using loom::CommProfile;
+
+double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Rank 0's value everywhere.
+double fromRankZero(double value, loomComm_t comm) {
+  require(loomBroadcast(&value, &value, 1, loomFloat64, 0, comm, nullptr), comm, "loomBroadcast");
+  return value;
+}
+
+double slowest(double value, loomComm_t comm) {
+  require(loomAllReduce(&value, &value, 1, loomFloat64, loomMax, comm, nullptr), comm, "loomAllReduce");
+  return value;
+}
+
+// One-way µs of `bytes` between ranks a and b (a times it; the others wait at the barrier).
+double oneWayUs(loomComm_t comm, int rank, int a, int b, size_t bytes) {
+  std::vector<char> buf(bytes, 1);
+  const int iters = static_cast<int>(std::min<size_t>(2000, std::max<size_t>(20, (size_t{64} << 20) / (bytes + 4096))));
+  double us = 0;
+  auto exchange = [&](bool first) {
+    if (first) {
+      require(loomSend(buf.data(), bytes, loomInt8, b, comm, nullptr), comm, "loomSend");
+      require(loomRecv(buf.data(), bytes, loomInt8, b, comm, nullptr), comm, "loomRecv");
+    } else {
+      require(loomRecv(buf.data(), bytes, loomInt8, a, comm, nullptr), comm, "loomRecv");
+      require(loomSend(buf.data(), bytes, loomInt8, a, comm, nullptr), comm, "loomSend");
+    }
+  };
+  if (rank == a || rank == b) {
+    for (int i = 0; i < 5; ++i) exchange(rank == a);
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < iters; ++i) exchange(rank == a);
+    us = secondsSince(start) * 1e6 / (2.0 * iters);
+  }
+  require(loomBarrier(comm, nullptr), comm, "loomBarrier");
+  return us;
+}
+
+// The link between ranks a and b, fitted from their ping-pong; `what` names it in the output.
+loom::LinkCost measureLink(loomComm_t comm, int rank, int a, int b, const char* what) {
+  std::vector<std::pair<size_t, double>> points;
+  for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{8} << 10, size_t{64} << 10, size_t{256} << 10,
+                       size_t{512} << 10}) {
+    const double us = fromRankZero(oneWayUs(comm, rank, a, b, bytes), comm);
+    points.emplace_back(bytes, us);
+    if (rank == 0) std::printf("#   %s ping-pong %7zu B: %9.2f us one way\n", what, bytes, us);
+  }
+  loom::LinkCost link;
+  loom::Status fit = loom::fitLinkCost(points, &link);
+  if (!fit.isOk()) fatal("--calibrate: %s link: %s", what, fit.message().c_str());
+  return link;
+}
+
+// GB/s of `run` moving `bytes` per call, best of a few rounds.
+template <typename Run>
+double kernelGbps(size_t bytes, Run run) {
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const int iters = 50;
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < iters; ++i) run();
+    best = std::max(best, static_cast<double>(bytes) * iters / secondsSince(start) / 1e9);
+  }
+  return best;
+}
+
+// µs of one allreduce of `bytes` on `comm`, the slowest rank's mean over a few calls.
+double allReduceUs(loomComm_t comm, size_t bytes, int iters) {
+  const size_t count = bytes / sizeof(float);
+  std::vector<float> send(count, 1.0f), recv(count);
+  auto once = [&] {
+    require(loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr), comm,
+            "loomAllReduce");
+  };
+  for (int i = 0; i < 2; ++i) once();
+  require(loomBarrier(comm, nullptr), comm, "loomBarrier");
+  const Clock::time_point start = Clock::now();
+  for (int i = 0; i < iters; ++i) once();
+  return slowest(secondsSince(start) * 1e6 / iters, comm);
+}
+
+// A communicator of the same ranks, created under `env` (Loom reads it at creation).
+struct ScopedComm {
+  loomComm_t comm = nullptr;
+  ScopedComm(loomComm_t parent, int rank, int nranks, const std::vector<std::pair<const char*, const char*>>& env) {
+    loomUniqueId id{};
+    if (rank == 0) require(loomGetUniqueId(&id), nullptr, "loomGetUniqueId");
+    require(loomBroadcast(&id, &id, sizeof id, loomInt8, 0, parent, nullptr), parent, "loomBroadcast");
+    std::vector<std::pair<std::string, std::string>> saved;
+    for (const auto& [name, value] : env) {
+      const char* old = std::getenv(name);
+      saved.emplace_back(name, old ? old : "");
+      setenv(name, value, 1);
+    }
+    require(loomCommInitRank(&comm, nranks, id, rank), nullptr, "loomCommInitRank");
+    for (const auto& [name, value] : saved) {
+      if (value.empty()) {
+        unsetenv(name.c_str());
+      } else {
+        setenv(name.c_str(), value.c_str(), 1);
+      }
+    }
+  }
+  ~ScopedComm() { loomCommDestroy(comm); }
+  ScopedComm(const ScopedComm&) = delete;
+  ScopedComm& operator=(const ScopedComm&) = delete;
+};
+
+// The bandwidth that makes the model predict `measuredUs` for a ring allreduce of `bytes`
+// with `protocol`: the prediction is a + L / gbps in it, so two predictions give a and L.
+double solveGbps(double measuredUs, size_t bytes, loom::Protocol protocol, CommProfile p) {
+  double& field = protocol == loom::Protocol::kStreaming ? p.streamingGbps : p.memGbps;
+  auto predicted = [&](double gbps) {
+    field = gbps;
+    return loom::predictUs(CallInfo::Kind::kAllReduce, loom::Algorithm::kRing, protocol, bytes, p);
+  };
+  const double fixedUs = predicted(1e12), perGbps = predicted(1.0) - fixedUs;
+  return measuredUs > fixedUs ? perGbps / (measuredUs - fixedUs) : 0;
+}
+
+std::string hostName() {
+  char name[256] = {};
+  gethostname(name, sizeof name - 1);
+  return name;
+}
+
+}  // namespace
+
+int calibrate(loomComm_t comm, const std::string& path) {
+  int rank = 0, nranks = 0;
+  require(loomCommUserRank(comm, &rank), comm, "loomCommUserRank");
+  require(loomCommCount(comm, &nranks), comm, "loomCommCount");
+  // Hosts by name, as the ranks see them.
+  constexpr size_t kNameBytes = 64;
+  std::vector<char> names(kNameBytes * static_cast<size_t>(nranks));
+  std::strncpy(&names[kNameBytes * static_cast<size_t>(rank)], hostName().c_str(), kNameBytes - 1);
+  require(loomAllGather(&names[kNameBytes * static_cast<size_t>(rank)], names.data(), kNameBytes, loomInt8, comm,
+                        nullptr),
+          comm, "loomAllGather of host names");
+  auto host = [&](int r) { return std::string(&names[kNameBytes * static_cast<size_t>(r)]); };
+  int sameHost = -1, otherHost = -1, nhosts = 0;
+  std::vector<std::string> seen;
+  for (int r = 0; r < nranks; ++r) {
+    if (r > 0 && host(r) == host(0) && sameHost < 0) sameHost = r;
+    if (host(r) != host(0) && otherHost < 0) otherHost = r;
+    bool known = false;
+    for (const std::string& h : seen) known = known || h == host(r);
+    if (!known) seen.push_back(host(r));
+  }
+  nhosts = static_cast<int>(seen.size());
+  if (nranks % nhosts != 0) fatal("--calibrate: %d ranks on %d hosts: every host needs as many ranks", nranks, nhosts);
+
+  CommProfile p = CommProfile::defaults(nranks, nhosts);
+  if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
+  if (sameHost > 0) {
+    p.intra = measureLink(comm, rank, 0, sameHost, "intra");
+  } else if (rank == 0) {
+    std::printf("#   intra: one rank per host, kept built in\n");
+  }
+  if (otherHost > 0) {
+    p.inter = measureLink(comm, rank, 0, otherHost, "inter");
+  } else if (rank == 0) {
+    std::printf("#   inter: one host, kept built in\n");
+  }
+
+  const size_t kernelBytes = size_t{1} << 20;
+  std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), out(a.size());
+  p.reduceGbps = fromRankZero(
+      kernelGbps(kernelBytes,
+                 [&] { loom::kernels::reduce(out.data(), a.data(), b.data(), a.size(), loomFloat32, loomSum); }),
+      comm);
+  p.copyGbps = fromRankZero(kernelGbps(kernelBytes, [&] { loom::kernels::copy(out.data(), a.data(), kernelBytes); }),
+                            comm);
+
+  if (nhosts == 1) {
+    // With every rank on one host, the tuner runs an 8 B allreduce on the one-shot board.
+    const double us = allReduceUs(comm, 8, 2000);
+    CommProfile noLatency = p;
+    noLatency.oneShotLatencyUs = 0;
+    const double rest = loom::predictUs(CallInfo::Kind::kAllReduce, loom::Algorithm::kOneShot,
+                                        loom::Protocol::kSimple, 8, noLatency);
+    p.oneShotLatencyUs = std::max(0.0, us - rest);
+    if (rank == 0) std::printf("#   oneshot 8 B allreduce: %.2f us\n", us);
+  }
+
+  const char* minBytesText = std::getenv("LOOM_STREAMING_MIN_BYTES");
+  const size_t pastCache = 2 * (minBytesText ? std::strtoull(minBytesText, nullptr, 10) : p.streamingMinBytes);
+  if (nhosts == 1 && pastCache > 0) {
+    for (loom::Protocol protocol : {loom::Protocol::kSimple, loom::Protocol::kStreaming}) {
+      ScopedComm forced(comm, rank, nranks, {{"LOOM_PROTO", loom::protocolName(protocol)}, {"LOOM_ALGO", "allreduce=ring"}});
+      const double us = allReduceUs(forced.comm, pastCache, 5);
+      const double gbps = solveGbps(us, pastCache, protocol, p);
+      (protocol == loom::Protocol::kStreaming ? p.streamingGbps : p.memGbps) = gbps > 0 ? gbps : p.memGbps;
+      if (rank == 0) {
+        std::printf("#   ring allreduce %zu MiB, %s: %.0f us\n", pastCache >> 20, loom::protocolName(protocol), us);
+      }
+    }
+  }
+
+  int status = 0;
+  if (rank == 0) {
+    loom::Status saved = loom::saveTuningFile(path, p, hostName());
+    if (saved.isOk()) {
+      std::printf("# wrote %s:\n%s", path.c_str(), loom::tuningText(p).c_str());
+    } else {
+      std::fprintf(stderr, "loom-perf: --calibrate: %s\n", saved.message().c_str());
+      status = 1;
+    }
+  }
+  require(loomBarrier(comm, nullptr), comm, "loomBarrier at exit");
+  return status;
+}
+
+}  // namespace loomperf
