@@ -94,15 +94,8 @@ void printRings(const Graph& graph, int n, bool hostRanks) {
   } else {
     std::printf("ring: every rank shares one device; bandwidth is that of its memory\n");
   }
-  for (int t = 0; t < 2; ++t) {
-    std::printf("tree %d (rank:parent):", t);
-    for (int v = 0; v < n; ++v) {
-      loom::TreeNode node = loom::doubleTree(n, v, t);
-      std::printf(" %d:%s", chain[static_cast<size_t>(v)],
-                  node.parent < 0 ? "root" : std::to_string(chain[static_cast<size_t>(node.parent)]).c_str());
-    }
-    std::printf("\n");
-  }
+  const loom::RingOrder order(chain);
+  std::printf("%s\n", loom::describeAllReduceTrees(&order, n).c_str());
 }
 
 struct NamedCollective {

@@ -125,6 +125,20 @@ void sendDown(Plan& plan, const TreeNode& node, int channel, void* data, size_t 
 
 }  // namespace
 
+std::string describeAllReduceTrees(const RingOrder* order, int n) {
+  const bool hosts = order && order->hostStarts().size() > 1;
+  auto rankAt = [&](int p) { return order ? order->rankAt(p) : p; };
+  std::string text;
+  for (int t = 0; t < 2; ++t) {
+    text += t == 0 ? "tree 0 (rank:parent):" : "; tree 1 (rank:parent):";
+    for (int p = 0; p < n; ++p) {
+      const TreeNode node = hosts ? hostDoubleTree(order->hostStarts(), n, p, t) : doubleTree(n, p, t);
+      text += " " + std::to_string(rankAt(p)) + ":" + (node.parent < 0 ? "root" : std::to_string(rankAt(node.parent)));
+    }
+  }
+  return text;
+}
+
 // Half the buffer goes up and down tree 0, the other half tree 1; each result is computed
 // once, at its tree's root, so every rank ends with the same bits.
 void treeAllReduce(const CollectiveArgs& a, Plan& plan) {

@@ -25,7 +25,10 @@
 //                                 3 -> 4 -> 5        (host B)
 #pragma once
 
+#include <string>
 #include <vector>
+
+#include "algorithms/algorithm.h"
 
 namespace loom {
 
@@ -44,5 +47,9 @@ TreeNode rootedTree(int n, int r, int root);
 // Position p's place in tree t of the double tree across hosts, where host h holds positions
 // [hostStarts[h], hostStarts[h+1]) (hostStarts[0] == 0, ascending).
 TreeNode hostDoubleTree(const std::vector<int>& hostStarts, int n, int p, int t);
+
+// The two trees tree allreduce builds over n ranks in `order` (nullptr: rank order), as
+// "tree 0 (rank:parent): 0:root 1:0 ...; tree 1 (rank:parent): ...", for logs and loom-topo.
+std::string describeAllReduceTrees(const RingOrder* order, int n);
 
 }  // namespace loom

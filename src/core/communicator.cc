@@ -5,6 +5,7 @@
 #include <set>
 #include <type_traits>
 
+#include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
 #include "core/device_queue.h"
 #include "core/env.h"
@@ -228,6 +229,10 @@ Status Communicator::finishInit() {
     LOOM_INFO("comm %016llx: %s", static_cast<unsigned long long>(commId()), summary.c_str());
     ringOrder_ = std::make_unique<RingOrder>(std::move(ring), std::move(hostStarts));
     if (ringOrder_->isIdentity()) ringOrder_.reset();
+  }
+  if (nranks_ > 1) {
+    LOOM_INFO("comm %016llx: allreduce %s", static_cast<unsigned long long>(commId()),
+              describeAllReduceTrees(ringOrder_.get(), nranks_).c_str());
   }
   if (config_.device >= 0) {
     findDeviceCpus();
