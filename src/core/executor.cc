@@ -25,6 +25,18 @@ constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 // How long a pass that moved nothing keeps looking before it sleeps in poll.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(100);
 
+// The rank whose failure a failed connectOut / acceptIn found (-1: none known).
+int connectFailureCause(Communicator& comm, const Status& s) {
+  return s.code() == loomRemoteError ? comm.transport().connectFailureCause() : -1;
+}
+
+// A failure to make a plan's links, named after the call that needed them.
+Status connectError(const Plan& plan, const Status& s) {
+  if (plan.calls.empty()) return s;
+  const std::string more = plan.calls.size() > 1 ? format(" (and %zu more calls)", plan.calls.size() - 1) : "";
+  return s.withContext(plan.calls.front().describeNumbered() + more + ": making its links");
+}
+
 // Progress of one step.
 struct StepState {
   size_t headerMoved = 0;
@@ -151,13 +163,13 @@ Status Run::connect() {
     if (peers[i].empty()) continue;
     Communicator* comm = plans_[i].comm;
     Status s = comm->transport().connectOut(peers[i], Deadline::afterMs(comm->config().timeoutMs));
-    if (!s.isOk()) return fail(s, i);
+    if (!s.isOk()) return fail(connectError(plans_[i], s), i, connectFailureCause(*comm, s));
   }
   for (size_t i = 0; i < plans_.size(); ++i) {
     if (peers[i].empty()) continue;
     Communicator* comm = plans_[i].comm;
     Status s = comm->transport().acceptIn(peers[i], Deadline::afterMs(comm->config().timeoutMs));
-    if (!s.isOk()) return fail(s, i);
+    if (!s.isOk()) return fail(connectError(plans_[i], s), i, connectFailureCause(*comm, s));
   }
   return Status::ok();
 }

@@ -17,6 +17,8 @@ void encode(const Secret& secret, const Hello& hello, uint8_t out[kHelloBytes]) 
   std::memset(out, 0, kHelloBytes);
   std::memcpy(out, kMagic, 4);
   std::memcpy(out + 4, &kVersion, 2);
+  uint16_t intent = static_cast<uint16_t>(hello.intent);
+  std::memcpy(out + 6, &intent, 2);
   std::memcpy(out + 8, secret.bytes.data(), 16);
   uint32_t purpose = static_cast<uint32_t>(hello.purpose);
   std::memcpy(out + 24, &purpose, 4);
@@ -30,13 +32,19 @@ void encode(const Secret& secret, const Hello& hello, uint8_t out[kHelloBytes]) 
 const char* parseHello(const uint8_t in[kHelloBytes], const Secret& secret, Purpose purpose, Hello* out) {
   uint16_t version = 0;
   std::memcpy(&version, in + 4, 2);
+  uint16_t intent = 0;
+  std::memcpy(&intent, in + 6, 2);
   uint32_t got = 0;
   std::memcpy(&got, in + 24, 4);
   if (std::memcmp(in, kMagic, 4) != 0) return "not a Loom handshake";
   if (!secret.matches(in + 8)) return "wrong secret (another job, or a stranger)";
   if (version != kVersion) return "handshake from another Loom version";
   if (got != static_cast<uint32_t>(purpose)) return "handshake meant for another kind of port";
+  if (intent > static_cast<uint16_t>(Intent::kNotice) || (intent != 0 && purpose != Purpose::kTransport)) {
+    return "handshake with an unknown intent";
+  }
   out->purpose = purpose;
+  out->intent = static_cast<Intent>(intent);
   std::memcpy(&out->rank, in + 28, 4);
   std::memcpy(&out->nranks, in + 32, 4);
   std::memcpy(&out->link, in + 36, 4);
@@ -45,9 +53,9 @@ const char* parseHello(const uint8_t in[kHelloBytes], const Secret& secret, Purp
 }
 
 Status connectAndGreet(const SocketAddress& address, const Secret& secret, const Hello& hello,
-                       const Deadline& deadline, int cancelFd, Fd* out) {
+                       const Deadline& deadline, int cancelFd, Fd* out, Refused refused) {
   Fd fd;
-  LOOM_TRY(connectTo(address, deadline, cancelFd, &fd));
+  LOOM_TRY(connectTo(address, deadline, cancelFd, &fd, refused));
   uint8_t bytes[kHelloBytes];
   encode(secret, hello, bytes);
   LOOM_TRY(sendAll(fd.get(), bytes, sizeof(bytes), deadline, cancelFd)

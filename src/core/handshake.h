@@ -2,8 +2,8 @@
 // sides use an Acceptor, which lets only callers that know the secret through.
 //
 // Hello wire form (48 bytes, host byte order; Loom runs on little-endian hosts):
-//   magic "LMHS" | version u16 | 0 u16 | secret[16] | purpose u32 | rank i32 | nranks i32 |
-//   0 u32 | commId u64
+//   magic "LMHS" | version u16 | intent u16 | secret[16] | purpose u32 | rank i32 | nranks i32 |
+//   link i32 | commId u64
 #pragma once
 
 #include <cstdint>
@@ -21,12 +21,22 @@ enum class Purpose : uint32_t {
   kTransport = 3,  // socket transport link
 };
 
+// What a socket-transport connection is for. Only a link carries data; the others let a rank
+// learn about a peer it has no link with yet, or why a linked peer gave up.
+enum class Intent : uint16_t {
+  kLink = 0,    // a data link; Hello::link is its index
+  kWatch = 1,   // held open by a rank waiting for the listener's first link: it ends when
+                // the listener's process does, after a 4-byte cause when the listener gives up
+  kNotice = 2,  // the caller is giving up because rank Hello::link failed; then it closes
+};
+
 struct Hello {
   Purpose purpose = Purpose::kRegister;
   int32_t rank = -1;
   int32_t nranks = 0;
   uint64_t commId = 0;
-  int32_t link = 0;  // which of several connections between the same pair (transport)
+  int32_t link = 0;  // kLink: which of several connections between the same pair; kNotice: the failed rank
+  Intent intent = Intent::kLink;  // kTransport only
 };
 
 constexpr size_t kHelloBytes = 48;
@@ -36,9 +46,10 @@ constexpr size_t kHelloBytes = 48;
 // target calls it on arbitrary bytes.
 const char* parseHello(const uint8_t in[kHelloBytes], const Secret& secret, Purpose purpose, Hello* out);
 
-// Connects to `address` (retrying until the deadline) and presents the secret and hello.
+// Connects to `address` (retrying until the deadline, refused connections as `refused` says)
+// and presents the secret and hello.
 Status connectAndGreet(const SocketAddress& address, const Secret& secret, const Hello& hello,
-                       const Deadline& deadline, int cancelFd, Fd* out);
+                       const Deadline& deadline, int cancelFd, Fd* out, Refused refused = Refused::kRetry);
 
 // Accepts connections on a listening socket and hands out only those that present the
 // secret and a well-formed hello of the expected purpose within the handshake timeout
@@ -66,6 +77,7 @@ class Acceptor {
   Status next(const Deadline& deadline, int cancelFd, Connection* out);
 
   const SocketAddress& address() const { return address_; }
+  bool listening() const { return listen_.valid(); }
   // Connections dropped so far (tests read it).
   int rejected() const { return rejected_; }
 

@@ -273,7 +273,7 @@ Status listenOn(const SocketAddress& address, Fd* out, SocketAddress* bound) {
   return Status::ok();
 }
 
-Status connectTo(const SocketAddress& address, const Deadline& deadline, int cancelFd, Fd* out) {
+Status connectTo(const SocketAddress& address, const Deadline& deadline, int cancelFd, Fd* out, Refused refused) {
   int backoffMs = 1;
   for (;;) {
     Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
@@ -291,6 +291,9 @@ Status connectTo(const SocketAddress& address, const Deadline& deadline, int can
       setNoDelay(fd.get());
       *out = std::move(fd);
       return Status::ok();
+    }
+    if (err == ECONNREFUSED && refused == Refused::kFinal) {
+      return error(loomRemoteError, "nothing listens at %s any more (connection refused)", address.toString().c_str());
     }
     bool retry = err == ECONNREFUSED || err == ECONNRESET || err == ETIMEDOUT || err == EAGAIN;
     if (!retry) {

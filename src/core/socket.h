@@ -111,9 +111,13 @@ std::vector<std::pair<std::string, SocketAddress>> matchInterfaces(const std::st
 // actual address.
 Status listenOn(const SocketAddress& address, Fd* out, SocketAddress* bound);
 
-// Connects, retrying refused connections (the peer may not listen yet) until the deadline.
-// The returned socket is non-blocking with TCP_NODELAY.
-Status connectTo(const SocketAddress& address, const Deadline& deadline, int cancelFd, Fd* out);
+// What a refused connection means: the peer may not listen yet (retry until the deadline),
+// or it listened before and has stopped (loomRemoteError at once).
+enum class Refused { kRetry, kFinal };
+
+// Connects; the returned socket is non-blocking with TCP_NODELAY.
+Status connectTo(const SocketAddress& address, const Deadline& deadline, int cancelFd, Fd* out,
+                 Refused refused = Refused::kRetry);
 
 // Accepts one pending connection if there is one (out stays invalid otherwise).
 Status acceptOne(int listenFd, Fd* out, SocketAddress* peer);

@@ -14,8 +14,14 @@ const char* RoutedTransport::name() const {
 Status RoutedTransport::onEachRoute(const std::vector<int>& peers, const Deadline& deadline, Phase phase) {
   std::vector<int> shm, socket;
   for (int p : peers) (viaShm_[static_cast<size_t>(p)] ? shm : socket).push_back(p);
-  if (!shm.empty()) LOOM_TRY((shm_.get()->*phase)(shm, deadline));
-  if (!socket.empty()) LOOM_TRY((socket_.get()->*phase)(socket, deadline));
+  for (auto [route, routed] : {std::pair{shm_.get(), &shm}, std::pair{socket_.get(), &socket}}) {
+    if (routed->empty()) continue;
+    Status s = (route->*phase)(*routed, deadline);
+    if (!s.isOk()) {
+      failed_ = route;
+      return s;
+    }
+  }
   return Status::ok();
 }
 

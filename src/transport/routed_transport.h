@@ -18,6 +18,7 @@ class RoutedTransport : public Transport {
   const char* name() const override;
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  int connectFailureCause() const override { return failed_ ? failed_->connectFailureCause() : -1; }
   // The socket transport's count; a shared-memory peer has one link, which every index maps to.
   int linksPerPeer() const override { return socket_ ? socket_->linksPerPeer() : 1; }
   Link* link(int peer, int index) override;
@@ -31,6 +32,7 @@ class RoutedTransport : public Transport {
   std::unique_ptr<Transport> shm_;
   std::unique_ptr<Transport> socket_;
   std::vector<bool> viaShm_;
+  Transport* failed_ = nullptr;  // the route whose connectOut or acceptIn failed last
 };
 
 }  // namespace loom::transport

@@ -1,5 +1,7 @@
 #include "transport/socket_transport.h"
 
+#include <algorithm>
+
 #include "core/env.h"
 #include "core/log.h"
 
@@ -7,14 +9,28 @@ namespace loom::transport {
 namespace {
 // Connecting waits in slices of this long, checking between them that the peer still lives.
 constexpr long long kLivenessSliceMs = 100;
+// A peer that closed a link may have sent a notice just before; wait this long for it. A
+// notice from this host is in the listener's queue by the time the link closes; one from
+// another host may still be on its way.
+constexpr long long kNoticeWaitMs = 50;
+constexpr long long kLocalNoticeWaitMs = 2;
+// Giving up spends at most this long telling peers why.
+constexpr long long kNoticeBudgetMs = 1000;
+// noticedCause_ of a peer that sent no notice.
+constexpr int kNoNotice = -2;
 }  // namespace
 
 template <typename Attempt>
-Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const char* what, Attempt attempt) const {
+Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const char* what, Attempt attempt) {
   for (;;) {
     Status s = attempt(deadline.earlier(Deadline::afterMs(kLivenessSliceMs)));
     if (s.isOk()) return s;
     if (s.code() != loomTimeout || deadline.expired()) {
+      if (s.code() == loomRemoteError) {
+        s = withCause(peer, s);
+        const int cause = causeNoticedFrom(peer);
+        connectFailureCause_ = cause >= 0 ? cause : peer;
+      }
       return s.withContext(format("socket transport: %s rank %d", what, peer));
     }
     LOOM_TRY(checkAlive(peer));
@@ -23,17 +39,21 @@ Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const c
 
 class SocketTransport::SocketLink : public Link {
  public:
-  explicit SocketLink(Fd fd) : fd_(std::move(fd)) {}
+  SocketLink(Fd fd, SocketTransport& transport, int peer) : fd_(std::move(fd)), transport_(transport), peer_(peer) {}
   Status sendSome(const void* data, size_t bytes, size_t* done) override {
-    return loom::sendSome(fd_.get(), data, bytes, done);
+    return transport_.withCause(peer_, loom::sendSome(fd_.get(), data, bytes, done));
   }
   Status recvSome(void* data, size_t bytes, size_t* done) override {
-    return loom::recvSome(fd_.get(), data, bytes, done);
+    return transport_.withCause(peer_, loom::recvSome(fd_.get(), data, bytes, done));
   }
   int waitFd() const override { return fd_.get(); }
+  int closedBecauseOf() const override { return transport_.causeNoticedFrom(peer_); }
 
  private:
+
   Fd fd_;
+  SocketTransport& transport_;
+  int peer_;
 };
 
 SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer)
@@ -46,7 +66,9 @@ SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, 
       linksPerPeer_(linksPerPeer),
       addresses_(static_cast<size_t>(bootstrap.nranks())),
       links_(static_cast<size_t>(bootstrap.nranks() * linksPerPeer)),
-      processes_(static_cast<size_t>(bootstrap.nranks())) {
+      processes_(static_cast<size_t>(bootstrap.nranks())),
+      watching_(static_cast<size_t>(bootstrap.nranks())),
+      noticedCause_(static_cast<size_t>(bootstrap.nranks()), kNoNotice) {
   const PeerInfo& self = bootstrap.peers()[static_cast<size_t>(rank_)];
   for (int r = 0; r < nranks_; ++r) {
     const PeerInfo& p = bootstrap.peers()[static_cast<size_t>(r)];
@@ -88,10 +110,13 @@ Status SocketTransport::connectOut(const std::vector<int>& peers, const Deadline
       Fd fd;
       Hello hello{Purpose::kTransport, rank_, nranks_, commId_, index};
       LOOM_TRY(watchingPeer(peer, deadline, "connecting to", [&](const Deadline& slice) {
-        return connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello, slice, cancelFd_, &fd);
+        // The peer listened before the addresses were exchanged: a refusal means it has gone.
+        return connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello, slice, cancelFd_, &fd,
+                               Refused::kFinal);
       }));
-      linkSlot(peer, index) = std::make_unique<SocketLink>(std::move(fd));
+      linkSlot(peer, index) = std::make_unique<SocketLink>(std::move(fd), *this, peer);
     }
+    watching_[static_cast<size_t>(peer)].reset();
     LOOM_TRACE("socket transport: %d connection(s) to rank %d at %s", linksPerPeer_, peer,
                addresses_[static_cast<size_t>(peer)].toString().c_str());
   }
@@ -105,18 +130,36 @@ Status SocketTransport::acceptIn(const std::vector<int>& peers, const Deadline& 
       LOOM_TRY(watchingPeer(peer, deadline, "waiting for a connection from", [&](const Deadline& slice) {
         return acceptor_.next(slice, cancelFd_, &conn);
       }));
-      const Hello& h = conn.hello;
-      if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= rank_ || h.link < 0 ||
-          h.link >= linksPerPeer_ || linkSlot(h.rank, h.link)) {
-        LOOM_WARN("socket transport: dropped a connection from %s claiming rank %d of %d (link %d)",
-                  conn.peer.toString().c_str(), h.rank, h.nranks, h.link);
-        continue;
-      }
-      linkSlot(h.rank, h.link) = std::make_unique<SocketLink>(std::move(conn.fd));
-      LOOM_TRACE("socket transport: accepted rank %d link %d from %s", h.rank, h.link, conn.peer.toString().c_str());
+      admit(std::move(conn));
+      // A notice from the awaited peer means it will not connect.
+      if (!connected(peer) && noticedCause_[static_cast<size_t>(peer)] != kNoNotice) LOOM_TRY(checkAlive(peer));
     }
+    watching_[static_cast<size_t>(peer)].reset();
   }
   return Status::ok();
+}
+
+void SocketTransport::admit(Acceptor::Connection conn) {
+  const Hello& h = conn.hello;
+  const bool ours = h.commId == commId_ && h.nranks == nranks_ && h.rank >= 0 && h.rank < nranks_ && h.rank != rank_;
+  if (ours && h.intent == Intent::kNotice && h.link >= -1 && h.link < nranks_) {
+    noticedCause_[static_cast<size_t>(h.rank)] = h.link;
+    LOOM_INFO("socket transport: rank %d gave up (cause: %s)", h.rank,
+              h.link >= 0 ? format("rank %d failed", h.link).c_str() : "not known");
+    return;
+  }
+  if (ours && h.intent == Intent::kWatch) {
+    watchers_.push_back(std::move(conn.fd));
+    return;
+  }
+  if (ours && h.intent == Intent::kLink && h.rank < rank_ && h.link >= 0 && h.link < linksPerPeer_ &&
+      !linkSlot(h.rank, h.link)) {
+    linkSlot(h.rank, h.link) = std::make_unique<SocketLink>(std::move(conn.fd), *this, h.rank);
+    LOOM_TRACE("socket transport: accepted rank %d link %d from %s", h.rank, h.link, conn.peer.toString().c_str());
+    return;
+  }
+  LOOM_WARN("socket transport: dropped a connection from %s claiming rank %d of %d (intent %u, link %d)",
+            conn.peer.toString().c_str(), h.rank, h.nranks, static_cast<unsigned>(h.intent), h.link);
 }
 
 std::unique_ptr<SocketTransport::SocketLink>& SocketTransport::linkSlot(int peer, int index) {
@@ -132,11 +175,96 @@ bool SocketTransport::connected(int peer) {
 
 Link* SocketTransport::link(int peer, int index) { return linkSlot(peer, index).get(); }
 
-Status SocketTransport::checkAlive(int peer) const {
+Status SocketTransport::checkAlive(int peer) {
   const PeerProcess& p = processes_[static_cast<size_t>(peer)];
-  if (!p.identified() || p.alive()) return Status::ok();
-  return error(loomRemoteError, "socket transport: rank %d (pid %d) exited before its connection to this rank was made",
-               peer, p.pid());
+  connectFailureCause_ = peer;
+  if (p.identified() && !p.alive()) {
+    return error(loomRemoteError, "socket transport: rank %d (pid %d) exited before its connection to this rank was made",
+                 peer, p.pid());
+  }
+  const int noticed = noticedCause_[static_cast<size_t>(peer)];
+  int cause = kNoNotice;
+  const std::string where = addresses_[static_cast<size_t>(peer)].toString();
+  Fd& watch = watching_[static_cast<size_t>(peer)];
+  if (noticed != kNoNotice) {
+    cause = noticed;
+  } else if (!watch.valid()) {
+    Hello hello{Purpose::kTransport, rank_, nranks_, commId_, 0, Intent::kWatch};
+    Status s = connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, hello,
+                               Deadline::afterMs(kLivenessSliceMs), cancelFd_, &watch, Refused::kFinal);
+    // A timeout says nothing (a slow network): look again after the next slice.
+    if (s.isOk() || s.code() == loomTimeout) return Status::ok();
+    if (s.code() != loomRemoteError) return s;
+    return error(loomRemoteError, "socket transport: rank %d no longer listens at %s: it exited or gave up before "
+                 "connecting to this rank", peer, where.c_str());
+  } else {
+    int32_t sent = 0;
+    size_t got = 0;
+    Status s = recvSome(watch.get(), &sent, sizeof sent, &got);
+    if (s.isOk() && got == 0) return Status::ok();  // still there
+    if (s.isOk() && got == sizeof sent && sent >= -1 && sent < nranks_) cause = sent;
+  }
+  if (cause == kNoNotice) {
+    return error(loomRemoteError, "socket transport: rank %d at %s went away (its process exited) before connecting "
+                 "to this rank", peer, where.c_str());
+  }
+  if (cause < 0) {
+    return error(loomRemoteError, "socket transport: rank %d gave up before connecting to this rank", peer);
+  }
+  connectFailureCause_ = cause;
+  return error(loomRemoteError, "socket transport: rank %d gave up because rank %d failed, before connecting to this "
+               "rank", peer, cause);
+}
+
+Status SocketTransport::withCause(int peer, Status s) {
+  if (s.code() != loomRemoteError) return s;
+  const int cause = causeNoticedFrom(peer);
+  if (cause < 0 || cause == peer) return s;
+  return error(loomRemoteError, "%s (rank %d gave up because rank %d failed)", s.message().c_str(), peer, cause);
+}
+
+int SocketTransport::causeNoticedFrom(int peer) {
+  const PeerProcess& process = processes_[static_cast<size_t>(peer)];
+  // A dead process sent nothing more.
+  const long long waitMs = !process.identified() ? kNoticeWaitMs : process.alive() ? kLocalNoticeWaitMs : 0;
+  const Deadline until = Deadline::afterMs(waitMs);
+  while (noticedCause_[static_cast<size_t>(peer)] == kNoNotice && acceptor_.listening()) {
+    Acceptor::Connection conn;
+    if (!acceptor_.next(until, cancelFd_, &conn).isOk()) break;
+    admit(std::move(conn));
+  }
+  int& cause = noticedCause_[static_cast<size_t>(peer)];
+  if (cause == kNoNotice) cause = -1;  // none came: do not wait again
+  return cause == rank_ ? -1 : cause;
+}
+
+void SocketTransport::closeAll(int causeRank) {
+  // Peers blocked on a link learn why before they see it close: the notice is sent first.
+  // Peers without a link hear it too: one may be waiting for this rank's first connection
+  // without a watch connection yet.
+  const Deadline budget = Deadline::afterMs(kNoticeBudgetMs);
+  for (int peer = 0; peer < nranks_; ++peer) {
+    if (peer == rank_ || peer == causeRank || budget.expired()) continue;
+    Fd fd;
+    Hello notice{Purpose::kTransport, rank_, nranks_, commId_, causeRank, Intent::kNotice};
+    Status s = connectAndGreet(addresses_[static_cast<size_t>(peer)], secret_, notice,
+                               budget.earlier(Deadline::afterMs(kNoticeWaitMs)), -1, &fd, Refused::kFinal);
+    if (!s.isOk()) LOOM_TRACE("socket transport: no failure notice to rank %d: %s", peer, s.message().c_str());
+  }
+  // Peers waiting for a first link from this rank hold watch connections; the ones whose
+  // hellos are already here hear the cause, the rest see the listener close.
+  for (Acceptor::Connection conn; acceptor_.listening() && acceptor_.next(Deadline::afterMs(0), -1, &conn).isOk();) {
+    admit(std::move(conn));
+  }
+  const int32_t cause = causeRank;
+  for (Fd& watcher : watchers_) {
+    size_t done = 0;
+    (void)sendSome(watcher.get(), &cause, sizeof cause, &done);
+  }
+  watchers_.clear();
+  for (Fd& watch : watching_) watch.reset();
+  for (auto& link : links_) link.reset();
+  acceptor_ = Acceptor();
 }
 
 }  // namespace loom::transport

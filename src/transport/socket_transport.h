@@ -2,6 +2,12 @@
 // LOOM_SOCKET_NSOCKS connections per pair, made on first use: the lower rank connects to
 // the higher rank's listener, which the bootstrap advertised at init, and names the link
 // index in its hello.
+//
+// Failures travel over the listeners too, since a link's bytes cannot carry them: a rank
+// that gives up sends each linked peer a notice naming the rank whose failure caused it
+// before closing its links, and a rank waiting for a peer's first link holds a watch
+// connection to the peer's listener, which ends (after the cause, when the peer gave up)
+// if the peer goes away, on this host or another.
 #pragma once
 
 #include <memory>
@@ -24,21 +30,32 @@ class SocketTransport : public Transport {
   const char* name() const override { return "socket"; }
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  int connectFailureCause() const override { return connectFailureCause_; }
   int linksPerPeer() const override { return linksPerPeer_; }
   Link* link(int peer, int index) override;
+  // Tells linked peers and watchers why this rank gives up, then closes links and listener.
+  void closeAll(int causeRank) override;
 
  private:
   class SocketLink;
   SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer);
   std::unique_ptr<SocketLink>& linkSlot(int peer, int index);
   bool connected(int peer);
-  // loomRemoteError once a peer this rank can watch (same host and pid namespace) has
-  // exited: waiting to connect to it would otherwise last until the deadline.
-  Status checkAlive(int peer) const;
+  // Takes an authenticated connection: a link, a watcher or a failure notice.
+  void admit(Acceptor::Connection conn);
+  // loomRemoteError once `peer` has exited (its process, when this rank can see it, or its
+  // listener, through the watch connection) or has given up: waiting to connect to it would
+  // otherwise last until the deadline. Sets connectFailureCause_ then.
+  Status checkAlive(int peer);
+  // The rank whose failure made `peer` give up, from its notice (waiting briefly for one
+  // that is on its way); -1 when it sent none.
+  int causeNoticedFrom(int peer);
+  // s, and when it is loomRemoteError from `peer`, the cause that peer noticed.
+  Status withCause(int peer, Status s);
   // attempt(slice) until it succeeds, fails otherwise than by its slice running out, or the
   // deadline passes, with checkAlive(peer) between slices; errors say `what` rank peer.
   template <typename Attempt>
-  Status watchingPeer(int peer, const Deadline& deadline, const char* what, Attempt attempt) const;
+  Status watchingPeer(int peer, const Deadline& deadline, const char* what, Attempt attempt);
 
   Acceptor acceptor_;
   Secret secret_;
@@ -50,6 +67,10 @@ class SocketTransport : public Transport {
   std::vector<SocketAddress> addresses_;
   std::vector<std::unique_ptr<SocketLink>> links_;
   std::vector<PeerProcess> processes_;  // identified where the peer can be watched
+  std::vector<Fd> watching_;            // per peer: this rank's watch connection to it
+  std::vector<Fd> watchers_;            // watch connections of peers waiting for this rank
+  std::vector<int> noticedCause_;       // per peer: kNoNotice, or the cause its notice named
+  int connectFailureCause_ = -1;
 };
 
 }  // namespace loom::transport

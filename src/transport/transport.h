@@ -64,6 +64,9 @@ class Transport {
   virtual Status connectOut(const std::vector<int>& peers, const Deadline& deadline) = 0;
   // Completes them; waits for peers that have not connected yet.
   virtual Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) = 0;
+  // After connectOut or acceptIn returned loomRemoteError: the rank whose failure it found
+  // (the peer that went away, or the rank that peer said it gave up for); -1 if unknown.
+  virtual int connectFailureCause() const { return -1; }
   // Independent links per peer (several TCP connections); a plan's channel c uses link
   // c % linksPerPeer(). Bytes on different links are not ordered with each other.
   virtual int linksPerPeer() const { return 1; }

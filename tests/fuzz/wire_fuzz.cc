@@ -49,6 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         loom::Hello out;
         const char* why = loom::parseHello(hello, zeroSecret(), static_cast<loom::Purpose>(purpose), &out);
         if (why == nullptr && out.purpose != static_cast<loom::Purpose>(purpose)) __builtin_trap();
+        // Intents other than a plain connection exist only on transport ports.
+        const auto intent = static_cast<uint16_t>(out.intent);
+        if (why == nullptr && (intent > 2 || (intent != 0 && purpose != 3))) __builtin_trap();
       }
       break;
     }

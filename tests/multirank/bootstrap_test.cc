@@ -104,6 +104,9 @@ TEST(Bootstrap, AcceptorCountsEveryKindOfRejection) {
   ASSERT_TRUE(loom::connectAndGreet(bound, wrong, hello, later, -1, &impostor).isOk());
   loom::Hello transport{loom::Purpose::kTransport, 1, 2, 7};
   ASSERT_TRUE(loom::connectAndGreet(bound, secret, transport, later, -1, &otherPort).isOk());
+  loom::Fd notice;  // failure notices belong on transport ports only
+  loom::Hello noticeHello{loom::Purpose::kBootstrap, 1, 2, 7, 0, loom::Intent::kNotice};
+  ASSERT_TRUE(loom::connectAndGreet(bound, secret, noticeHello, later, -1, &notice).isOk());
   loom::Fd staller = connectRaw(bound);
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ASSERT_TRUE(loom::connectAndGreet(bound, secret, hello, later, -1, &good).isOk());
@@ -113,12 +116,12 @@ TEST(Bootstrap, AcceptorCountsEveryKindOfRejection) {
   ASSERT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(conn.hello.rank, 1);
   EXPECT_EQ(conn.hello.commId, 7u);
-  EXPECT_EQ(acceptor.rejected(), 3);  // garbage, wrong secret, wrong purpose
+  EXPECT_EQ(acceptor.rejected(), 4);  // garbage, wrong secret, wrong purpose, intent on the wrong port
 
   // The staller is dropped once its handshake time is up; nothing else arrives.
   s = acceptor.next(loom::Deadline::afterMs(800), -1, &conn);
   EXPECT_EQ(s.code(), loomTimeout) << s.message();
-  EXPECT_EQ(acceptor.rejected(), 4);
+  EXPECT_EQ(acceptor.rejected(), 5);
 }
 
 TEST(Bootstrap, MissingRankIsATimeoutNamingIt) {
