@@ -32,7 +32,7 @@ def read_predicted(path):
 
 
 def read_best(paths):
-    """{(algorithm, bytes): best out-of-place µs} over the CSVs ("" is the tuner's sweep)."""
+    """{(algorithm, bytes): best out-of-place µs} over the CSVs ("tuned" is the tuner's sweep)."""
     best = {}
     for path in paths:
         with open(path) as f:
@@ -49,16 +49,14 @@ def main():
     p.add_argument("--predicted", required=True)
     p.add_argument("--tuning", required=True)
     p.add_argument("--ranks", type=int, required=True)
-    p.add_argument("--tuned", action="append", required=True)
-    p.add_argument("--forced", action="append", required=True)
+    p.add_argument("--csv", nargs="+", required=True, help="loom-perf CSVs with --algo tuned,ring,...")
     p.add_argument("--markdown")
     a = p.parse_args()
 
     predicted = read_predicted(a.predicted)
-    tuned = read_best(a.tuned)
-    forced = read_best(a.forced)
+    best = read_best(a.csv)
     algorithms = ["ring", "tree", "rd", "oneshot"]
-    sizes = sorted(b for (name, b) in tuned if name == "")
+    sizes = sorted(b for (name, b) in best if name == "tuned")
 
     lines = [
         f"allreduce, {a.ranks} ranks, constants from {a.tuning}; µs, best round, out of place",
@@ -73,13 +71,13 @@ def main():
             continue
         choice, times = predicted[size]
         algorithm = choice.split("/")[0]
-        measured = tuned[("", size)]
+        measured = best[("tuned", size)]
         guess = times.get(algorithm)
         ratio = measured / guess if guess else float("nan")
         cells = []
         best_name, best_us = None, float("inf")
         for name in algorithms:
-            us = forced.get((name, size))
+            us = best.get((name, size))
             if us is None or (name == "oneshot" and size > ONESHOT_MAX):
                 cells.append("")
                 continue

@@ -106,7 +106,7 @@ struct AlgorithmEnv {
   // Only while no communicator of this process is being created or used (Loom reads its
   // environment when a communicator is created).
   void select(Collective c, const std::string& algorithm) const {
-    if (!algorithm.empty()) {
+    if (!algorithm.empty() && algorithm != kTunedAlgorithm) {
       setenv("LOOM_ALGO", (std::string(collectiveName(c)) + "=" + algorithm).c_str(), 1);
     } else if (original) {
       setenv("LOOM_ALGO", original->c_str(), 1);

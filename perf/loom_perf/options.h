@@ -15,6 +15,9 @@ enum class Collective { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScat
 // How the ranks' times become the one printed (nccl-tests' -a).
 enum class Average { kRank0 = 0, kMean = 1, kMin = 2, kMax = 3 };
 
+// In --algo, the sweep that leaves the choice to Loom's tuner (LOOM_ALGO as the user set it).
+inline constexpr const char* kTunedAlgorithm = "tuned";
+
 struct Options {
   Collective collective = Collective::kAllReduce;
   std::string program;  // shown in the header: "loom-perf allreduce" or the alias it ran as

@@ -116,9 +116,12 @@ void Report::printHeader(const std::vector<std::string>& rankLines) {
 
 void Report::beginTable(const std::string& algorithm) {
   std::printf("#\n");
-  if (!algorithm.empty())
+  if (algorithm == kTunedAlgorithm) {
+    std::printf("# Algorithm: tuned (Loom's choice per call)\n");
+  } else if (!algorithm.empty()) {
     std::printf("# Algorithm: %s (LOOM_ALGO=%s=%s)\n", algorithm.c_str(), collectiveName(options_.collective),
                 algorithm.c_str());
+  }
   std::printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "",
               "", "", "", "");
   std::printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n", "size", "count", "type",

@@ -270,11 +270,13 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
 
 // One-shot (one_shot.cc): each rank posts its buffer in its board slot (a copy), then folds
 // the n slots in rank order (n - 1 reductions of the buffer), after a fixed cost for posting
-// the flags and waiting for the others':
-//   oneShotLatencyUs + bytes / copyGbps + (n-1) bytes / reduceGbps.
+// the flags and waiting for the others'. The other slots were just written by other cores,
+// so reading them moves their cache lines across, as a shared-memory hop does:
+//   oneShotLatencyUs + bytes / copyGbps + (n-1) (bytes / intra.gbps + bytes / reduceGbps).
 double oneShotUs(size_t bytes, const CommProfile& p) {
   const double b = static_cast<double>(bytes);
-  return p.oneShotLatencyUs + transferUs(b, p.copyGbps) + (p.nranks - 1) * transferUs(b, p.reduceGbps);
+  return p.oneShotLatencyUs + transferUs(b, p.copyGbps) +
+         (p.nranks - 1) * (transferUs(b, p.intra.gbps) + transferUs(b, p.reduceGbps));
 }
 
 }  // namespace

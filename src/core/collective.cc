@@ -69,7 +69,10 @@ CallShape shapeOf(const CollectiveCall& call) {
 
 Choice chooseFor(const CollectiveCall& call) {
   const Communicator& comm = *call.comm;
-  return chooseAlgorithm(shapeOf(call), comm.config().algorithms, comm.config().protocols, comm.profile());
+  const CallShape shape = shapeOf(call);
+  return comm.choices().get(shape, [&] {
+    return chooseAlgorithm(shape, comm.config().algorithms, comm.config().protocols, comm.profile());
+  });
 }
 
 // "predicted fastest; predicted ring/simple 12.0 us, tree/simple 15.1 us"

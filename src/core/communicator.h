@@ -71,6 +71,7 @@ class Communicator {
   transport::ShmBoard* board() { return board_.get(); }
   // What the tuner knows of this communicator; the same on every rank (rank 0's).
   const CommProfile& profile() const { return profile_; }
+  ChoiceCache& choices() const { return choices_; }
   // The order of ranks on rings and trees; nullptr when it is rank order.
   const RingOrder* ringOrder() const { return ringOrder_.get(); }
   // The CPUs of the NUMA domain nearest this communicator's GPU (empty: unknown).
@@ -124,6 +125,7 @@ class Communicator {
   std::unique_ptr<transport::ShmBoard> board_;
   std::unique_ptr<RingOrder> ringOrder_;
   CommProfile profile_;
+  mutable ChoiceCache choices_;
   std::vector<int> deviceCpus_;
   CancelSignal cancel_;
   CallLog callLog_;

@@ -162,5 +162,33 @@ TEST(Tuner, ChoiceCarriesItsPredictionAndReasoning) {
   EXPECT_NE(small.find("(oneshot cannot run here)"), std::string::npos) << small;
 }
 
+TEST(ChoiceCacheTest, ChoosesOncePerShapeAndForgetsTheOldest) {
+  ChoiceCache cache;
+  int evaluations = 0;
+  auto choose = [&evaluations](Algorithm a) {
+    return [&evaluations, a] {
+      ++evaluations;
+      return Choice{a, Protocol::kSimple, 1.0, "test"};
+    };
+  };
+  CallShape small = shape(CallInfo::Kind::kAllReduce, 8);
+  EXPECT_EQ(cache.get(small, choose(Algorithm::kOneShot)).algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(cache.get(small, choose(Algorithm::kRing)).algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(evaluations, 1);
+  // Another size, collective or in-place flag is another shape.
+  CallShape inPlace = small;
+  inPlace.info.inPlace = true;
+  EXPECT_EQ(cache.get(inPlace, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
+  EXPECT_EQ(cache.get(shape(CallInfo::Kind::kBroadcast, 8), choose(Algorithm::kTree)).algorithm, Algorithm::kTree);
+  EXPECT_EQ(evaluations, 3);
+  // Eight shapes fit; the ninth replaces the first one made.
+  for (size_t bytes = 16; bytes < 16 * 7; bytes += 16) {
+    cache.get(shape(CallInfo::Kind::kAllReduce, bytes), choose(Algorithm::kRecursiveDoubling));
+  }
+  EXPECT_EQ(evaluations, 9);
+  EXPECT_EQ(cache.get(small, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
+  EXPECT_EQ(evaluations, 10);
+}
+
 }  // namespace
 }  // namespace loom
