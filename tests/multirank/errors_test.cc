@@ -156,6 +156,33 @@ TEST_P(Runtime, CollectiveTimeoutNamesCallPeerAndProgress) {
   }, options);
 }
 
+// On a stream the call returns at once and the deadline ends the stream's work instead:
+// loomStreamSynchronize returns the same loomTimeout, naming the call, the peer and the bytes.
+TEST_P(Runtime, StreamSynchronizeEndsAtTheDeadlineNamingCallAndPeer) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 1000;
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<float> a(100000, 1.0f), b(100000, 0.0f);
+    LOOM_EXPECT_OK(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), comm);
+    if (rank == 1) {  // alive but silent from its second call on
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+      return;
+    }
+    loomStream_t stream = nullptr;
+    LOOM_ASSERT_OK(loomStreamCreate(&stream), nullptr);
+    auto start = std::chrono::steady_clock::now();
+    LOOM_EXPECT_OK(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, stream), comm);
+    EXPECT_EQ(loomStreamSynchronize(stream), loomTimeout);
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(s, 2.0);
+    std::string m = lastError(nullptr);
+    EXPECT_NE(m.find("call #2 loomAllReduce(count 100000, float32, sum): "), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1 ("), std::string::npos) << m;
+    EXPECT_NE(m.find("timed out after 1000 ms"), std::string::npos) << m;
+    LOOM_EXPECT_OK(loomStreamDestroy(stream), nullptr);
+  }, options);
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, Runtime, testing::Values(loomtest::Mode::kThreads, loomtest::Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
