@@ -3,9 +3,10 @@
 //   intra / inter link   rank 0 and a rank on its host / on another host send each other
 //                        8 B to 512 KiB at once (a grouped send and receive, as a ring
 //                        step sends and receives; through the FIFO: larger shared-memory
-//                        sends are read straight from the sender), time fitted to a line.
-//                        A ping-pong of separate calls would not do: it measured 5.3 µs
-//                        for 8 B where a hop inside a collective takes 1.6 µs
+//                        sends are read straight from the sender), time fitted to a line:
+//                        both directions at once and one call per hop, as inside a
+//                        collective (a ping-pong of separate send and receive calls adds a
+//                        call's overhead, about 1 µs, to every hop)
 //   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
 //   mem, streaming       a ring allreduce past the cache with each protocol forced; the
