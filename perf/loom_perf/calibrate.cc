@@ -1,12 +1,11 @@
 // Calibration measures what each constant of the cost model stands for, as directly as the
 // public API allows:
 //   intra / inter link   rank 0 and a rank on its host / on another host send each other
-//                        8 B to 512 KiB at once (a grouped send and receive, as a ring
-//                        step sends and receives; through the FIFO: larger shared-memory
-//                        sends are read straight from the sender), time fitted to a line:
-//                        both directions at once and one call per hop, as inside a
-//                        collective (a ping-pong of separate send and receive calls adds a
-//                        call's overhead, about 1 µs, to every hop)
+//                        8 B to 512 KiB in one grouped call, both directions at once, as a
+//                        ring step does (a ping-pong of separate send and receive calls
+//                        would add a call's overhead, about 1 µs, to every hop; through the
+//                        FIFO: larger shared-memory sends are read straight from the
+//                        sender), time fitted to a line
 //   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
 //   mem, streaming       a ring allreduce past the cache with each protocol forced; the
@@ -38,7 +37,7 @@ using Clock = std::chrono::steady_clock;
 using loom::CallInfo;
 using loom::CommProfile;
 
-// A shared virtual machine runs 2-3x slower for seconds at a time when its neighbours are
+// A shared virtual machine runs 2-3x slower for a minute at a time when its neighbours are
 // busy: every time is the fastest of this many measurements, taken in turn with the others
 // of its sweep so that one slow phase does not spoil them all.
 constexpr int kRounds = 3;

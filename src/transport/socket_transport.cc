@@ -26,11 +26,7 @@ Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const c
     Status s = attempt(deadline.earlier(Deadline::afterMs(kLivenessSliceMs)));
     if (s.isOk()) return s;
     if (s.code() != loomTimeout || deadline.expired()) {
-      if (s.code() == loomRemoteError) {
-        s = withCause(peer, s);
-        const int cause = causeNoticedFrom(peer);
-        connectFailureCause_ = cause >= 0 ? cause : peer;
-      }
+      if (s.code() == loomRemoteError) s = withCause(peer, s, &connectFailureCause_);
       return s.withContext(format("socket transport: %s rank %d", what, peer));
     }
     LOOM_TRY(checkAlive(peer));
@@ -50,7 +46,6 @@ class SocketTransport::SocketLink : public Link {
   int closedBecauseOf() const override { return transport_.causeNoticedFrom(peer_); }
 
  private:
-
   Fd fd_;
   SocketTransport& transport_;
   int peer_;
@@ -177,8 +172,8 @@ Link* SocketTransport::link(int peer, int index) { return linkSlot(peer, index).
 
 Status SocketTransport::checkAlive(int peer) {
   const PeerProcess& p = processes_[static_cast<size_t>(peer)];
-  connectFailureCause_ = peer;
   if (p.identified() && !p.alive()) {
+    connectFailureCause_ = peer;
     return error(loomRemoteError, "socket transport: rank %d (pid %d) exited before its connection to this rank was made",
                  peer, p.pid());
   }
@@ -195,6 +190,7 @@ Status SocketTransport::checkAlive(int peer) {
     // A timeout says nothing (a slow network): look again after the next slice.
     if (s.isOk() || s.code() == loomTimeout) return Status::ok();
     if (s.code() != loomRemoteError) return s;
+    connectFailureCause_ = peer;
     return error(loomRemoteError, "socket transport: rank %d no longer listens at %s: it exited or gave up before "
                  "connecting to this rank", peer, where.c_str());
   } else {
@@ -204,6 +200,7 @@ Status SocketTransport::checkAlive(int peer) {
     if (s.isOk() && got == 0) return Status::ok();  // still there
     if (s.isOk() && got == sizeof sent && sent >= -1 && sent < nranks_) cause = sent;
   }
+  connectFailureCause_ = cause >= 0 ? cause : peer;
   if (cause == kNoNotice) {
     return error(loomRemoteError, "socket transport: rank %d at %s went away (its process exited) before connecting "
                  "to this rank", peer, where.c_str());
@@ -211,15 +208,16 @@ Status SocketTransport::checkAlive(int peer) {
   if (cause < 0) {
     return error(loomRemoteError, "socket transport: rank %d gave up before connecting to this rank", peer);
   }
-  connectFailureCause_ = cause;
   return error(loomRemoteError, "socket transport: rank %d gave up because rank %d failed, before connecting to this "
                "rank", peer, cause);
 }
 
-Status SocketTransport::withCause(int peer, Status s) {
+Status SocketTransport::withCause(int peer, Status s, int* firstFailure) {
   if (s.code() != loomRemoteError) return s;
   const int cause = causeNoticedFrom(peer);
-  if (cause < 0 || cause == peer) return s;
+  const bool named = cause >= 0 && cause != peer;
+  if (firstFailure != nullptr) *firstFailure = named ? cause : peer;
+  if (!named) return s;
   return error(loomRemoteError, "%s (rank %d gave up because rank %d failed)", s.message().c_str(), peer, cause);
 }
 

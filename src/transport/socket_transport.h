@@ -4,8 +4,8 @@
 // index in its hello.
 //
 // Failures travel over the listeners too, since a link's bytes cannot carry them: a rank
-// that gives up sends each linked peer a notice naming the rank whose failure caused it
-// before closing its links, and a rank waiting for a peer's first link holds a watch
+// that gives up sends every peer a notice naming the rank whose failure caused it before
+// closing its links, and a rank waiting for a peer's first link holds a watch
 // connection to the peer's listener, which ends (after the cause, when the peer gave up)
 // if the peer goes away, on this host or another.
 #pragma once
@@ -33,7 +33,7 @@ class SocketTransport : public Transport {
   int connectFailureCause() const override { return connectFailureCause_; }
   int linksPerPeer() const override { return linksPerPeer_; }
   Link* link(int peer, int index) override;
-  // Tells linked peers and watchers why this rank gives up, then closes links and listener.
+  // Tells every peer (and the watchers) why this rank gives up, then closes links and listener.
   void closeAll(int causeRank) override;
 
  private:
@@ -50,8 +50,9 @@ class SocketTransport : public Transport {
   // The rank whose failure made `peer` give up, from its notice (waiting briefly for one
   // that is on its way); -1 when it sent none.
   int causeNoticedFrom(int peer);
-  // s, and when it is loomRemoteError from `peer`, the cause that peer noticed.
-  Status withCause(int peer, Status s);
+  // s, and when it is loomRemoteError from `peer`, the cause that peer noticed; *firstFailure
+  // (when given) gets that cause, or `peer` when it named none.
+  Status withCause(int peer, Status s, int* firstFailure = nullptr);
   // attempt(slice) until it succeeds, fails otherwise than by its slice running out, or the
   // deadline passes, with checkAlive(peer) between slices; errors say `what` rank peer.
   template <typename Attempt>

@@ -94,7 +94,7 @@ void setTrialEnv(const Trial& t, int rank) {
   }
 }
 
-// Before its first call a rank waits for a byte on goFd (the parent closes it at the start).
+// Before its first call a rank waits for the byte the parent writes for it on goFd.
 [[noreturn]] void runRank(const Trial& t, int rank, loomUniqueId id, int startedFd, int goFd, int reportFd) {
   setTrialEnv(t, rank);
   loomConfig_t config = LOOM_CONFIG_INITIALIZER;

@@ -16,6 +16,15 @@ namespace {
 
 std::string lastError(loomComm_t comm) { return loomGetLastError(comm); }
 
+// One allreduce of 1000 floats: its result, and in *seconds how long it took.
+loomResult_t timedAllReduce(loomComm_t comm, double* seconds) {
+  std::vector<float> a(1000, 1.0f), b(1000, 0.0f);
+  const auto start = std::chrono::steady_clock::now();
+  const loomResult_t result = loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr);
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
 #define EXPECT_ERROR(call, code, comm, text)                                               \
   do {                                                                                     \
     EXPECT_EQ((call), (code)) << #call;                                                    \
@@ -214,10 +223,8 @@ TEST(Runtime, PeerDeadBeforeItsSocketLinksExistIsARemoteError) {
   ::setenv("LOOM_TRANSPORTS", "socket", 1);
   loomtest::runRanks(3, loomtest::Mode::kProcesses, [](loomComm_t comm, int rank) {
     if (rank == 2) ::_exit(0);  // no link to anyone yet
-    std::vector<float> a(1000, 1.0f), b(1000, 0.0f);
-    auto start = std::chrono::steady_clock::now();
-    EXPECT_EQ(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), loomRemoteError);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double s = 0;
+    EXPECT_EQ(timedAllReduce(comm, &s), loomRemoteError);
     EXPECT_LT(s, 5.0);
     // Rank 2 itself, or a neighbour that gave up because of it and said so.
     std::string m = lastError(comm);
@@ -238,10 +245,8 @@ TEST(Runtime, SilentPeerBeforeItsFirstLinkIsATimeoutNamingCallAndPeer) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2500));
       return;
     }
-    std::vector<float> a(1000, 1.0f), b(1000, 0.0f);
-    auto start = std::chrono::steady_clock::now();
-    EXPECT_EQ(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), loomTimeout);
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    double s = 0;
+    EXPECT_EQ(timedAllReduce(comm, &s), loomTimeout);
     EXPECT_LT(s, 2.0);
     std::string m = lastError(comm);
     EXPECT_NE(m.find("call #1 loomAllReduce(count 1000, float32, sum): making its links: socket transport: waiting "
