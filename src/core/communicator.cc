@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "core/registry.h"
 #include "core/ring_placement.h"
+#include "core/shared_settings.h"
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
@@ -23,7 +24,8 @@ namespace loom {
 namespace {
 
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
-// LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES, LOOM_CUDA_EXPERIMENTAL.
+// LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES,
+// LOOM_CUDA_EXPERIMENTAL.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = false;
@@ -60,6 +62,9 @@ Status readDataPathSettings(CommConfig* c) {
   long long streaming = 0;
   LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming));
   c->streamingMinBytes = static_cast<size_t>(streaming);
+  long long socketLinks = 0;
+  LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks));
+  c->socketLinks = static_cast<int>(socketLinks);
   long long ipc = 0, deviceSlice = 0, experimental = 0;
   LOOM_TRY(env::getInt("LOOM_CUDA_IPC", 0, 1, &ipc));
   c->cudaIpc = ipc != 0;
@@ -163,6 +168,16 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Comm
 }
 
 Status Communicator::finishInit() {
+  log::RankScope scope(rank_);
+  std::vector<std::string> differing;
+  LOOM_TRY(adoptRankZeroSettings(*bootstrap_, &config_, &differing));
+  if (!differing.empty()) {
+    std::string names;
+    for (const std::string& n : differing) names += (names.empty() ? "" : ", ") + n;
+    LOOM_WARN("comm %016llx: %s on this rank differ%s from rank 0's; using rank 0's (ranks that differ "
+              "would build different plans and links and wait on each other)",
+              static_cast<unsigned long long>(commId()), names.c_str(), differing.size() == 1 ? "s" : "");
+  }
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
   const uint64_t ownHost = peers[static_cast<size_t>(rank_)].hostHash;
   std::set<uint64_t> hostSet;
@@ -181,7 +196,6 @@ Status Communicator::finishInit() {
     }
   }
   hosts_ = static_cast<int>(hostSet.size());
-  log::RankScope scope(rank_);
 
   // Every rank takes the same decisions from the same allgathered table, so the collective
   // steps below (the socket listeners' exchange, the board) run on all ranks or none.
@@ -193,7 +207,7 @@ Status Communicator::finishInit() {
                  hosts_);
   }
   std::unique_ptr<transport::SocketTransport> socket;
-  if (needSocket) LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), &socket));
+  if (needSocket) LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), config_.socketLinks, &socket));
   std::unique_ptr<transport::ShmTransport> shm;
   if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, &shm));
   if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
@@ -256,10 +270,10 @@ Status Communicator::agreeOnProfile() {
   LOOM_TRY(bootstrap_->allGather(all.data(), sizeof(CommProfile)).withContext("tuner constants exchange"));
   profile_ = all[0];
   const std::string ours = tuningText(mine), chosen = tuningText(profile_);
-  if (ours != chosen || mine.sliceBytes != profile_.sliceBytes || mine.channels != profile_.channels ||
-      mine.streamingMinBytes != profile_.streamingMinBytes) {
-    LOOM_WARN("comm %016llx: this rank's tuning constants (LOOM_TUNING_FILE, LOOM_CHUNK_SIZE, LOOM_CHANNELS, "
-              "LOOM_STREAMING_MIN_BYTES) differ from rank 0's; choosing algorithms with rank 0's",
+  // The data-path settings in it are rank 0's already (finishInit); only the file can differ.
+  if (ours != chosen) {
+    LOOM_WARN("comm %016llx: this rank's tuning constants (LOOM_TUNING_FILE) differ from rank 0's; choosing "
+              "algorithms with rank 0's",
               static_cast<unsigned long long>(commId()));
   }
   LOOM_INFO("comm %016llx: tuner constants (%s): %s", static_cast<unsigned long long>(commId()),

@@ -21,7 +21,8 @@
 
 namespace loom {
 
-// loomConfig_t after validation, with environment defaults filled in.
+// loomConfig_t after validation, with environment defaults filled in. The data-path
+// settings are rank 0's once the communicator exists (core/shared_settings.h).
 struct CommConfig {
   int device = -1;
   long long timeoutMs = 0;
@@ -36,6 +37,7 @@ struct CommConfig {
   bool topologyRing = true;     // LOOM_RING_ORDER=topology
   size_t sliceBytes = 0;        // LOOM_CHUNK_SIZE
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
+  int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
   bool check = false;           // LOOM_CHECK
   bool cudaIpc = false;         // LOOM_CUDA_IPC
   bool cudaExperimental = false;  // LOOM_CUDA_EXPERIMENTAL

@@ -200,7 +200,12 @@ std::string markdown() {
   std::string out =
       "# Environment variables\n\n"
       "Generated from the table in src/core/env.cc by `loom-info --env-markdown`; a test "
-      "keeps this file equal to it. Values are read when a communicator is created.\n";
+      "keeps this file equal to it. Values are read when a communicator is created. The "
+      "variables that shape plans and links (LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_CHANNELS, "
+      "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_CHECK, "
+      "LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES) are rank 0's for the whole communicator: a rank whose "
+      "value differs warns and uses rank 0's, since ranks that planned differently would wait on "
+      "each other.\n";
   const char* section = nullptr;
   for (const Variable& v : variables()) {
     if (section == nullptr || std::strcmp(section, v.section) != 0) {

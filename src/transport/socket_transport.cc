@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "core/env.h"
 #include "core/log.h"
 
 namespace loom::transport {
@@ -75,16 +74,15 @@ SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, 
 
 SocketTransport::~SocketTransport() = default;
 
-Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd, std::unique_ptr<SocketTransport>* out) {
-  long long linksPerPeer = 0;
-  LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &linksPerPeer));
+Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd, int linksPerPeer,
+                               std::unique_ptr<SocketTransport>* out) {
   // Same interface as the bootstrap, which peers already reach.
   SocketAddress address = bootstrap.address();
   address.setPort(0);
   Acceptor acceptor;
   LOOM_TRY(Acceptor::listen(address, bootstrap.secret(), Purpose::kTransport, "socket transport", &acceptor));
   SocketAddress bound = acceptor.address();
-  std::unique_ptr<SocketTransport> t(new SocketTransport(std::move(acceptor), bootstrap, cancelFd, static_cast<int>(linksPerPeer)));
+  std::unique_ptr<SocketTransport> t(new SocketTransport(std::move(acceptor), bootstrap, cancelFd, linksPerPeer));
 
   std::vector<uint8_t> table(SocketAddress::kWireBytes * static_cast<size_t>(t->nranks_));
   bound.toWire(table.data() + SocketAddress::kWireBytes * static_cast<size_t>(t->rank_));

@@ -22,8 +22,9 @@ namespace loom::transport {
 
 class SocketTransport : public Transport {
  public:
-  // Listens next to the bootstrap's address and allgathers the listeners through it.
-  static Status create(Bootstrap& bootstrap, int cancelFd, std::unique_ptr<SocketTransport>* out);
+  // Listens next to the bootstrap's address and allgathers the listeners through it;
+  // `linksPerPeer` TCP connections to each peer (the same on every rank).
+  static Status create(Bootstrap& bootstrap, int cancelFd, int linksPerPeer, std::unique_ptr<SocketTransport>* out);
 
   ~SocketTransport() override;
 

@@ -1,0 +1,90 @@
+#include "core/shared_settings.h"
+
+#include <array>
+#include <cstring>
+#include <type_traits>
+
+#include "core/communicator.h"
+
+namespace loom {
+namespace {
+
+// The shared fields of CommConfig as one flat record for the allgather.
+struct Record {
+  std::array<uint32_t, 16> algorithms;  // AlgorithmSetting::allowed
+  uint32_t protocols;
+  int32_t channels;
+  int32_t socketLinks;
+  uint8_t shm, socket, topologyRing, check, cudaIpc;
+  uint64_t sliceBytes;
+  uint64_t streamingMinBytes;
+  uint64_t deviceSliceBytes;
+};
+static_assert(std::is_trivial_v<Record>);
+
+Record recordOf(const CommConfig& c) {
+  Record r;
+  std::memset(&r, 0, sizeof(r));  // padding too: the bytes go on the wire
+  r.algorithms = c.algorithms.allowed;
+  r.protocols = c.protocols.allowed;
+  r.channels = c.channels;
+  r.socketLinks = c.socketLinks;
+  r.shm = c.shm;
+  r.socket = c.socket;
+  r.topologyRing = c.topologyRing;
+  r.check = c.check;
+  r.cudaIpc = c.cudaIpc;
+  r.sliceBytes = c.sliceBytes;
+  r.streamingMinBytes = c.streamingMinBytes;
+  r.deviceSliceBytes = c.deviceSliceBytes;
+  return r;
+}
+
+void apply(const Record& r, CommConfig* c) {
+  c->algorithms.allowed = r.algorithms;
+  c->protocols.allowed = r.protocols;
+  c->channels = r.channels;
+  c->socketLinks = r.socketLinks;
+  c->shm = r.shm != 0;
+  c->socket = r.socket != 0;
+  c->topologyRing = r.topologyRing != 0;
+  c->check = r.check != 0;
+  c->cudaIpc = r.cudaIpc != 0;
+  c->sliceBytes = static_cast<size_t>(r.sliceBytes);
+  c->streamingMinBytes = static_cast<size_t>(r.streamingMinBytes);
+  c->deviceSliceBytes = static_cast<size_t>(r.deviceSliceBytes);
+}
+
+// The variable behind each field, for the warning.
+std::vector<std::string> namesOfDifferences(const Record& a, const Record& b) {
+  std::vector<std::string> names;
+  auto note = [&](bool differs, const char* name) {
+    if (differs) names.push_back(name);
+  };
+  note(a.shm != b.shm || a.socket != b.socket, "LOOM_TRANSPORTS");
+  note(a.algorithms != b.algorithms, "LOOM_ALGO");
+  note(a.protocols != b.protocols, "LOOM_PROTO");
+  note(a.channels != b.channels, "LOOM_CHANNELS");
+  note(a.topologyRing != b.topologyRing, "LOOM_RING_ORDER");
+  note(a.sliceBytes != b.sliceBytes, "LOOM_CHUNK_SIZE");
+  note(a.streamingMinBytes != b.streamingMinBytes, "LOOM_STREAMING_MIN_BYTES");
+  note(a.socketLinks != b.socketLinks, "LOOM_SOCKET_NSOCKS");
+  note(a.check != b.check, "LOOM_CHECK");
+  note(a.cudaIpc != b.cudaIpc, "LOOM_CUDA_IPC");
+  note(a.deviceSliceBytes != b.deviceSliceBytes, "LOOM_CUDA_SLICE_BYTES");
+  return names;
+}
+
+}  // namespace
+
+Status adoptRankZeroSettings(Bootstrap& bootstrap, CommConfig* config, std::vector<std::string>* differing) {
+  std::vector<Record> all(static_cast<size_t>(bootstrap.nranks()));
+  const Record mine = recordOf(*config);
+  all[static_cast<size_t>(bootstrap.rank())] = mine;
+  LOOM_TRY(bootstrap.allGather(all.data(), sizeof(Record)).withContext("data-path settings exchange"));
+  *differing = namesOfDifferences(mine, all[0]);
+  apply(all[0], config);
+  return Status::ok();
+}
+
+}  // namespace loom
