@@ -99,7 +99,7 @@ const std::vector<Variable>& variables() {
        "more (not one it reduces, nor one of LOOM_STREAMING_MIN_BYTES or more) reads it straight "
        "out of the sender's buffer (cross-memory attach, process_vm_readv; a plain copy between "
        "threads of one process): one copy instead of two. 0: always through the FIFO."},
-      {"LOOM_SHM_CMA_MIN_BYTES", "1048576", kData,
+      {"LOOM_SHM_CMA_MIN_BYTES", "524288", kData,
        "Smallest send that LOOM_SHM_CMA offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md)."},
       {"LOOM_CUDA_EXPERIMENTAL", "0", kData,
