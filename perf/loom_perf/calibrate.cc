@@ -1,11 +1,11 @@
 // Calibration measures what each constant of the cost model stands for, as directly as the
 // public API allows:
 //   intra / inter link   rank 0 and a rank on its host / on another host send each other
-//                        8 B to 512 KiB in one grouped call, both directions at once, as a
+//                        8 B to 256 KiB in one grouped call, both directions at once, as a
 //                        ring step does (a ping-pong of separate send and receive calls
 //                        would add a call's overhead, about 1 µs, to every hop; through the
-//                        FIFO: larger shared-memory sends are read straight from the
-//                        sender), time fitted to a line
+//                        FIFO: sends from LOOM_SHM_CMA_MIN_BYTES, 512 KiB, are read straight
+//                        from the sender), time fitted to a line
 //   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
 //   mem, streaming       a ring allreduce past the cache with each protocol forced; the
@@ -81,8 +81,8 @@ double exchangeUs(loomComm_t comm, int rank, int a, int b, size_t bytes) {
 // The link between ranks a and b, fitted from their exchanges; `what` names it in the output.
 loom::LinkCost measureLink(loomComm_t comm, int rank, int a, int b, const char* what) {
   std::vector<std::pair<size_t, double>> points;
-  for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{8} << 10, size_t{64} << 10, size_t{256} << 10,
-                       size_t{512} << 10}) {
+  for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{8} << 10, size_t{32} << 10, size_t{128} << 10,
+                       size_t{256} << 10}) {
     points.emplace_back(bytes, HUGE_VAL);
   }
   for (int round = 0; round < kRounds; ++round) {
