@@ -7,7 +7,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <mutex>
 #include <set>
 
@@ -148,7 +147,21 @@ Status Run::go() {
   }
 }
 
+// Whether every link the plan's steps use exists already (made by an earlier call): the
+// common case, checked without allocating.
+bool linksExist(Plan& plan) {
+  transport::Transport& transport = plan.comm->transport();
+  const int links = transport.linksPerPeer();
+  for (const Step& s : plan.steps) {
+    if (s.peer != Step::kNone && transport.link(s.peer, s.channel % links) == nullptr) return false;
+  }
+  return true;
+}
+
 Status Run::connect() {
+  bool ready = true;
+  for (Plan& plan : plans_) ready = ready && linksExist(plan);
+  if (ready) return Status::ok();
   // All connects first, then all accepts (see Transport): one thread may drive several
   // communicators whose ranks wait on each other.
   std::vector<std::vector<int>> peers(plans_.size());
@@ -179,27 +192,25 @@ void Run::buildQueues() {
     Plan& plan = plans_[i];
     transport::Transport& transport = plan.comm->transport();
     int links = transport.linksPerPeer();
-    std::map<std::pair<transport::Link*, bool>, size_t> index;
-    size_t local = SIZE_MAX;
+    const size_t first = queues_.size();  // this plan's queues start here
     for (size_t k = 0; k < plan.steps.size(); ++k) {
       const Step& s = plan.steps[k];
-      size_t* slot = &local;
-      transport::Link* link = nullptr;
+      transport::Link* link = s.peer != Step::kNone ? transport.link(s.peer, s.channel % links) : nullptr;
       bool send = s.kind == Step::Kind::kSend;
-      if (s.peer != Step::kNone) {
-        link = transport.link(s.peer, s.channel % links);
-        auto it = index.emplace(std::make_pair(link, send), SIZE_MAX).first;
-        slot = &it->second;
+      // A plan has a few queues (two per link, one local): a scan finds its own without
+      // the allocations of a map, which a small call would notice.
+      size_t slot = first;
+      while (slot < queues_.size() && (queues_[slot].link != link || (link != nullptr && queues_[slot].send != send))) {
+        ++slot;
       }
-      if (*slot == SIZE_MAX) {
-        *slot = queues_.size();
+      if (slot == queues_.size()) {
         Queue q;
         q.plan = i;
         q.link = link;
         q.send = send;
         queues_.push_back(q);
       }
-      Queue& q = queues_[*slot];
+      Queue& q = queues_[slot];
       q.steps.push_back(static_cast<int>(k));
       if (s.kind == Step::Kind::kRecvReduce) {
         q.staging = &plan.comm->stagingFor(link);

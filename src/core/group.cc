@@ -34,29 +34,35 @@ Communicator* commOf(const Call& call) {
 
 Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, ScratchSource* scratch) {
   std::vector<Plan> plans;
-  std::map<Communicator*, size_t> planOf;
-  std::map<Communicator*, std::vector<P2POp>> selfOps;
+  // One plan per communicator, in order of first use; a group spans a few communicators, so
+  // a scan finds a call's plan (and a single call allocates no map).
+  auto planFor = [&](Communicator* comm) -> Plan& {
+    for (Plan& p : plans) {
+      if (p.comm == comm) return p;
+    }
+    Plan& p = plans.emplace_back();
+    p.comm = comm;
+    p.scratchSource = scratch;
+    p.deviceMemory = scratch != nullptr;
+    return p;
+  };
+  std::vector<std::pair<Communicator*, std::vector<P2POp>>> selfOps;
   for (const Call& call : calls) {
     Communicator* comm = commOf(call);
-    auto [it, added] = planOf.emplace(comm, plans.size());
-    if (added) {
-      plans.emplace_back();
-      plans.back().comm = comm;
-      plans.back().scratchSource = scratch;
-      plans.back().deviceMemory = scratch != nullptr;
-    }
-    Plan& plan = plans[it->second];
+    Plan& plan = planFor(comm);
     if (const P2POp* op = std::get_if<P2POp>(&call)) {
-      if (op->peer == comm->rank()) {
-        selfOps[comm].push_back(*op);
-      } else {
+      if (op->peer != comm->rank()) {
         appendP2P(plan, *op);
+        continue;
       }
+      auto own = std::find_if(selfOps.begin(), selfOps.end(), [&](const auto& e) { return e.first == comm; });
+      if (own == selfOps.end()) own = selfOps.insert(own, {comm, {}});
+      own->second.push_back(*op);
     } else {
       appendCollective(plan, std::get<CollectiveCall>(call));
     }
   }
-  for (auto& [comm, ops] : selfOps) LOOM_TRY(appendSelfCopies(plans[planOf[comm]], ops));
+  for (auto& [comm, ops] : selfOps) LOOM_TRY(appendSelfCopies(planFor(comm), ops));
   *out = std::move(plans);
   return Status::ok();
 }
@@ -89,11 +95,11 @@ Status launchOnDevices(const std::vector<Recorded>& recorded) {
   return Status::ok();
 }
 
-Status launch(std::vector<Recorded> recorded) {
+Status launch(const std::vector<Recorded>& recorded) {
   std::vector<Call> now;
   std::map<HostStream*, std::vector<Call>> queued;
   std::vector<Recorded> onDevices;
-  for (Recorded& r : recorded) {
+  for (const Recorded& r : recorded) {
     if (commOf(r.call)->device() >= 0) {
       onDevices.push_back(r);
     } else if (r.stream == nullptr) {
@@ -137,13 +143,15 @@ Status end(std::vector<Communicator*>* comms) {
     return error(loomInvalidUsage, "loomGroupEnd without a matching loomGroupStart");
   }
   if (--tGroup.depth > 0) return Status::ok();
-  std::vector<Recorded> calls = std::move(tGroup.calls);
-  tGroup.calls.clear();
-  for (const Recorded& r : calls) {
+  for (const Recorded& r : tGroup.calls) {
     Communicator* comm = commOf(r.call);
     if (std::find(comms->begin(), comms->end(), comm) == comms->end()) comms->push_back(comm);
   }
-  return launch(std::move(calls));
+  // The calls stay in place while they run and are cleared after, keeping the vector's
+  // capacity for the thread's next group (nothing in launch opens a group on this thread).
+  Status s = launch(tGroup.calls);
+  tGroup.calls.clear();
+  return s;
 }
 
 Status submit(const Call& call, HostStream* stream, void* cudaStream) {
