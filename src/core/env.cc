@@ -91,9 +91,10 @@ const std::vector<Variable>& variables() {
       {"LOOM_SHM_DIR", "/dev/shm", kData,
        "Directory of the shared-memory segments (a tmpfs). Segments are mode 0600 with random "
        "names and are unlinked as soon as both ranks have mapped them."},
-      {"LOOM_SHM_FIFO_BYTES", "262144", kData,
+      {"LOOM_SHM_FIFO_BYTES", "1048576", kData,
        "Bytes of each one-way shared-memory FIFO (a power of two, 4096 or more); a pair of ranks "
-       "maps two."},
+       "that exchange data maps two, 2 MiB in /dev/shm by default. Twice LOOM_CHUNK_SIZE lets a "
+       "sender write a whole slice and the next while its peer reduces the first (docs/RESULTS.md)."},
       {"LOOM_SHM_CMA", "1", kData,
        "1 (default): a shared-memory receiver that copies a message of LOOM_SHM_CMA_MIN_BYTES or "
        "more (not one it reduces, nor one of LOOM_STREAMING_MIN_BYTES or more) reads it straight "
