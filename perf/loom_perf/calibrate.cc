@@ -37,10 +37,9 @@ using Clock = std::chrono::steady_clock;
 using loom::CallInfo;
 using loom::CommProfile;
 
-// A shared virtual machine runs 2-3x slower for a minute at a time when its neighbours are
-// busy: every time is the fastest of this many measurements, taken in turn with the others
-// of its sweep so that one slow phase does not spoil them all.
-constexpr int kRounds = 3;
+// A shared virtual machine runs 2-4x slower for a minute at a time when its neighbours are
+// busy: every time is the fastest of this many rounds (see calibrate).
+constexpr int kRounds = 5;
 
 double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
@@ -78,16 +77,25 @@ double exchangeUs(loomComm_t comm, int rank, int a, int b, size_t bytes) {
   return us;
 }
 
-// The link between ranks a and b, fitted from their exchanges; `what` names it in the output.
-loom::LinkCost measureLink(loomComm_t comm, int rank, int a, int b, const char* what) {
-  std::vector<std::pair<size_t, double>> points;
+// Exchange sizes of a link's line; each point's time is the fastest of the rounds.
+using LinkPoints = std::vector<std::pair<size_t, double>>;
+
+LinkPoints linkPoints() {
+  LinkPoints points;
   for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{8} << 10, size_t{32} << 10, size_t{128} << 10,
                        size_t{256} << 10}) {
     points.emplace_back(bytes, HUGE_VAL);
   }
-  for (int round = 0; round < kRounds; ++round) {
-    for (auto& [bytes, us] : points) us = std::min(us, fromRankZero(exchangeUs(comm, rank, a, b, bytes), comm));
-  }
+  return points;
+}
+
+// One round of exchanges between ranks a and b at every point's size.
+void sweepLink(loomComm_t comm, int rank, int a, int b, LinkPoints* points) {
+  for (auto& [bytes, us] : *points) us = std::min(us, fromRankZero(exchangeUs(comm, rank, a, b, bytes), comm));
+}
+
+// The link's latency and bandwidth, fitted to its points; `what` names it in the output.
+loom::LinkCost fitLink(const LinkPoints& points, int rank, const char* what) {
   for (const auto& [bytes, us] : points) {
     if (rank == 0) std::printf("#   %s exchange %7zu B: %9.2f us\n", what, bytes, us);
   }
@@ -198,17 +206,6 @@ int calibrate(loomComm_t comm, const std::string& path) {
 
   CommProfile p = CommProfile::defaults(nranks, nhosts);
   if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
-  if (sameHost > 0) {
-    p.intra = measureLink(comm, rank, 0, sameHost, "intra");
-  } else if (rank == 0) {
-    std::printf("#   intra: one rank per host, kept built in\n");
-  }
-  if (otherHost > 0) {
-    p.inter = measureLink(comm, rank, 0, otherHost, "inter");
-  } else if (rank == 0) {
-    std::printf("#   inter: one host, kept built in\n");
-  }
-
   const size_t kernelBytes = size_t{1} << 20;
   std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), out(a.size());
   p.reduceGbps = fromRankZero(
@@ -218,38 +215,52 @@ int calibrate(loomComm_t comm, const std::string& path) {
   p.copyGbps = fromRankZero(kernelGbps(kernelBytes, [&] { loom::kernels::copy(out.data(), a.data(), kernelBytes); }),
                             comm);
 
-  if (nhosts == 1) {
+  // Every round measures everything once, in turn: a slow phase of the machine must last
+  // the whole calibration to spoil a figure, where rounds of one figure back to back fall
+  // into it together.
+  const char* minBytesText = std::getenv("LOOM_STREAMING_MIN_BYTES");
+  const size_t pastCache = 2 * (minBytesText ? std::strtoull(minBytesText, nullptr, 10) : p.streamingMinBytes);
+  const bool timesPastCache = nhosts == 1 && pastCache > 0;
+  const loom::Protocol protocols[] = {loom::Protocol::kSimple, loom::Protocol::kStreaming};
+  LinkPoints intra = linkPoints(), inter = linkPoints();
+  double oneShotUs = HUGE_VAL;
+  double ringUs[2] = {HUGE_VAL, HUGE_VAL};
+  for (int round = 0; round < kRounds; ++round) {
+    if (sameHost > 0) sweepLink(comm, rank, 0, sameHost, &intra);
+    if (otherHost > 0) sweepLink(comm, rank, 0, otherHost, &inter);
     // With every rank on one host, the tuner runs an 8 B allreduce on the one-shot board.
-    double us = HUGE_VAL;
-    for (int round = 0; round < kRounds; ++round) us = std::min(us, allReduceUs(comm, 8, 2000));
+    if (nhosts == 1) oneShotUs = std::min(oneShotUs, allReduceUs(comm, 8, 2000));
+    for (int i = 0; timesPastCache && i < 2; ++i) {
+      ScopedComm forced(comm, rank, nranks,
+                        {{"LOOM_PROTO", loom::protocolName(protocols[i])}, {"LOOM_ALGO", "allreduce=ring"}});
+      ringUs[i] = std::min(ringUs[i], allReduceUs(forced.comm, pastCache, 5));
+    }
+  }
+
+  if (sameHost > 0) {
+    p.intra = fitLink(intra, rank, "intra");
+  } else if (rank == 0) {
+    std::printf("#   intra: one rank per host, kept built in\n");
+  }
+  if (otherHost > 0) {
+    p.inter = fitLink(inter, rank, "inter");
+  } else if (rank == 0) {
+    std::printf("#   inter: one host, kept built in\n");
+  }
+  if (nhosts == 1) {
     CommProfile noLatency = p;
     noLatency.oneShotLatencyUs = 0;
     const double rest = loom::predictUs(CallInfo::Kind::kAllReduce, loom::Algorithm::kOneShot,
                                         loom::Protocol::kSimple, 8, noLatency);
-    p.oneShotLatencyUs = std::max(0.0, us - rest);
-    if (rank == 0) std::printf("#   oneshot 8 B allreduce: %.2f us\n", us);
+    p.oneShotLatencyUs = std::max(0.0, oneShotUs - rest);
+    if (rank == 0) std::printf("#   oneshot 8 B allreduce: %.2f us\n", oneShotUs);
   }
-
-  const char* minBytesText = std::getenv("LOOM_STREAMING_MIN_BYTES");
-  const size_t pastCache = 2 * (minBytesText ? std::strtoull(minBytesText, nullptr, 10) : p.streamingMinBytes);
-  if (nhosts == 1 && pastCache > 0) {
-    const loom::Protocol protocols[] = {loom::Protocol::kSimple, loom::Protocol::kStreaming};
-    double best[2] = {HUGE_VAL, HUGE_VAL};
-    for (int round = 0; round < kRounds; ++round) {
-      for (int i = 0; i < 2; ++i) {
-        ScopedComm forced(comm, rank, nranks,
-                          {{"LOOM_PROTO", loom::protocolName(protocols[i])}, {"LOOM_ALGO", "allreduce=ring"}});
-        best[i] = std::min(best[i], allReduceUs(forced.comm, pastCache, 5));
-      }
-    }
-    for (int i = 0; i < 2; ++i) {
-      const loom::Protocol protocol = protocols[i];
-      const double us = best[i];
-      const double gbps = solveGbps(us, pastCache, protocol, p);
-      (protocol == loom::Protocol::kStreaming ? p.streamingGbps : p.memGbps) = gbps > 0 ? gbps : p.memGbps;
-      if (rank == 0) {
-        std::printf("#   ring allreduce %zu MiB, %s: %.0f us\n", pastCache >> 20, loom::protocolName(protocol), us);
-      }
+  for (int i = 0; timesPastCache && i < 2; ++i) {
+    const loom::Protocol protocol = protocols[i];
+    const double gbps = solveGbps(ringUs[i], pastCache, protocol, p);
+    (protocol == loom::Protocol::kStreaming ? p.streamingGbps : p.memGbps) = gbps > 0 ? gbps : p.memGbps;
+    if (rank == 0) {
+      std::printf("#   ring allreduce %zu MiB, %s: %.0f us\n", pastCache >> 20, loom::protocolName(protocol), ringUs[i]);
     }
   }
 
