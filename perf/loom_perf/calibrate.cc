@@ -16,6 +16,7 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -172,6 +173,15 @@ double solveGbps(double measuredUs, size_t bytes, loom::Protocol protocol, CommP
   return measuredUs > fixedUs ? perGbps / (measuredUs - fixedUs) : 0;
 }
 
+// Whether rank 0 can write the tuning file: its directory takes new files, and the file,
+// if there is one, may be overwritten.
+bool canWrite(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  if (access(dir.c_str(), W_OK | X_OK) != 0) return false;
+  return access(path.c_str(), F_OK) != 0 || access(path.c_str(), W_OK) == 0;
+}
+
 std::string hostName() {
   char name[256] = {};
   gethostname(name, sizeof name - 1);
@@ -204,6 +214,11 @@ int calibrate(loomComm_t comm, const std::string& path) {
   nhosts = static_cast<int>(seen.size());
   if (nranks % nhosts != 0) fatal("--calibrate: %d ranks on %d hosts: every host needs as many ranks", nranks, nhosts);
 
+  // Found before measuring, which takes a while, and on every rank alike.
+  if (fromRankZero(rank == 0 && !canWrite(path) ? 1.0 : 0.0, comm) != 0) {
+    if (rank == 0) std::fprintf(stderr, "loom-perf: --calibrate: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    return 1;
+  }
   CommProfile p = CommProfile::defaults(nranks, nhosts);
   if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
   const size_t kernelBytes = size_t{1} << 20;
