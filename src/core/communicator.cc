@@ -169,14 +169,13 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Comm
 
 Status Communicator::finishInit() {
   log::RankScope scope(rank_);
-  std::vector<std::string> differing;
+  std::string differing;
   LOOM_TRY(adoptRankZeroSettings(*bootstrap_, &config_, &differing));
   if (!differing.empty()) {
-    std::string names;
-    for (const std::string& n : differing) names += (names.empty() ? "" : ", ") + n;
     LOOM_WARN("comm %016llx: %s on this rank differ%s from rank 0's; using rank 0's (ranks that differ "
               "would build different plans and links and wait on each other)",
-              static_cast<unsigned long long>(commId()), names.c_str(), differing.size() == 1 ? "s" : "");
+              static_cast<unsigned long long>(commId()), differing.c_str(),
+              differing.find(',') == std::string::npos ? "s" : "");
   }
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
   const uint64_t ownHost = peers[static_cast<size_t>(rank_)].hostHash;

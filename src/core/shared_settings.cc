@@ -3,6 +3,7 @@
 #include <array>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "core/communicator.h"
 
@@ -55,11 +56,11 @@ void apply(const Record& r, CommConfig* c) {
   c->deviceSliceBytes = static_cast<size_t>(r.deviceSliceBytes);
 }
 
-// The variable behind each field, for the warning.
-std::vector<std::string> namesOfDifferences(const Record& a, const Record& b) {
-  std::vector<std::string> names;
+// The variables behind the fields that differ, comma-separated (as call_check's differingFields).
+std::string namesOfDifferences(const Record& a, const Record& b) {
+  std::string names;
   auto note = [&](bool differs, const char* name) {
-    if (differs) names.push_back(name);
+    if (differs) names += std::string(names.empty() ? "" : ", ") + name;
   };
   note(a.shm != b.shm || a.socket != b.socket, "LOOM_TRANSPORTS");
   note(a.algorithms != b.algorithms, "LOOM_ALGO");
@@ -77,7 +78,7 @@ std::vector<std::string> namesOfDifferences(const Record& a, const Record& b) {
 
 }  // namespace
 
-Status adoptRankZeroSettings(Bootstrap& bootstrap, CommConfig* config, std::vector<std::string>* differing) {
+Status adoptRankZeroSettings(Bootstrap& bootstrap, CommConfig* config, std::string* differing) {
   std::vector<Record> all(static_cast<size_t>(bootstrap.nranks()));
   const Record mine = recordOf(*config);
   all[static_cast<size_t>(bootstrap.rank())] = mine;

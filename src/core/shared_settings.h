@@ -4,7 +4,6 @@
 #pragma once
 
 #include <string>
-#include <vector>
 
 #include "core/bootstrap.h"
 #include "core/status.h"
@@ -14,7 +13,8 @@ namespace loom {
 struct CommConfig;
 
 // Collective over the bootstrap: replaces the shared settings in *config with rank 0's;
-// *differing gets the names of the variables whose value on this rank was not rank 0's.
-Status adoptRankZeroSettings(Bootstrap& bootstrap, CommConfig* config, std::vector<std::string>* differing);
+// *differing gets the names of the variables whose value on this rank was not rank 0's,
+// comma-separated (empty: none).
+Status adoptRankZeroSettings(Bootstrap& bootstrap, CommConfig* config, std::string* differing);
 
 }  // namespace loom
