@@ -89,8 +89,9 @@ void printRings(const Graph& graph, int n, bool hostRanks) {
   std::printf(" %d\n", chain.front());
   ChainQuality q = chainQuality(graph, places, chain);
   if (q.gbps > 0) {
-    std::printf("ring: narrowest hop %.1f GB/s, %d NUMA crossings; predicted allreduce bus bandwidth %.1f GB/s\n",
-                q.gbps, q.crossings, q.gbps);
+    std::printf("ring: narrowest hop %.1f GB/s, %d socket crossings, %d NUMA crossings within a socket; "
+                "predicted allreduce bus bandwidth %.1f GB/s\n",
+                q.gbps, q.socketCrossings, q.numaCrossings, q.gbps);
   } else {
     std::printf("ring: every rank shares one device; bandwidth is that of its memory\n");
   }

@@ -88,8 +88,9 @@ Status placeRing(Bootstrap& bootstrap, const RingPlacementInput& in, std::vector
 
   std::string order;
   for (int r : *ring) order += (order.empty() ? "" : " ") + std::to_string(r);
-  std::string hops = quality.gbps > 0 ? format("narrowest hop %.1f GB/s, %d NUMA crossing(s)", quality.gbps,
-                                                quality.crossings)
+  std::string hops = quality.gbps > 0 ? format("narrowest hop %.1f GB/s, %d socket crossing(s), %d NUMA crossing(s) "
+                                                "within a socket",
+                                                quality.gbps, quality.socketCrossings, quality.numaCrossings)
                                        : std::string("its ranks share one NUMA domain or device");
   *summary = format("ring %s; this host's chain (topology from %s%s): %s", order.c_str(), topo::sourceName(source),
                     topoFile.empty() ? "" : (" " + topoFile).c_str(), hops.c_str());

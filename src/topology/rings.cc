@@ -10,30 +10,61 @@ namespace loom::topo {
 
 namespace {
 
-// Paths between the chain's members, computed once (path() searches the graph).
+// The CPU package a node is local to (-1 unknown).
+int socketOf(const Graph& graph, int node) {
+  const int cpu = graph.node(node).kind == NodeKind::kCpu ? node : graph.node(node).cpu;
+  return cpu < 0 ? -1 : graph.node(cpu).socket;
+}
+
+// One hop of the ring, as the ring's score counts it.
+struct Hop {
+  Path path;
+  bool crossesSockets = false;  // across the CPUs' interconnect between packages
+  bool crossesNuma = false;     // between NUMA domains of one package
+};
+
+// Hops between the chain's members, computed once (path() searches the graph).
 class PathTable {
  public:
-  PathTable(const Graph& graph, const std::vector<int>& nodes) : n_(nodes.size()), paths_(n_ * n_) {
+  PathTable(const Graph& graph, const std::vector<int>& nodes) : n_(nodes.size()), hops_(n_ * n_) {
     for (size_t i = 0; i < n_; ++i) {
-      for (size_t j = 0; j < n_; ++j) paths_[i * n_ + j] = graph.path(nodes[i], nodes[j]);
+      for (size_t j = 0; j < n_; ++j) {
+        Hop& hop = hops_[i * n_ + j];
+        hop.path = graph.path(nodes[i], nodes[j]);
+        if (hop.path.type != PathType::kSys) continue;
+        // Unknown packages count as different: a crossing is the safer guess.
+        const int a = socketOf(graph, nodes[i]), b = socketOf(graph, nodes[j]);
+        (a >= 0 && a == b ? hop.crossesNuma : hop.crossesSockets) = true;
+      }
     }
   }
-  const Path& at(size_t i, size_t j) const { return paths_[i * n_ + j]; }
+  const Hop& at(size_t i, size_t j) const { return hops_[i * n_ + j]; }
 
  private:
   size_t n_;
-  std::vector<Path> paths_;
+  std::vector<Hop> hops_;
 };
 
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 
-// Score of a closed ring over member indices: larger is better.
+// Score of a closed ring over member indices, or of one step of it: larger is better. A
+// socket crossing costs more than any number of crossings between the NUMA domains of one
+// package, which stay on the package's own fabric.
 struct Score {
   double gbps = kUnbounded;
-  int crossings = 0;
+  int socketCrossings = 0;
+  int numaCrossings = 0;
   int hops = 0;
+  void add(const Hop& hop) {
+    if (hop.path.type == PathType::kSelf) return;
+    gbps = std::min(gbps, hop.path.gbps);
+    socketCrossings += hop.crossesSockets;
+    numaCrossings += hop.crossesNuma;
+    hops += hop.path.hops;
+  }
   bool betterThan(const Score& o) const {
-    return std::make_tuple(gbps, -crossings, -hops) > std::make_tuple(o.gbps, -o.crossings, -o.hops);
+    return std::make_tuple(gbps, -socketCrossings, -numaCrossings, -hops) >
+           std::make_tuple(o.gbps, -o.socketCrossings, -o.numaCrossings, -o.hops);
   }
 };
 
@@ -41,11 +72,7 @@ Score score(const PathTable& paths, const std::vector<int>& order) {
   Score s;
   if (order.size() < 2) return s;
   for (size_t i = 0; i < order.size(); ++i) {
-    const Path& p = paths.at(static_cast<size_t>(order[i]), static_cast<size_t>(order[(i + 1) % order.size()]));
-    if (p.type == PathType::kSelf) continue;
-    s.gbps = std::min(s.gbps, p.gbps);
-    s.crossings += p.type == PathType::kSys;
-    s.hops += p.hops;
+    s.add(paths.at(static_cast<size_t>(order[i]), static_cast<size_t>(order[(i + 1) % order.size()])));
   }
   return s;
 }
@@ -73,11 +100,11 @@ std::vector<int> bestCycle(const PathTable& paths, size_t n) {
   for (size_t k = 1; k < n; ++k) {
     int from = best[k - 1];
     int pick = -1;
-    Score pickScore{-1, 0, 0};
+    Score pickScore;
     for (size_t m = 0; m < n; ++m) {
       if (used[m]) continue;
-      const Path& p = paths.at(static_cast<size_t>(from), m);
-      Score s{p.gbps, p.type == PathType::kSys ? 1 : 0, p.hops};
+      Score s;
+      s.add(paths.at(static_cast<size_t>(from), m));
       if (pick < 0 || s.betterThan(pickScore)) {
         pick = static_cast<int>(m);
         pickScore = s;
@@ -132,7 +159,8 @@ ChainQuality chainQuality(const Graph& graph, const std::vector<Place>& places, 
   std::iota(order.begin(), order.end(), 0);
   Score s = score(paths, order);
   q.gbps = s.gbps == kUnbounded ? 0 : s.gbps;
-  q.crossings = s.crossings;
+  q.socketCrossings = s.socketCrossings;
+  q.numaCrossings = s.numaCrossings;
   q.hops = s.hops;
   return q;
 }

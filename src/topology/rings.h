@@ -22,16 +22,18 @@ struct Place {
 
 // The ring's neighbours along a host's chain, summarised.
 struct ChainQuality {
-  double gbps = 0;      // the narrowest hop around the closed ring (0: one rank)
-  int crossings = 0;    // hops that cross NUMA domains (SYS)
-  int hops = 0;         // links traversed, summed over the hops
+  double gbps = 0;         // the narrowest hop around the closed ring (0: one rank)
+  int socketCrossings = 0; // hops between CPU packages (SYS)
+  int numaCrossings = 0;   // hops between NUMA domains of one package (also SYS)
+  int hops = 0;            // links traversed, summed over the hops
 };
 
 // The order (indices into `places`) in which one host's ranks sit on the ring. GPU ranks:
-// the order of their distinct GPUs that maximises the narrowest hop, then minimises
-// crossings, then hops (exhaustive up to 9 GPUs, nearest neighbour beyond); ranks that share
-// a GPU sit together. Host ranks: grouped by socket, then NUMA domain. Ties keep the input
-// order, so equal machines give equal orders.
+// the order of their distinct GPUs that maximises the narrowest hop, then minimises socket
+// crossings, then crossings between NUMA domains of one package, then hops (exhaustive up
+// to 9 GPUs, nearest neighbour beyond); ranks that share a GPU sit together. Host ranks:
+// grouped by socket, then NUMA domain. Ties keep the input order, so equal machines give
+// equal orders.
 std::vector<int> hostChain(const Graph& graph, const std::vector<Place>& places);
 
 // The chain's quality as a closed ring.

@@ -267,6 +267,36 @@ TEST(TopologyRings, HostRanksGroupBySocketThenDomain) {
   EXPECT_EQ(hostChain(m.g, places), (std::vector<int>{1, 3, 0, 2}));
 }
 
+// Two packages of two NUMA domains each, one GPU on each domain's own bridge: every GPU
+// pair is SYS, but only pairs on different packages cross the socket interconnect.
+TEST(TopologyRings, GpuRingCrossesSocketsBeforeDomains) {
+  Graph g;
+  std::vector<int> cpus, gpus;
+  for (int numa = 0; numa < 4; ++numa) {
+    std::string name = "cpu" + std::to_string(numa);
+    int cpu = g.add(makeNode(NodeKind::kCpu, name.c_str(), numa, numa / 2));
+    // Every domain one hop from every other, so hop counts cannot break the tie.
+    for (int other : cpus) g.connect(other, cpu, LinkKind::kSmp, 40, kSmpLatencyUs);
+    cpus.push_back(cpu);
+    name = "gpu" + std::to_string(numa);
+    int gpu = g.add(makeNode(NodeKind::kGpu, name.c_str(), numa, -1, cpu));
+    g.connect(cpu, gpu, LinkKind::kPcie, 32, kPcieLatencyUs);
+    gpus.push_back(gpu);
+  }
+  // Ranks take the GPUs alternating between the packages: rank order would cross them at
+  // every hop.
+  std::vector<Place> places;
+  for (int ordinal : {0, 2, 1, 3}) places.push_back({g.node(gpus[static_cast<size_t>(ordinal)]).cpu, gpus[static_cast<size_t>(ordinal)]});
+  std::vector<int> chain = hostChain(g, places);
+  EXPECT_EQ(chain, (std::vector<int>{0, 1, 3, 2}));  // gpu0 | gpu2 gpu3 | gpu1 (gpu0)
+  ChainQuality q = chainQuality(g, places, chain);
+  EXPECT_EQ(q.socketCrossings, 2);
+  EXPECT_EQ(q.numaCrossings, 2);
+  ChainQuality rankOrder = chainQuality(g, places, {0, 1, 2, 3});
+  EXPECT_EQ(rankOrder.socketCrossings, 4);
+  EXPECT_EQ(rankOrder.numaCrossings, 0);
+}
+
 TEST(TopologyRings, GlobalRingKeepsHostsTogether) {
   // Ranks 0,2 on host 0 (chain 2,0), ranks 1,3 on host 1 (chain 1,3).
   std::vector<int> hostOf = {0, 1, 0, 1};
@@ -415,7 +445,8 @@ TEST(TopologyFixtures, DgxH100RingIsGpuOrderWithoutCrossings) {
   EXPECT_EQ(chain, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
   ChainQuality q = chainQuality(g, places, chain);
   EXPECT_DOUBLE_EQ(q.gbps, 450.0);  // 18 NVLink 4 links of 25 GB/s each way
-  EXPECT_EQ(q.crossings, 0);
+  EXPECT_EQ(q.socketCrossings, 0);
+  EXPECT_EQ(q.numaCrossings, 0);
 }
 
 TEST(TopologyFixtures, PcieBoxRingPairsGpusOfOneSwitch) {
@@ -432,8 +463,9 @@ TEST(TopologyFixtures, PcieBoxRingPairsGpusOfOneSwitch) {
   std::vector<Place> places = gpuRanks(g, {0, 2, 1, 3});
   std::vector<int> chain = hostChain(g, places);
   EXPECT_EQ(ordinalsAround(g, places, chain), (std::vector<int>{0, 2, 3, 1}));
-  EXPECT_EQ(chainQuality(g, places, chain).crossings, 2);
-  EXPECT_EQ(chainQuality(g, places, {0, 1, 2, 3}).crossings, 4);
+  EXPECT_EQ(chainQuality(g, places, chain).socketCrossings, 2);
+  EXPECT_EQ(chainQuality(g, places, {0, 1, 2, 3}).socketCrossings, 4);
+  EXPECT_EQ(chainQuality(g, places, chain).numaCrossings, 0);
   EXPECT_NEAR(chainQuality(g, places, chain).gbps, 31.5, 0.01);  // PCIe 4.0 x16
 }
 
@@ -448,7 +480,14 @@ TEST(TopologyFixtures, TwoSocketCpuHostGroupsRanksByNumaDomain) {
   std::vector<Place> places;
   for (int r = 0; r < 8; ++r) places.push_back({cpus[static_cast<size_t>(r % 4)]});
   EXPECT_EQ(hostChain(g, places), (std::vector<int>{0, 4, 1, 5, 2, 6, 3, 7}));
-  EXPECT_EQ(chainQuality(g, places, hostChain(g, places)).crossings, 4);
+  // Of the four hops between domains, two stay within a package.
+  ChainQuality grouped = chainQuality(g, places, hostChain(g, places));
+  EXPECT_EQ(grouped.socketCrossings, 2);
+  EXPECT_EQ(grouped.numaCrossings, 2);
+  // Dealt order crosses between packages at every other hop: cpu0 cpu1 | cpu2 cpu3 | cpu0 ...
+  ChainQuality dealt = chainQuality(g, places, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(dealt.socketCrossings, 4);
+  EXPECT_EQ(dealt.numaCrossings, 4);
 }
 
 TEST(TopologyFixtures, LaptopHasOneGpuAndItsWifi) {
@@ -488,7 +527,9 @@ TEST(LoomTopo, RingsOnTheShippedPcieBox) {
             0)
       << out;
   EXPECT_NE(out.find("ring: 0 -PIX-> 1 -SYS-> 2 -PIX-> 3 -SYS-> 0"), std::string::npos) << out;
-  EXPECT_NE(out.find("narrowest hop 31.5 GB/s, 2 NUMA crossings"), std::string::npos) << out;
+  EXPECT_NE(out.find("narrowest hop 31.5 GB/s, 2 socket crossings, 0 NUMA crossings within a socket"),
+            std::string::npos)
+      << out;
 }
 
 }  // namespace
