@@ -2,9 +2,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <memory>
+
 #include "core/env.h"
 #include "core/log.h"
 #include "topology/hwloc_discovery.h"
+#include "topology/nvlink_probe.h"
 
 namespace loom::topo {
 
@@ -17,20 +21,40 @@ const char* sourceName(Source source) {
   return "?";
 }
 
+namespace {
+
+// hwloc knows NVLink only through its NVML backend, which Debian's build lacks; then NVML,
+// loaded at run time, is asked directly.
+void addLiveNvlinks(Graph* graph) {
+  if (graph->all(NodeKind::kGpu).empty()) return;
+  const std::vector<Link>& links = graph->links();
+  if (std::any_of(links.begin(), links.end(), [](const Link& l) { return l.kind == LinkKind::kNvlink; })) return;
+  std::string why;
+  std::unique_ptr<NvlinkSource> nvml = openNvml(&why);
+  if (!nvml) {
+    LOOM_INFO("topology: no NVLink information (%s)", why.c_str());
+    return;
+  }
+  LOOM_INFO("topology: NVML reports %d NVLink connection(s) between GPUs and NVSwitches", addNvlinksFrom(*nvml, graph));
+}
+
+}  // namespace
+
 Status discoverLive(Graph* out, Source* source) {
   Status hwloc = hwlocLive(out);
   if (hwloc.isOk()) {
     *source = Source::kHwloc;
-    return hwloc;
+  } else {
+    LOOM_INFO("topology: %s; reading /sys instead", hwloc.message().c_str());
+    *source = Source::kSysfs;
+    LOOM_TRY(discoverSysfs("/sys", out));
+    if (out->host.empty()) {
+      char name[256] = {};
+      gethostname(name, sizeof(name) - 1);
+      out->host = name;
+    }
   }
-  LOOM_INFO("topology: %s; reading /sys instead", hwloc.message().c_str());
-  *source = Source::kSysfs;
-  LOOM_TRY(discoverSysfs("/sys", out));
-  if (out->host.empty()) {
-    char name[256] = {};
-    gethostname(name, sizeof(name) - 1);
-    out->host = name;
-  }
+  addLiveNvlinks(out);
   return Status::ok();
 }
 
