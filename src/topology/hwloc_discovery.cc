@@ -219,7 +219,7 @@ class Builder {
     } else {
       node.kind = NodeKind::kNic;
       node.portGbps = infoNumber(obj, "LoomPortGbps");
-      if (node.portGbps == 0 && live_) node.portGbps = sysfsPortGbps("/sys", netName, rdmaName);
+      if (node.portGbps == 0 && live_) node.portGbps = livePortGbps(netName, rdmaName);
       if (!netName.empty()) node.model = netName;
       node.name = !rdmaName.empty() ? rdmaName : !netName.empty() ? netName : "nic " + node.busId;
     }

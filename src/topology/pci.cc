@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <fstream>
 
+#include "topology/ibverbs_ports.h"
+
 namespace loom::topo {
 
 PciRole pciRole(unsigned vendor, unsigned classId) {
@@ -50,6 +52,11 @@ void connectCpus(Graph* graph, double gbps) {
       graph->connect(cpus[i], cpus[j], LinkKind::kSmp, gbps, kSmpLatencyUs);
     }
   }
+}
+
+double livePortGbps(const std::string& netName, const std::string& rdmaName) {
+  const double gbps = rdmaName.empty() ? 0 : ibverbsPortGbps(rdmaName);
+  return gbps > 0 ? gbps : sysfsPortGbps("/sys", netName, rdmaName);
 }
 
 int nvswitchNode(Graph* graph) {

@@ -1,5 +1,5 @@
 // What the hwloc and /sys discoveries share: which PCI devices Loom cares about, PCIe link
-// bandwidth, NIC port speed from /sys, and the CPUs' all-to-all interconnect.
+// bandwidth, NIC port speed from ibverbs and /sys, and the CPUs' all-to-all interconnect.
 #pragma once
 
 #include <string>
@@ -24,6 +24,10 @@ std::string busIdString(unsigned domain, unsigned bus, unsigned device, unsigned
 // first port of the RDMA device `rdmaName` (/sys/class/infiniband/NAME/ports/1/rate); 0 when
 // neither says (a link that is down reports no speed).
 double sysfsPortGbps(const std::string& sysRoot, const std::string& netName, const std::string& rdmaName);
+
+// The same on the machine this runs on, asking ibverbs (ibverbs_ports.h) first for an RDMA
+// device and /sys where it has no answer.
+double livePortGbps(const std::string& netName, const std::string& rdmaName);
 
 // Joins every pair of CPU nodes with an SMP link of `gbps` (the CPUs' interconnect).
 void connectCpus(Graph* graph, double gbps);

@@ -14,6 +14,7 @@
 #include "loom_build_config.h"
 #include "topology/affinity.h"
 #include "topology/discover.h"
+#include "topology/ibverbs_ports.h"
 #include "topology/pci.h"
 #include "topology/render.h"
 #include "topology/rings.h"
@@ -95,6 +96,20 @@ TEST(TopologyPci, LinkBandwidthAsHwlocReportsIt) {
   EXPECT_EQ(pciRole(0x15b3, 0x0207), PciRole::kNic);
   EXPECT_EQ(pciRole(0x1002, 0x0300), PciRole::kOther);  // not a CUDA device
   EXPECT_EQ(pciRole(0x144d, 0x0108), PciRole::kOther);  // NVMe
+}
+
+TEST(TopologyPci, RdmaPortRateAsIbstatPrintsIt) {
+  EXPECT_EQ(ibverbsRateGbps(32, 2), 100);    // 4x EDR
+  EXPECT_EQ(ibverbsRateGbps(64, 2), 200);    // 4x HDR
+  EXPECT_EQ(ibverbsRateGbps(128, 2), 400);   // 4x NDR (ConnectX-7)
+  EXPECT_EQ(ibverbsRateGbps(128, 16), 200);  // 2x NDR
+  EXPECT_EQ(ibverbsRateGbps(128, 1), 100);   // 1x NDR
+  EXPECT_EQ(ibverbsRateGbps(16, 2), 56);     // 4x FDR
+  EXPECT_EQ(ibverbsRateGbps(4, 8), 120);     // 12x QDR
+  EXPECT_EQ(ibverbsRateGbps(3, 2), 0);       // no such speed code
+  EXPECT_EQ(ibverbsRateGbps(32, 3), 0);      // no such width code
+  // A device this machine does not have: no speed, no crash.
+  EXPECT_EQ(ibverbsPortGbps("loom_no_such_hca"), 0);
 }
 
 // A made-up /sys: two NUMA domains on two sockets; under socket 0 a root port, a switch
