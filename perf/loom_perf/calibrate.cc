@@ -6,6 +6,8 @@
 //                        would add a call's overhead, about 1 µs, to every hop; through the
 //                        FIFO: sends from LOOM_SHM_CMA_MIN_BYTES, 512 KiB, are read straight
 //                        from the sender), time fitted to a line
+//   direct               the same exchange at 2, 4 and 8 x LOOM_SHM_CMA_MIN_BYTES, which
+//                        the receiver reads straight from the sender: the line's bandwidth
 //   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
 //   mem, streaming       a ring allreduce past the cache with each protocol forced; the
@@ -30,6 +32,7 @@
 #include "algorithms/tuning_file.h"
 #include "fatal.h"
 #include "kernels/reduce.h"
+#include "transport/shm_transport.h"
 
 namespace loomperf {
 namespace {
@@ -86,6 +89,15 @@ LinkPoints linkPoints() {
   for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{8} << 10, size_t{32} << 10, size_t{128} << 10,
                        size_t{256} << 10}) {
     points.emplace_back(bytes, HUGE_VAL);
+  }
+  return points;
+}
+
+// Exchanges that shared memory reads directly (none when LOOM_SHM_CMA=0).
+LinkPoints directPoints(size_t minBytes) {
+  LinkPoints points;
+  for (size_t times : {2, 4, 8}) {
+    if (minBytes > 0) points.emplace_back(times * minBytes, HUGE_VAL);
   }
   return points;
 }
@@ -220,6 +232,8 @@ int calibrate(loomComm_t comm, const std::string& path) {
     return 1;
   }
   CommProfile p = CommProfile::defaults(nranks, nhosts);
+  const loom::Status cma = loom::transport::ShmTransport::directReadMinBytes(&p.directMinBytes);
+  if (!cma.isOk()) fatal("--calibrate: %s", cma.message().c_str());
   if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
   const size_t kernelBytes = size_t{1} << 20;
   std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), out(a.size());
@@ -237,11 +251,12 @@ int calibrate(loomComm_t comm, const std::string& path) {
   const size_t pastCache = 2 * (minBytesText ? std::strtoull(minBytesText, nullptr, 10) : p.streamingMinBytes);
   const bool timesPastCache = nhosts == 1 && pastCache > 0;
   const loom::Protocol protocols[] = {loom::Protocol::kSimple, loom::Protocol::kStreaming};
-  LinkPoints intra = linkPoints(), inter = linkPoints();
+  LinkPoints intra = linkPoints(), inter = linkPoints(), direct = directPoints(p.directMinBytes);
   double oneShotUs = HUGE_VAL;
   double ringUs[2] = {HUGE_VAL, HUGE_VAL};
   for (int round = 0; round < kRounds; ++round) {
     if (sameHost > 0) sweepLink(comm, rank, 0, sameHost, &intra);
+    if (sameHost > 0) sweepLink(comm, rank, 0, sameHost, &direct);
     if (otherHost > 0) sweepLink(comm, rank, 0, otherHost, &inter);
     // With every rank on one host, the tuner runs an 8 B allreduce on the one-shot board.
     if (nhosts == 1) oneShotUs = std::min(oneShotUs, allReduceUs(comm, 8, 2000));
@@ -256,6 +271,11 @@ int calibrate(loomComm_t comm, const std::string& path) {
     p.intra = fitLink(intra, rank, "intra");
   } else if (rank == 0) {
     std::printf("#   intra: one rank per host, kept built in\n");
+  }
+  if (sameHost > 0 && !direct.empty()) {
+    p.directGbps = fitLink(direct, rank, "direct").gbps;
+  } else if (rank == 0) {
+    std::printf("#   direct: %s, kept built in\n", sameHost > 0 ? "LOOM_SHM_CMA=0" : "one rank per host");
   }
   if (otherHost > 0) {
     p.inter = fitLink(inter, rank, "inter");

@@ -22,7 +22,15 @@
 //     (Exactly (h - 1) max(S slice, alpha + slice) + S slice + alpha: the sum bounds it.)
 //
 // Reductions run on the thread that copies, and are added rather than overlapped: like the
-// ring's alphas, an upper bound, tightest where one term dominates.
+// ring's alphas, an upper bound, tightest where one term dominates. Within one host, a
+// reduction that reads the FIFO in place takes the place of the receiver's copy out of it,
+// which the link's bandwidth already counts: it adds only what a reduction costs over a
+// copy, reduceBytes (1 / reduceGbps - 1 / copyGbps).
+//
+// Shared memory reads a receive of directMinBytes or more straight from the sender's
+// buffer (shm_transport.h): those transfers run at directGbps instead of intra.gbps. Which
+// receives are read so, and in ranges of what size, is each algorithm's (`direct` and
+// `directSpan` below); a reduction read so lands in staging first and pays in full.
 //
 // Links: a hop between hosts pays `inter`, one within a host `intra`. The bandwidth is the
 // slowest kind of link the call uses (every algorithm here uses both kinds when both exist).
@@ -134,14 +142,33 @@ struct Schedule {
   double fill = 0;         // slice times outside that rank's stream
   double reduceBytes = 0;  // output bytes the busiest rank reduces
   int channels = 1;
+  double direct = 0;          // of load, receives a shared-memory link may read directly
+  double directSpan = 0;      // the contiguous range one such receive reads
+  bool reducesDirect = false; // those receives reduce (recursive doubling)
 };
+
+// Whether a schedule's direct-eligible receives are read straight from the sender: one
+// host (between hosts the slower socket sets the pace), calls that fit the cache (past it,
+// memGbps measures every shared-memory hop), ranges of directMinBytes or more.
+bool readsDirect(const Schedule& s, const CommProfile& p, size_t bytes) {
+  return s.direct > 0 && p.nhosts == 1 && p.directMinBytes > 0 && p.directGbps > 0 && !pastTheCache(bytes, p) &&
+         s.directSpan / s.channels >= static_cast<double>(p.directMinBytes);
+}
+
+double reductionUs(const Schedule& s, const CommProfile& p, bool direct) {
+  const bool inPlace = p.nhosts == 1 && !(direct && s.reducesDirect);
+  if (!inPlace) return transferUs(s.reduceBytes, p.reduceGbps);
+  return std::max(0.0, transferUs(s.reduceBytes, p.reduceGbps) - transferUs(s.reduceBytes, p.copyGbps));
+}
 
 double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, size_t bytes) {
   const double gbps = channelGbps(p, protocol, bytes, s.channels);
   const double step = s.stepBytes / s.channels;
   const double slice = std::min(step, static_cast<double>(p.sliceBytes));
-  return alphaUs(s.path, p) + s.fill * transferUs(slice, gbps) + s.load * transferUs(step, gbps) +
-         transferUs(s.reduceBytes, p.reduceGbps);
+  const bool direct = readsDirect(s, p, bytes);
+  const double directLoad = direct ? s.direct : 0;
+  return alphaUs(s.path, p) + s.fill * transferUs(slice, gbps) + (s.load - directLoad) * transferUs(step, gbps) +
+         directLoad * transferUs(step, p.directGbps / s.channels) + reductionUs(s, p, direct);
 }
 
 // A chain: every slice crosses `path` (h hops) hop after hop, each rank forwarding it as
@@ -149,8 +176,10 @@ double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, si
 // transfers of every slice (its children):
 //   h alpha + (h - 1) slice / bw + fanout stepBytes / bw + reduceBytes / reduceGbps,
 // slice = min(stepBytes, sliceBytes). Ring broadcast and reduce, tree broadcast, reduce and
-// allreduce are chains.
-Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double reduceBytes, int channels) {
+// allreduce are chains. `plain` of the fanout transfers are plain receives (a reduction's
+// read the FIFO in place); each forwards one slice at a time.
+Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double plain, double reduceBytes, int channels,
+                        const CommProfile& p) {
   Schedule s;
   s.path = path;
   s.stepBytes = stepBytes;
@@ -158,6 +187,8 @@ Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double reduc
   s.fill = path.count() - 1;
   s.reduceBytes = reduceBytes;
   s.channels = channels;
+  s.direct = plain;
+  s.directSpan = std::min(stepBytes, static_cast<double>(p.sliceBytes) * channels);
   return s;
 }
 
@@ -167,6 +198,8 @@ Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double reduc
 //   (n-1) alpha + (n-1)/n bytes / bw [+ (n-1)/n bytes / reduceGbps],
 // allreduce (reduce-scatter, then allgather) two:
 //   2(n-1) alpha + 2(n-1)/n bytes / bw + (n-1)/n bytes / reduceGbps.
+// The pass that does not reduce is plain receives, of a slice at a time (each is sent as it
+// arrives).
 Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p, int channels) {
   const int n = p.nranks, steps = passes * (n - 1);
   Schedule s;
@@ -176,6 +209,8 @@ Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p
   s.fill = 0;
   s.reduceBytes = reduces ? bytes * (n - 1) / n : 0;
   s.channels = channels;
+  s.direct = reduces ? steps - (n - 1) : steps;
+  s.directSpan = std::min(s.stepBytes, static_cast<double>(p.sliceBytes) * channels);
   return s;
 }
 
@@ -193,9 +228,10 @@ Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
   const Hops depth = hosts == 1 ? doublingHops(log2Ceil(n), p) : Hops{r - 1, log2Ceil(hosts)};
   const int fanout = hosts == 1 ? treeFanout(n) : (r > 1 ? 1 : 0) + treeFanout(hosts);
   const double sends = (n == 2 ? 1 : 2) + fanout;
-  // The two trees run on channels 0 and 1 (tree.cc), so more channels do not help.
-  return pipelinedChain({2 * depth.intra, 2 * depth.inter}, bytes / 2, sends, fanout * bytes / 2,
-                        std::min(channels, 2));
+  // The two trees run on channels 0 and 1 (tree.cc), so more channels do not help. The
+  // result going down is plain receives.
+  return pipelinedChain({2 * depth.intra, 2 * depth.inter}, bytes / 2, sends, fanout, fanout * bytes / 2,
+                        std::min(channels, 2), p);
 }
 
 // Recursive doubling (recursive_doubling.cc): with q the largest power of two <= n, log2(q)
@@ -207,7 +243,9 @@ Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
 // waiting one hop for the fold: fill 1. A power of two:
 //   log2(n) (alpha + bytes / bw + bytes / reduceGbps);
 // otherwise (log2(q) + 2) alpha + slice / bw + (log2(q) + 1) (bytes / bw + bytes /
-// reduceGbps). Always one channel.
+// reduceGbps). Always one channel. A rank may write its result only once its partner has
+// read what it sent, so it reads the partner's whole send (posted as one range) directly
+// into staging when the link allows.
 Schedule recursiveDoubling(double bytes, const CommProfile& p) {
   const int rounds = log2Floor(p.nranks);
   const bool folds = (1 << rounds) != p.nranks;
@@ -224,6 +262,9 @@ Schedule recursiveDoubling(double bytes, const CommProfile& p) {
   s.fill = folds ? 1 : 0;
   s.reduceBytes = s.load * bytes;
   s.channels = 1;
+  s.direct = s.load;
+  s.directSpan = bytes;
+  s.reducesDirect = true;
   return s;
 }
 
@@ -237,6 +278,8 @@ Schedule pairwise(double bytes, const CommProfile& p, int channels) {
   s.load = p.nranks - 1;
   s.fill = 0;
   s.channels = channels;
+  s.direct = s.load;
+  s.directSpan = s.stepBytes;
   return s;
 }
 
@@ -253,13 +296,14 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
         return ringPasses(1, kind == K::kReduceScatter, bytes, p, channels);
       }
       // Broadcast and reduce: a chain of n - 1 hops around the ring from (to) the root.
-      return pipelinedChain(ringWalk(n - 1, p), bytes, 1, reduces ? bytes : 0, channels);
+      return pipelinedChain(ringWalk(n - 1, p), bytes, 1, reduces ? 0 : 1, reduces ? bytes : 0, channels, p);
     case Algorithm::kTree: {
       if (kind == K::kAllReduce) return doubleTreeAllReduce(bytes, p, channels);
       // Broadcast down, or reduce up, the binary tree rooted at the root: ceil(log2 n) hops;
       // an inner rank sends every slice to (reduces every slice from) each of its children.
       const int fanout = treeFanout(n);
-      return pipelinedChain(doublingHops(log2Ceil(n), p), bytes, fanout, reduces ? fanout * bytes : 0, channels);
+      return pipelinedChain(doublingHops(log2Ceil(n), p), bytes, fanout, reduces ? 0 : fanout,
+                            reduces ? fanout * bytes : 0, channels, p);
     }
     case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p);
     case Algorithm::kPairwise: return pairwise(bytes, p, channels);
@@ -296,6 +340,9 @@ double oneShotUs(size_t bytes, const CommProfile& p) {
 // - past the cache (32 MiB and up), 4.5 GB/s with plain stores and 6 GB/s streaming:
 //   docs/RESULTS.md, 2-rank allreduce at 128 MiB, 3.7 GB/s bus bandwidth before
 //   non-temporal stores and 4.6 with them, less the reduction's share.
+// - direct reads 10 GB/s: loom-perf --calibrate on this VM, exchanges of 1 to 4 MiB read
+//   straight from the sender, 8.6-10.0 GB/s (a FIFO hop measured 6.6-15.6 on the same VM:
+//   which of the two is faster depends on where the two cores share a cache).
 // - channels: LOOM_SOCKET_NSOCKS's default, 2, where sockets run (several hosts); on one
 //   host shared memory has one link per peer.
 CommProfile CommProfile::defaults(int nranks, int nhosts) {
@@ -309,6 +356,7 @@ CommProfile CommProfile::defaults(int nranks, int nhosts) {
   p.oneShotLatencyUs = 0.5;
   p.memGbps = 4.5;
   p.streamingGbps = 6.0;
+  p.directGbps = 10.0;
   p.channels = nhosts > 1 ? 2 : 1;
   return p;
 }

@@ -30,6 +30,7 @@ const Key kKeys[] = {
     {"oneshot.latency_us", [](CommProfile* p) { return &p->oneShotLatencyUs; }, false},
     {"mem.gbps", [](CommProfile* p) { return &p->memGbps; }, true},
     {"streaming.gbps", [](CommProfile* p) { return &p->streamingGbps; }, true},
+    {"direct.gbps", [](CommProfile* p) { return &p->directGbps; }, true},
 };
 
 const Key* findKey(const std::string& name) {

@@ -13,6 +13,7 @@
 //   oneshot.latency_us = 0.5
 //   mem.gbps = 4.5                shared memory past the cache, plain stores
 //   streaming.gbps = 6            ... and non-temporal stores
+//   direct.gbps = 10              shared memory read straight from the sender's buffer
 //
 // Every key is optional; when one appears twice, the last one read wins.
 #pragma once

@@ -258,6 +258,7 @@ Status Communicator::agreeOnProfile() {
   CommProfile mine = CommProfile::defaults(nranks_, hosts_);
   mine.sliceBytes = config_.sliceBytes;
   mine.streamingMinBytes = config_.streamingMinBytes;
+  LOOM_TRY(transport::ShmTransport::directReadMinBytes(&mine.directMinBytes));
   mine.channels = config_.channels > 0 ? config_.channels : transport_->linksPerPeer();
   mine.channelsFixed = config_.channels > 0;
   if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &mine));

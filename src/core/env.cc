@@ -97,12 +97,13 @@ const std::vector<Variable>& variables() {
        "sender write a whole slice and the next while its peer reduces the first (docs/RESULTS.md)."},
       {"LOOM_SHM_CMA", "1", kData,
        "1 (default): a shared-memory receiver that copies a message of LOOM_SHM_CMA_MIN_BYTES or "
-       "more (not one it reduces, nor one of LOOM_STREAMING_MIN_BYTES or more) reads it straight "
+       "more (not one it can reduce in place as it arrives, nor one of LOOM_STREAMING_MIN_BYTES or more) reads it straight "
        "out of the sender's buffer (cross-memory attach, process_vm_readv; a plain copy between "
        "threads of one process): one copy instead of two. 0: always through the FIFO."},
       {"LOOM_SHM_CMA_MIN_BYTES", "524288", kData,
        "Smallest send that LOOM_SHM_CMA offers for a direct read (smaller ones are cheaper "
-       "through the FIFO; docs/RESULTS.md)."},
+       "through the FIFO; docs/RESULTS.md). The tuner's cost model times receives from this size "
+       "at direct.gbps (docs/TUNING.md)."},
       {"LOOM_CUDA_EXPERIMENTAL", "0", kData,
        "1: allow device communicators (config.device >= 0), which are not fully verified on a GPU yet "
        "(issue 8, docs/RESULTS.md). 0 (default): creating one is loomInvalidUsage saying so. Read at "

@@ -604,6 +604,13 @@ Status ShmTransport::readSettings(Settings* out) {
   return Status::ok();
 }
 
+Status ShmTransport::directReadMinBytes(size_t* out) {
+  Settings settings;
+  LOOM_TRY(readSettings(&settings));
+  *out = settings.direct ? settings.directMinBytes : 0;
+  return Status::ok();
+}
+
 Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, std::unique_ptr<ShmTransport>* out) {
   Settings settings;
   LOOM_TRY(readSettings(&settings));

@@ -33,6 +33,9 @@ class ShmTransport : public Transport {
   static Status create(Bootstrap& bootstrap, std::vector<int> peers,
                        std::unique_ptr<ShmTransport>* out);
   ~ShmTransport() override;
+  // The size from which a receive reads the sender's buffer directly, as LOOM_SHM_CMA and
+  // LOOM_SHM_CMA_MIN_BYTES set it (0: never), for the tuner's cost model.
+  static Status directReadMinBytes(size_t* out);
 
   const char* name() const override { return "shm"; }
   // Creates the segments of pairs where this rank is the lower one and sends their names;

@@ -71,7 +71,8 @@ TEST(CostModel, PredictionsGrowWithSize) {
                             {4, 2}, {6, 3}, {8, 2}, {8, 4}, {16, 4}, {16, 16}};
   for (const auto& layout : layouts) {
     CommProfile p = CommProfile::defaults(layout[0], layout[1]);
-    p.channels = 1;  // channels switching on speed a call up on purpose (next test)
+    p.channels = 1;        // channels switching on speed a call up on purpose (next test)
+    p.directMinBytes = 0;  // and so do direct reads (DirectReadsFromTheirThreshold)
     EXPECT_GT(expectGrowing(p, Protocol::kSimple), 0);
     EXPECT_GT(expectGrowing(p, Protocol::kStreaming), 0);
   }
@@ -109,11 +110,15 @@ TEST(CostModel, LatencyAlgorithmsWinSmallRingWinsLarge) {
 }
 
 // Values worked out by hand from cost_model.cc's formulas with the defaults (intra 1.5 µs,
-// 8 GB/s = 8000 B/µs; inter 25 µs, 1200 B/µs; reduce 10000 B/µs; slices of 512 KiB).
+// 8 GB/s = 8000 B/µs; inter 25 µs, 1200 B/µs; reduce 10000 B/µs; copy 13000 B/µs; direct
+// reads 10000 B/µs from 512 KiB; slices of 512 KiB).
 TEST(CostModel, HandDerivedValues) {
-  // Ring allreduce, 4 ranks, 1 MiB: 6 steps of a 256 KiB chunk (one slice, no fill):
-  // 6 x 1.5 + 6 x 262144 / 8000 + 3/4 x 1048576 / 10000 = 9 + 196.608 + 78.6432.
-  EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, CommProfile::defaults(4, 1)), 284.2512, 1e-9);
+  // Ring allreduce, 4 ranks, 1 MiB: 6 steps of a 256 KiB chunk (one slice, no fill, below
+  // the direct reads); the reductions read the FIFO in place, so they cost only their extra
+  // over a copy: 6 x 1.5 + 6 x 262144 / 8000 + 3/4 x 1048576 x (1/10000 - 1/13000)
+  // = 9 + 196.608 + 18.1484...
+  const double extra = 1 / 10000.0 - 1 / 13000.0;
+  EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, CommProfile::defaults(4, 1)), 205.608 + 786432 * extra, 1e-9);
 
   // 16 hosts of one rank, 128 KiB (below the channels' 2 MiB). Ring: 30 steps, all between
   // hosts, of 8 KiB: 30 x 25 + 30 x 8192 / 1200 + 15/16 x 131072 / 10000
@@ -135,11 +140,56 @@ TEST(CostModel, HandDerivedValues) {
   // 2 x 1.5 + 25 + 3 x 8 / 1200 + 3 x 8 / 10000.
   EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, 8, twoHosts), 28 + 24 / 1200.0 + 0.0024, 1e-9);
 
-  // Two ranks: ring = 2 x 1.5 + B / 8000 + (B / 2) / 10000 and rd = 1.5 + B / 8000 +
-  // B / 10000, equal at B = 2 x 1.5 x 10000 = 30000 bytes.
+  // Two ranks below the direct reads: ring = 2 x 1.5 + B / 8000 + (B / 2) extra and rd =
+  // 1.5 + B / 8000 + B extra, equal at B = 2 x 1.5 / extra = 130000 bytes.
+  const CommProfile two = CommProfile::defaults(2, 1);
   EXPECT_NEAR(static_cast<double>(crossoverBytes(Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing,
-                                                 CommProfile::defaults(2, 1))),
-              30000, 4);
+                                                 two)),
+              130000, 4);
+  // From 512 KiB rd reads its partner's buffer directly, then reduces it in full: 1 MiB is
+  // 1.5 + 1048576 / 10000 + 1048576 / 10000. The ring's allgather half is one direct slice:
+  // 3 + 524288 / 8000 + 524288 / 10000 + 524288 extra.
+  EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, two), 1.5 + 2 * 104.8576, 1e-9);
+  EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, two), 3 + 65.536 + 52.4288 + 524288 * extra, 1e-9);
+  // Between hosts no hop is shared memory: the reductions pay in full, nothing reads directly.
+  // 4 hosts of one rank, rd of 1 MiB: 2 x (25 + 1048576 / 1200 + 1048576 / 10000).
+  EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, CommProfile::defaults(4, 4)),
+              2 * (25 + 1048576 / 1200.0 + 104.8576), 1e-9);
+}
+
+// A shared-memory receive reads the sender's buffer from LOOM_SHM_CMA_MIN_BYTES on: a
+// broadcast between 2 ranks is one hop, 1.5 + B / 8000 through the FIFO and 1.5 + B / 10000
+// read directly; never with direct reads off (LOOM_SHM_CMA=0), past the cache (mem.gbps
+// measures those hops), or between hosts.
+TEST(CostModel, DirectReadsFromTheirThreshold) {
+  CommProfile p = CommProfile::defaults(2, 1);
+  const size_t from = p.directMinBytes;
+  auto broadcastUs = [&](size_t bytes, const CommProfile& profile) {
+    return simpleUs(Kind::kBroadcast, Algorithm::kRing, bytes, profile);
+  };
+  EXPECT_NEAR(broadcastUs(from - 4, p), 1.5 + (from - 4) / 8000.0, 1e-9);
+  EXPECT_NEAR(broadcastUs(from, p), 1.5 + from / 10000.0, 1e-9);
+  CommProfile off = p;
+  off.directMinBytes = 0;
+  EXPECT_NEAR(broadcastUs(from, off), 1.5 + from / 8000.0, 1e-9);
+  // Above the 512 KiB slice a relayed broadcast still reads slice by slice: 4 ranks, 4 MiB
+  // has the direct term, 2 hosts of 2 ranks does not.
+  const CommProfile four = CommProfile::defaults(4, 1);
+  CommProfile fourOff = four;
+  fourOff.directMinBytes = 0;
+  EXPECT_LT(broadcastUs(4 * kMiB, four), broadcastUs(4 * kMiB, fourOff));
+  CommProfile hosts = CommProfile::defaults(4, 2);
+  CommProfile hostsOff = hosts;
+  hostsOff.directMinBytes = 0;
+  EXPECT_EQ(broadcastUs(4 * kMiB, hosts), broadcastUs(4 * kMiB, hostsOff));
+  const size_t past = p.streamingMinBytes;
+  EXPECT_EQ(broadcastUs(past, p), broadcastUs(past, off));
+  // Reductions that read the FIFO in place never read directly: a reduce-scatter is the
+  // same with direct reads on or off, an allgather is not.
+  EXPECT_EQ(simpleUs(Kind::kReduceScatter, Algorithm::kRing, 4 * kMiB, four),
+            simpleUs(Kind::kReduceScatter, Algorithm::kRing, 4 * kMiB, fourOff));
+  EXPECT_LT(simpleUs(Kind::kAllGather, Algorithm::kRing, 4 * kMiB, four),
+            simpleUs(Kind::kAllGather, Algorithm::kRing, 4 * kMiB, fourOff));
 }
 
 TEST(CostModel, CrossoverAgreesWithPredictions) {
@@ -174,11 +224,13 @@ TEST(CostModel, CrossoverAgreesWithPredictions) {
                            CommProfile::defaults(4, 1)),
             8u);
   // Never: b cannot run (one-shot across hosts), or is still slower at 1 GiB: on 2 ranks
-  // ring and rd move the same bytes, and with reductions almost free nothing pays for the
-  // ring's extra alpha (1.5 µs against B / 2e9 µs saved).
+  // ring and rd move the same bytes, and with reductions as cheap as copies and no direct
+  // reads nothing pays for the ring's extra alpha.
   EXPECT_EQ(crossoverBytes(Kind::kAllReduce, Algorithm::kRing, Algorithm::kOneShot, CommProfile::defaults(4, 2)), 0u);
   CommProfile freeReduce = CommProfile::defaults(2, 1);
-  freeReduce.reduceGbps = 1e6;
+  freeReduce.reduceGbps = freeReduce.copyGbps;
+  freeReduce.directMinBytes = 0;
+  freeReduce.streamingMinBytes = 0;
   EXPECT_EQ(crossoverBytes(Kind::kAllReduce, Algorithm::kRecursiveDoubling, Algorithm::kRing, freeReduce), 0u);
 }
 
@@ -296,6 +348,7 @@ void expectSameConstants(const CommProfile& a, const CommProfile& b) {
   EXPECT_EQ(a.oneShotLatencyUs, b.oneShotLatencyUs);
   EXPECT_EQ(a.memGbps, b.memGbps);
   EXPECT_EQ(a.streamingGbps, b.streamingGbps);
+  EXPECT_EQ(a.directGbps, b.directGbps);
 }
 
 TEST(TuningFile, SavedConstantsLoadBackExactly) {
@@ -307,6 +360,7 @@ TEST(TuningFile, SavedConstantsLoadBackExactly) {
   saved.oneShotLatencyUs = 0;
   saved.memGbps = 2.0 / 3;
   saved.streamingGbps = 9.5;
+  saved.directGbps = 11.25;
   const std::string path = tempPath("roundtrip");
   RemoveAtEnd cleanup{path};
   Status status = saveTuningFile(path, saved, "node17");
