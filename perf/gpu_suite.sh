@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU path in one command: builds Loom with CUDA, runs the GPU tests (kernels, then
-# device collectives as threads and as processes), then the GPU benchmarks (reduce-kernel
+# device collectives as threads and as processes, then NVML's view of the GPUs), then the GPU benchmarks (reduce-kernel
 # bandwidth against a device-to-device copy; loom-perf allreduce on 2 ranks of GPU 0, plain
 # and as a CUDA graph), and leaves every output under OUT.
 #
@@ -29,7 +29,8 @@ while (($#)); do
 done
 
 programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
-          tests/gpu/kernels_test perf/loom-kernel-bw perf/loom-perf)
+          tests/gpu/kernels_test tests/unit/nvlink_probe_test tools/loom-topo perf/loom-kernel-bw
+          perf/loom-perf)
 
 if [[ -z $prebuilt ]]; then
   if [[ ! -d $builddir ]]; then
@@ -67,6 +68,9 @@ nvidia-smi -L 2>&1 | tee "$out/device.txt"
 run tests-kernels "$bin/tests/gpu/kernels_test"
 run tests-threads "$bin/tests/gpu/device_collectives_test"
 run tests-processes "$bin/tests/gpu/device_collectives_processes_test"
+# NVML as the live topology sees it: the GPUs' bus ids and generation, their NVLinks.
+run tests-nvml "$bin/tests/unit/nvlink_probe_test"
+run topology env LOOM_DEBUG=INFO "$bin/tools/loom-topo"
 
 run kernel-bw "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
 # Device communicators are refused without LOOM_CUDA_EXPERIMENTAL=1 until verified (issue 8).
