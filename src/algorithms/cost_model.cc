@@ -176,8 +176,8 @@ double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, si
 // transfers of every slice (its children):
 //   h alpha + (h - 1) slice / bw + fanout stepBytes / bw + reduceBytes / reduceGbps,
 // slice = min(stepBytes, sliceBytes). Ring broadcast and reduce, tree broadcast, reduce and
-// allreduce are chains. `plain` of the fanout transfers are plain receives (a reduction's
-// read the FIFO in place); each forwards one slice at a time.
+// allreduce are chains. `plain` of the fanout transfers are plain receives (the others are
+// reductions, which read the FIFO in place), each a slice at a time as it is forwarded.
 Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double plain, double reduceBytes, int channels,
                         const CommProfile& p) {
   Schedule s;
