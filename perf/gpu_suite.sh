@@ -29,7 +29,7 @@ while (($#)); do
 done
 
 programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
-          tests/gpu/kernels_test tests/unit/nvlink_probe_test tools/loom-topo perf/loom-kernel-bw
+          tests/gpu/kernels_test tests/unit/nvml_probe_test tools/loom-topo perf/loom-kernel-bw
           perf/loom-perf)
 
 if [[ -z $prebuilt ]]; then
@@ -69,7 +69,7 @@ run tests-kernels "$bin/tests/gpu/kernels_test"
 run tests-threads "$bin/tests/gpu/device_collectives_test"
 run tests-processes "$bin/tests/gpu/device_collectives_processes_test"
 # NVML as the live topology sees it: the GPUs' bus ids and generation, their NVLinks.
-run tests-nvml "$bin/tests/unit/nvlink_probe_test"
+run tests-nvml "$bin/tests/unit/nvml_probe_test"
 run topology env LOOM_DEBUG=INFO "$bin/tools/loom-topo"
 
 run kernel-bw "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8

@@ -2,13 +2,12 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <memory>
 
 #include "core/env.h"
 #include "core/log.h"
 #include "topology/hwloc_discovery.h"
-#include "topology/nvlink_probe.h"
+#include "topology/nvml_probe.h"
 
 namespace loom::topo {
 
@@ -23,19 +22,17 @@ const char* sourceName(Source source) {
 
 namespace {
 
-// hwloc knows NVLink only through its NVML backend, which Debian's build lacks; then NVML,
-// loaded at run time, is asked directly.
-void addLiveNvlinks(Graph* graph) {
+// hwloc knows NVLink only through its NVML backend, which Debian's build lacks, and peer
+// access not at all: NVML, loaded at run time, is asked directly.
+void addNvmlFacts(Graph* graph) {
   if (graph->all(NodeKind::kGpu).empty()) return;
-  const std::vector<Link>& links = graph->links();
-  if (std::any_of(links.begin(), links.end(), [](const Link& l) { return l.kind == LinkKind::kNvlink; })) return;
   std::string why;
-  std::unique_ptr<NvlinkSource> nvml = openNvml(&why);
+  std::unique_ptr<NvmlSource> nvml = openNvml(&why);
   if (!nvml) {
-    LOOM_INFO("topology: no NVLink information (%s)", why.c_str());
+    LOOM_INFO("topology: no NVLink or peer-access information (%s)", why.c_str());
     return;
   }
-  LOOM_INFO("topology: NVML reports %d NVLink connection(s) between GPUs and NVSwitches", addNvlinksFrom(*nvml, graph));
+  LOOM_INFO("topology: NVML adds %d NVLink connection(s) between GPUs and NVSwitches", applyNvml(*nvml, graph));
 }
 
 }  // namespace
@@ -54,7 +51,7 @@ Status discoverLive(Graph* out, Source* source) {
       out->host = name;
     }
   }
-  addLiveNvlinks(out);
+  addNvmlFacts(out);
   return Status::ok();
 }
 

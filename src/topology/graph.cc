@@ -57,6 +57,15 @@ int Graph::cpuByNuma(int numa) const {
   return -1;
 }
 
+bool Graph::peerAccess(int a, int b) const {
+  const std::pair<int, int> pair(std::min(a, b), std::max(a, b));
+  return std::find(noPeerAccess_.begin(), noPeerAccess_.end(), pair) == noPeerAccess_.end();
+}
+
+void Graph::denyPeerAccess(int a, int b) {
+  if (a != b && peerAccess(a, b)) noPeerAccess_.emplace_back(std::min(a, b), std::max(a, b));
+}
+
 namespace {
 
 // Classifies a path by what it passes through, as nvidia-smi topo -m does.

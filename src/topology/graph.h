@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace loom::topo {
@@ -86,9 +87,15 @@ class Graph {
   // preferred where it exists, as the hardware routes peer traffic over it.
   Path path(int a, int b) const;
 
+  // Whether GPU a can read GPU b's memory directly (PCIe or NVLink peer-to-peer). Every pair
+  // can unless discovery said otherwise (NVML's peer-to-peer status, nvml_probe.h).
+  bool peerAccess(int a, int b) const;
+  void denyPeerAccess(int a, int b);
+
  private:
   std::vector<Node> nodes_;
   std::vector<Link> links_;
+  std::vector<std::pair<int, int>> noPeerAccess_;  // (lower, higher) graph indices
 };
 
 // Typical figures where discovery reads none (GB/s, µs); see docs/TOPOLOGY.md.

@@ -97,6 +97,13 @@ std::string renderTree(const Graph& graph) {
     if (l.kind == LinkKind::kNvlink) out << ", " << l.lanes << " links";
     out << "]\n";
   }
+  const std::vector<int> gpus = graph.all(NodeKind::kGpu);
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    for (size_t j = i + 1; j < gpus.size(); ++j) {
+      if (graph.peerAccess(gpus[i], gpus[j])) continue;
+      out << graph.node(gpus[i]).name << " <-> " << graph.node(gpus[j]).name << "  [no peer-to-peer access]\n";
+    }
+  }
   return out.str();
 }
 

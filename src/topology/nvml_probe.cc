@@ -1,4 +1,4 @@
-#include "topology/nvlink_probe.h"
+#include "topology/nvml_probe.h"
 
 #include <dlfcn.h>
 
@@ -28,13 +28,15 @@ struct NvmlPciInfo {     // nvmlPciInfo_t, as the _v3 / _v2 entry points fill it
 };
 constexpr int kNvmlFeatureEnabled = 1;    // nvmlEnableState_t
 constexpr int kNvmlRemoteIsSwitch = 2;    // nvmlIntNvLinkDeviceType_t: NVML_NVLINK_DEVICE_TYPE_SWITCH
+constexpr int kNvmlP2pRead = 0;           // nvmlGpuP2PCapsIndex_t: NVML_P2P_CAPS_INDEX_READ
+constexpr int kNvmlP2pOk = 0;             // nvmlGpuP2PStatus_t: NVML_P2P_STATUS_OK
 
 struct NvmlLibraryCloser {
   void operator()(void* handle) const { dlclose(handle); }
 };
 using NvmlLibrary = std::unique_ptr<void, NvmlLibraryCloser>;
 
-class Nvml final : public NvlinkSource {
+class Nvml final : public NvmlSource {
  public:
   // The library opened and NVML initialised, or nullptr and *why.
   static std::unique_ptr<Nvml> open(std::string* why) {
@@ -99,6 +101,15 @@ class Nvml final : public NvlinkSource {
     return true;
   }
 
+  bool peerRead(int a, int b, bool* readable) override {
+    int status = 0;
+    if (!p2p_ || p2p_(devices_[static_cast<size_t>(a)], devices_[static_cast<size_t>(b)], kNvmlP2pRead, &status) != 0) {
+      return false;
+    }
+    *readable = status == kNvmlP2pOk;
+    return true;
+  }
+
   // Looks the entry points up; open() checks them and starts NVML.
   explicit Nvml(NvmlLibrary library) : library_(std::move(library)) {
     load(&init_, "nvmlInit_v2");
@@ -111,6 +122,7 @@ class Nvml final : public NvlinkSource {
     load(&state_, "nvmlDeviceGetNvLinkState");
     load(&remotePci_, "nvmlDeviceGetNvLinkRemotePciInfo_v2");
     load(&remoteType_, "nvmlDeviceGetNvLinkRemoteDeviceType");
+    load(&p2p_, "nvmlDeviceGetP2PStatus");
   }
 
  private:
@@ -144,11 +156,12 @@ class Nvml final : public NvlinkSource {
   NvmlReturn (*state_)(NvmlDevice, unsigned, int*) = nullptr;
   NvmlReturn (*remotePci_)(NvmlDevice, unsigned, NvmlPciInfo*) = nullptr;
   NvmlReturn (*remoteType_)(NvmlDevice, unsigned, int*) = nullptr;
+  NvmlReturn (*p2p_)(NvmlDevice, NvmlDevice, int, int*) = nullptr;
 };
 
 }  // namespace
 
-std::unique_ptr<NvlinkSource> openNvml(std::string* why) { return Nvml::open(why); }
+std::unique_ptr<NvmlSource> openNvml(std::string* why) { return Nvml::open(why); }
 
 double nvlinkPortGbps(int computeMajor) {
   if (computeMajor >= 10) return 50;
@@ -157,7 +170,10 @@ double nvlinkPortGbps(int computeMajor) {
   return 0;
 }
 
-int addNvlinksFrom(NvlinkSource& source, Graph* graph) {
+int applyNvml(NvmlSource& source, Graph* graph) {
+  const std::vector<Link>& existing = graph->links();
+  const bool linksKnown =
+      std::any_of(existing.begin(), existing.end(), [](const Link& l) { return l.kind == LinkKind::kNvlink; });
   // Ports per pair of ends as each end reports them (NVML reports a GPU-GPU port from both;
   // the larger count wins should they disagree), and each GPU's port speed.
   std::map<std::pair<int, int>, std::array<int, 2>> ports;
@@ -167,7 +183,7 @@ int addNvlinksFrom(NvlinkSource& source, Graph* graph) {
     const int gpu = graph->gpuByBusId(source.busId(i));
     if (gpu < 0) continue;
     portGbps[gpu] = nvlinkPortGbps(source.computeMajor(i));
-    for (int port = 0; port < NvlinkSource::kMaxPorts; ++port) {
+    for (int port = 0; port < NvmlSource::kMaxPorts; ++port) {
       std::string far;
       bool toSwitch = false;
       if (!source.remote(i, port, &far, &toSwitch)) continue;
@@ -178,9 +194,17 @@ int addNvlinksFrom(NvlinkSource& source, Graph* graph) {
       }
       const int peer = graph->gpuByBusId(far);
       if (peer < 0 || peer == gpu) continue;
-      ++ports[std::minmax(gpu, peer)][gpu > peer ? 1 : 0];
+      ++ports[{std::min(gpu, peer), std::max(gpu, peer)}][gpu > peer ? 1 : 0];
     }
   }
+  for (int i = 0; i < source.gpuCount(); ++i) {
+    for (int j = i + 1; j < source.gpuCount(); ++j) {
+      const int a = graph->gpuByBusId(source.busId(i)), b = graph->gpuByBusId(source.busId(j));
+      bool readable = true;
+      if (a >= 0 && b >= 0 && source.peerRead(i, j, &readable) && !readable) graph->denyPeerAccess(a, b);
+    }
+  }
+  if (linksKnown) return 0;
   int added = 0;
   for (const auto& [ends, counts] : ports) {
     // A GPU whose generation NVML could not tell takes its peer's port speed.
