@@ -236,7 +236,7 @@ Status DeviceExecutor::Run::issueReceive(int index, const Message& post) {
       LOOM_CUDA_TRY(static_cast<cudaError_t>(
           cuda::reduce(dst, nullptr, s.src, peerSrc, count, call.type, call.op, divisor, stream)));
     } else {
-      LOOM_CUDA_TRY(cudaMemcpyAsync(s.dst, peerSrc, s.bytes, cudaMemcpyDefault, stream));
+      LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::copy(s.dst, peerSrc, s.bytes, stream)));
       if (divisor > 0) {
         LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::scale(s.dst, s.dst, count, call.type, divisor, stream)));
       }
@@ -254,7 +254,7 @@ Status DeviceExecutor::Run::advance(Queue& q, bool* progressed) {
         if (!issuedOrDone(s.after)) return Status::ok();
         const CallInfo& call = plan_.callOfStep(static_cast<size_t>(index));
         if (s.dst != s.src && s.bytes > 0) {
-          LOOM_CUDA_TRY(cudaMemcpyAsync(s.dst, s.src, s.bytes, cudaMemcpyDeviceToDevice, exec_.stream()));
+          LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::copy(s.dst, s.src, s.bytes, exec_.stream())));
         }
         if (s.finalize && s.bytes > 0) {
           LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::scale(s.dst, s.dst, s.bytes / typeSize(call.type), call.type,
@@ -331,7 +331,7 @@ Status DeviceExecutor::Run::unpark(bool* progressed) {
       ++it;
       continue;
     }
-    LOOM_CUDA_TRY(cudaMemcpyAsync(s.dst, it->second, s.bytes, cudaMemcpyDeviceToDevice, exec_.stream()));
+    LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::copy(s.dst, it->second, s.bytes, exec_.stream())));
     LOOM_TRY(record(index));
     it = parked_.erase(it);
     *progressed = true;

@@ -15,7 +15,10 @@
 //
 // All device work of a rank goes onto one stream in the order it is issued, so a step may
 // be issued as soon as the steps it depends on are issued; only a post waits for its data
-// to be complete, since another process reads it.
+// to be complete, since another process reads it. Copies are kernels too (cuda::copy), not
+// cudaMemcpyAsync: CUDA counts a copy within one device's memory among the operations that
+// may wait for other streams' earlier work, and the caller's stream is held until this job
+// ends.
 #pragma once
 
 #include <memory>

@@ -16,6 +16,7 @@
 #include "core/device_executor.h"
 #include "core/log.h"
 #include "core/p2p.h"
+#include "kernels/cuda/device_reduce.h"
 #include "kernels/cuda/stream_flag.h"
 #include "topology/affinity.h"
 
@@ -164,6 +165,9 @@ Status CudaDeviceQueue::init() {
     return error(loomInvalidArgument, "config.device=%d: this process sees %d CUDA device(s)", comm_->device(), count);
   }
   LOOM_CUDA_TRY(cudaSetDevice(comm_->device()));
+  // Now, before any stream waits on this communicator's jobs (kernels/cuda/device_reduce.h).
+  LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::loadFlagKernel()));
+  LOOM_CUDA_TRY(static_cast<cudaError_t>(cuda::loadKernels()));
   LOOM_TRY(cuda::allocPinned(kSlots * sizeof(uint32_t), &flagMemory_));
   flags_ = static_cast<volatile uint32_t*>(flagMemory_.get());
   void* dev = nullptr;

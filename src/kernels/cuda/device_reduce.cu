@@ -462,6 +462,61 @@ int convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t s
   return static_cast<int>(cudaErrorInvalidValue);
 }
 
+namespace {
+
+// Asks for each kernel's attributes, which makes the runtime load it if it has not yet.
+class KernelLoader {
+ public:
+  template <class Kernel>
+  void load(Kernel kernel) {
+    cudaFuncAttributes attributes;
+    const cudaError_t e = cudaFuncGetAttributes(&attributes, kernel);
+    if (first_ == cudaSuccess) first_ = e;
+  }
+  template <class T, class V, class Job>
+  void loadElementwise() {
+    load(elementwise<T, V, true, Job>);
+    load(elementwise<T, V, false, Job>);
+  }
+  template <class From, class To>
+  void loadConvert() {
+    load(convertElements<From, To, true>);
+    load(convertElements<From, To, false>);
+  }
+  cudaError_t result() const { return first_; }
+
+ private:
+  cudaError_t first_ = cudaSuccess;
+};
+
+}  // namespace
+
+int loadKernels() {
+  KernelLoader loader;
+  for (int t = 0; t < loomNumTypes; ++t) {
+    byType(static_cast<loomDataType_t>(t), [&](auto typeTag) {
+      using T = typename decltype(typeTag)::type;
+      for (loomRedOp_t op : {loomSum, loomProd, loomMax, loomMin}) {
+        byOp(op, [&](auto opTag) {
+          loader.loadElementwise<T, uint4, ReduceJob<T, typename decltype(opTag)::type>>();
+          return 0;
+        });
+      }
+      loader.loadElementwise<T, uint4, ScaleJob<T>>();
+      return 0;
+    });
+  }
+  loader.loadElementwise<unsigned char, uint4, CopyJob>();
+  loader.loadElementwise<unsigned char, uint2, CopyJob>();
+  loader.loadElementwise<unsigned char, uint32_t, CopyJob>();
+  loader.loadElementwise<unsigned char, uint16_t, CopyJob>();
+  loader.loadConvert<float, Half>();
+  loader.loadConvert<float, BFloat16>();
+  loader.loadConvert<Half, float>();
+  loader.loadConvert<BFloat16, float>();
+  return static_cast<int>(loader.result());
+}
+
 const char* architectures() { return LOOM_CUDA_ARCHITECTURES; }
 
 }  // namespace loom::cuda

@@ -46,6 +46,13 @@ int copy(void* dst, const void* src, size_t bytes, void* stream);
 int convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType, size_t count,
             void* stream);
 
+// Loads every kernel above into the current device's context now, returning the first
+// cudaError_t (0: all loaded). With lazy loading (CUDA_MODULE_LOADING=LAZY, the default on
+// Linux since CUDA 12.2) a kernel is loaded at its first launch, and a load may wait for the
+// whole device to go idle: a first launch while a stream is held by a device communicator's
+// job, which that launch is needed to finish, would never return. Call before any such job.
+int loadKernels();
+
 // The architectures the kernels were compiled for, e.g. "sm_80,sm_90,compute_90", for logs.
 const char* architectures();
 

@@ -18,4 +18,9 @@ int waitAndResetFlag(uint32_t* flag, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
+int loadFlagKernel() {
+  cudaFuncAttributes attributes;
+  return static_cast<int>(cudaFuncGetAttributes(&attributes, waitAndReset));
+}
+
 }  // namespace loom::cuda

@@ -14,4 +14,8 @@ namespace loom::cuda {
 // the device address of pinned, mapped host memory. Returns the launch's cudaError_t.
 int waitAndResetFlag(uint32_t* flag, void* stream);
 
+// Loads the waiting kernel into the current device's context (see loadKernels in
+// device_reduce.h for why); returns the cudaError_t.
+int loadFlagKernel();
+
 }  // namespace loom::cuda
