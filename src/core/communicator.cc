@@ -1,5 +1,7 @@
 #include "core/communicator.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <set>
@@ -195,6 +197,7 @@ Status Communicator::finishInit() {
     }
   }
   hosts_ = static_cast<int>(hostSet.size());
+  oversubscribed_ = localRanks_ > ::sysconf(_SC_NPROCESSORS_ONLN);
 
   // Every rank takes the same decisions from the same allgathered table, so the collective
   // steps below (the socket listeners' exchange, the board) run on all ranks or none.
@@ -389,19 +392,22 @@ const char* Communicator::lastError() {
   return lastErrorCopy_.c_str();
 }
 
-void Communicator::acquire() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ++uses_;
-}
+void Communicator::acquire() { uses_.fetch_add(1); }
 
 void Communicator::release() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (--uses_ == 0) unused_.notify_all();
+  // Sequentially consistent with waitUntilUnused: either the waiter sees no uses left, or
+  // this sees the waiter and wakes it under the mutex (so not before it sleeps).
+  if (uses_.fetch_sub(1) == 1 && waiters_.load() > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    unused_.notify_all();
+  }
 }
 
 void Communicator::waitUntilUnused() {
+  waiters_.fetch_add(1);
   std::unique_lock<std::mutex> lock(mutex_);
-  unused_.wait(lock, [this] { return uses_ == 0; });
+  unused_.wait(lock, [this] { return uses_.load() == 0; });
+  waiters_.fetch_sub(1);
 }
 
 }  // namespace loom

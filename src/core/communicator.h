@@ -65,6 +65,8 @@ class Communicator {
   int localRank() const { return localRank_; }
   int localRanks() const { return localRanks_; }
   int hosts() const { return hosts_; }
+  // More ranks on this host than it has cores: waiting loops give up the core sooner.
+  bool oversubscribed() const { return oversubscribed_; }
   uint64_t commId() const { return bootstrap_->commId(); }
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
@@ -136,6 +138,7 @@ class Communicator {
   int nranks_;
   int localRank_ = 0;
   int localRanks_ = 1;
+  bool oversubscribed_ = false;
   int hosts_ = 1;
   int splits_ = 0;
 
@@ -144,7 +147,10 @@ class Communicator {
   std::atomic<bool> failed_{false};  // failure_ is set
   std::string lastError_;
   std::string lastErrorCopy_;  // what lastError() handed out, stable until the next call
-  int uses_ = 0;
+  // Calls in progress, counted without the mutex (every call counts); a destroy waiting
+  // for them to end says so in waiters_, and only then does the last one take the mutex.
+  std::atomic<int> uses_{0};
+  std::atomic<int> waiters_{0};
   std::condition_variable unused_;
 
   std::mutex execution_;

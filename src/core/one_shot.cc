@@ -79,21 +79,26 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
   std::lock_guard<std::mutex> lock(comm.executionMutex());
   OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound()};
   postOneShot(comm, op, seq);
-  const Clock::time_point start = Clock::now();
-  Clock::time_point lastCheck = start;
+  // The clock is first read after 64 passes: a call that finishes before (most do, in a
+  // fraction of a microsecond) would spend a good part of its time reading it.
+  Clock::time_point start, lastCheck;
+  // Spin first (a peer on this host is about to post); every 64 passes look at the clock,
+  // every millisecond check abort and the peers' processes. The core is given up every 64
+  // passes where ranks outnumber cores (the peer may be waiting for it), else every 4096: a
+  // yield is a system call, longer than a whole call when the peer is a moment behind.
+  const unsigned yieldMask = comm.oversubscribed() ? 63 : 4095;
   for (unsigned spins = 0;; ++spins) {
     bool done = false;
-    // Spin first (a peer on this host is about to post); every 64 passes look at the clock
-    // and yield, every millisecond check abort and the peers' processes.
     bool slow = (spins & 63) == 63;
     Clock::time_point now = slow ? Clock::now() : lastCheck;
+    if (spins == 63) start = lastCheck = now;
     bool check = slow && now - lastCheck > std::chrono::milliseconds(1);
     Status s = finishOneShot(comm, op, check, &done);
     if (s.isOk() && check) s = checkAnnouncements(comm, seq, call);
     if (!s.isOk()) return failWith(comm, s);
     if (done) return s;
     if (!slow) continue;
-    sched_yield();
+    if ((spins & yieldMask) == yieldMask) sched_yield();
     if (!check) continue;
     lastCheck = now;
     pollfd cancel{comm.cancelFd(), POLLIN, 0};
