@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Loom's collectives beside Open MPI's and Gloo's on this host, per transport, with one core's
-# memcpy bandwidth as the physical limit. Every program prints nccl-tests' table (Loom's
-# loom-perf, perf/peers/mpi_collective.c, perf/peers/gloo_collective.py, perf/peers/memcpy_bw.c)
-# under the same sweep and timing flags; perf/compare_table.py turns them into ratio tables.
+# Loom's collectives beside Open MPI's and Gloo's on this host, per transport, with each
+# transport's physical limit: one core's memcpy bandwidth for shared memory, the loopback TCP
+# link's for TCP. Every program prints nccl-tests' table (Loom's loom-perf,
+# perf/peers/mpi_collective.c, perf/peers/gloo_collective.py, perf/peers/memcpy_bw.c,
+# perf/peers/tcp_loopback_bw.c) under the same sweep and timing flags; perf/compare_table.py
+# turns them into ratio tables.
 #
 #   perf/compare.sh [--collectives allreduce,broadcast] [--ranks N] [--sweep "-b 8 -e 128M -f 2"]
 #                   [--transports shm,tcp] [--runs R] [--min-time S] [--markdown FILE]
@@ -18,7 +20,8 @@
 #                    Gloo has TCP only: it runs once per collective and shows in both tables
 #   --runs R         rounds (default 3); each round runs every program once, in turn, so that
 #                    drift hits all of them alike; the tables show the best round per size and
-#                    the spread over rounds. memcpy_bw runs once, after the rounds
+#                    the spread over rounds. memcpy_bw (shm) and tcp_loopback_bw (tcp) run
+#                    once, after the rounds
 #   --min-time S     lengthen each timed loop to S seconds (default 0.2)
 #   --markdown FILE  also write the tables as markdown to FILE
 #   --plot FILE.svg  in-place busbw against size, one line per program (Loom, Open MPI, Gloo),
@@ -27,7 +30,8 @@
 #   --out DIR        keep each program's raw output there (default BUILDDIR/compare)
 #   --builddir DIR   Loom's release build (default build-perf; made if missing)
 #   --pin LIST       programs whose rank r runs on cpu r only: a comma list of loom, mpi, gloo,
-#                    or all, or none (default: all). memcpy_bw always runs on cpu 0
+#                    or all, or none (default: all). memcpy_bw always runs on cpu 0,
+#                    tcp_loopback_bw's two processes on cpus 0 and 1
 #   --wait-idle S    before each program, wait up to S seconds for the other processes on the
 #                    machine to use under 10% of the cpus (default 0: do not wait)
 #   --retries K      run a program again, up to K more times, when other processes used over
@@ -108,7 +112,7 @@ loom_bin="$builddir/perf/loom-perf"
 plot_bin="$builddir/perf/loom-plot"
 peers="$builddir/perf/peers"
 mkdir -p "$peers"
-for peer in mpi_collective memcpy_bw; do
+for peer in mpi_collective memcpy_bw tcp_loopback_bw; do
   if [ ! -x "$peers/$peer" ] || [ "perf/peers/$peer.c" -nt "$peers/$peer" ] \
       || [ perf/peers/nccl_table.h -nt "$peers/$peer" ]; then
     mpicc -O2 -Wall -Wextra -o "$peers/$peer" "perf/peers/$peer.c" -lm
@@ -163,9 +167,14 @@ for coll in ${collectives//,/ }; do
   cmd[$coll.gloo]="$python perf/peers/gloo_collective.py $coll -N $ranks $timing $gloo_pin"
   order+=("$coll.gloo")
 done
+# The transports' limits, each run once after the rounds.
+limits=()
+[[ ",$transports," == *",shm,"* ]] && limits+=(memcpy)
+[[ ",$transports," == *",tcp,"* ]] && limits+=(tcp_loopback)
 cmd[memcpy]="taskset -c 0 $peers/memcpy_bw $timing"
+cmd[tcp_loopback]="$peers/tcp_loopback_bw $timing"
 echo "== commands"
-for name in "${order[@]}" memcpy; do
+for name in "${order[@]}" "${limits[@]}"; do
   echo "${cmd[$name]}" > "$out/$name.cmd"
   echo "$name: ${cmd[$name]}"
 done
@@ -210,7 +219,7 @@ run() {
 for ((r = 1; r <= runs; ++r)); do
   for name in "${order[@]}"; do run "$name" "$r" "round $r/$runs"; done
 done
-run memcpy 1 once
+for name in "${limits[@]}"; do run "$name" 1 once; done
 
 # --- tables and plots -----------------------------------------------------------------------
 table_args=(--dir "$out" --collectives "$collectives" --transports "$transports" --ranks "$ranks"

@@ -2,13 +2,15 @@
 """Tables for perf/compare.sh: reads the nccl-tests tables that Loom's loom-perf and the peers
 in perf/peers/ printed, and prints, per collective and transport, each program's best round per
 size with the spread over rounds, the time ratios against Loom, and Loom's busbw as a fraction
-of one core's memcpy bandwidth; as markdown, with the machine and the exact commands.
+of the transport's limit (one core's memcpy bandwidth for shared memory, the loopback TCP link's
+for TCP); as markdown, with the machine and the exact commands.
 
     perf/compare_table.py --dir DIR [--collectives allreduce,broadcast] [--transports shm,tcp]
                           [--ranks 2] [--pin WHAT] [--markdown FILE] [--best DIR]
 
 DIR holds what compare.sh kept: COLL.TRANSPORT.loom.R.txt, COLL.TRANSPORT.mpi.R.txt,
-COLL.gloo.R.txt (Gloo has TCP only: one run serves both transports), memcpy.1.txt (R: round),
+COLL.gloo.R.txt (Gloo has TCP only: one run serves both transports), memcpy.1.txt and
+tcp_loopback.1.txt (the limits, run once; R: round),
 NAME.cmd (the command of each), machine, loom_version and foreign.txt. --best DIR writes there,
 for each program, its table made of the best round's row at each size (for loom-plot).
 """
@@ -26,6 +28,10 @@ BUS_FACTOR = {  # nccl-tests' busbw / algbw, by collective and ranks
     "broadcast": lambda n: 1.0,
 }
 COLUMNS = {"oop": 5, "ip": 9}  # first field of each mode in a 13-field row
+LIMITS = {  # transport: (the program that measures its limit, the ratio column's title)
+    "shm": ("memcpy", "Loom/memcpy"),
+    "tcp": ("tcp_loopback", "Loom/TCP link"),
+}
 
 
 def read_table(path):
@@ -109,17 +115,20 @@ def render_legend(runs):
         f"(mean over ranks) in the best of {runs} round{'s' * (runs > 1)}{spread}. busbw: GB/s "
         f"(GB = 1e9), nccl-tests' bus bandwidth. MPI/Loom and Gloo/Loom: peer time / Loom time "
         f"(> 1: Loom is faster). Loom/memcpy: Loom's busbw / one core's memcpy bandwidth at "
-        f"that size. Gloo (torch.distributed) has TCP only: the same Gloo column shows under "
+        f"that size. Loom/TCP link: Loom's busbw / what one TCP connection on 127.0.0.1 carries "
+        f"each way while two processes send each other a buffer of that size at once "
+        f"(perf/peers/tcp_loopback_bw.c; a 2-rank allreduce sends and receives its whole buffer "
+        f"on each rank). Gloo (torch.distributed) has TCP only: the same Gloo column shows under "
         f"every transport.", ""]
 
 
-def render_table(args, coll, transport, loom, mpi, gloo, memcpy, runs):
+def render_table(args, coll, transport, loom, mpi, gloo, limit, runs):
     title, how = TRANSPORTS[transport]
     what = "sum" if coll == "allreduce" else "from rank 0"
     out = [f"### {coll}, {title}", "",
            f"{args.ranks} ranks, float32 {what}, in-place; {how}; Gloo over TCP.", "",
            "| size | Loom µs | Open MPI µs | Gloo µs | Loom GB/s | Open MPI GB/s "
-           "| Gloo GB/s | MPI/Loom | Gloo/Loom | Loom/memcpy |",
+           f"| Gloo GB/s | MPI/Loom | Gloo/Loom | {LIMITS[transport][1]} |",
            "|---:|" + "---:|" * 9]
     sizes = sorted(set().union(*(d for d in (loom, mpi, gloo) if d)))
     for n in sizes:
@@ -129,7 +138,7 @@ def render_table(args, coll, transport, loom, mpi, gloo, memcpy, runs):
         cells += [bw_cell(d, n) for d in (loom, mpi, gloo)]
         cells.append(ratio_cell(get(mpi, 0), get(loom, 0)))
         cells.append(ratio_cell(get(gloo, 0), get(loom, 0)))
-        cells.append(ratio_cell(get(loom, 1), get(memcpy, 1)))
+        cells.append(ratio_cell(get(loom, 1), get(limit, 1)))
         out.append(f"| {size_label(n)} | " + " | ".join(cells) + " |")
     out.append("")
     return out
@@ -164,6 +173,10 @@ def render_notes(args, keys):
     if memcpy:
         out.append("- memcpy: one thread copying between two buffers of each size, pinned to "
                    "cpu 0; its GB/s counts the bytes copied (the memory traffic is twice that)")
+    if read_text(args.dir, "tcp_loopback.cmd"):
+        out.append("- TCP link: two processes on cpus 0 and 1, each sending the other a buffer of "
+                   "each size over one TCP connection on 127.0.0.1 while receiving the other's; "
+                   "its GB/s counts the bytes each way")
     out.append(f"- pinned (rank r on cpu r): {args.pin}")
     version = read_text(args.dir, "loom_version")
     if version:
@@ -225,12 +238,13 @@ def main():
     for coll in collectives:
         keys += [f"{coll}.{t}.{program}" for t in transports for program in ("loom", "mpi")]
         keys.append(f"{coll}.gloo")
-    keys.append("memcpy")
+    programs = list(keys)
+    keys += [LIMITS[t][0] for t in transports]
     paths = {k: sorted(glob.glob(os.path.join(args.dir, f"{k}.*.txt"))) for k in keys}
     if not any(paths.values()):
         print(f"compare_table.py: no NAME.ROUND.txt in {args.dir}", file=sys.stderr)
         return 1
-    runs = max(len(paths[k]) for k in keys[:-1])  # memcpy runs once
+    runs = max(len(paths[k]) for k in programs)  # the limits run once
 
     def load(key, mode, factor):
         data = best_of_rounds(paths[key], mode, factor) if paths[key] else None
@@ -238,7 +252,7 @@ def main():
             write_best(args.best, key, data, paths[key][0])
         return data
 
-    memcpy = load("memcpy", "oop", 1.0)
+    limits = {t: load(LIMITS[t][0], "oop", 1.0) for t in transports}
     out = render_legend(max(runs, 1))
     for coll in collectives:
         factor = BUS_FACTOR[coll](args.ranks)
@@ -246,7 +260,7 @@ def main():
         for t in transports:
             loom = load(f"{coll}.{t}.loom", "ip", factor)
             mpi = load(f"{coll}.{t}.mpi", "ip", factor)
-            out += render_table(args, coll, t, loom, mpi, gloo, memcpy, max(runs, 1))
+            out += render_table(args, coll, t, loom, mpi, gloo, limits[t], max(runs, 1))
             # The best-round files for loom-plot hold in-place rows: read these without --best.
             oop = {k: best_of_rounds(paths[k], "oop", factor) if paths[k] else None
                    for k in (f"{coll}.{t}.loom", f"{coll}.{t}.mpi")}
