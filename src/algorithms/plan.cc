@@ -21,11 +21,6 @@ const char* opName(loomRedOp_t op) {
   return op >= 0 && op < loomNumOps ? kNames[op] : "invalid op";
 }
 
-size_t typeSize(loomDataType_t type) {
-  static const size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
-  return type >= 0 && type < loomNumTypes ? kSizes[type] : 0;
-}
-
 std::string CallInfo::describeNumbered() const {
   return seq ? format("call #%llu %s", static_cast<unsigned long long>(seq), describe().c_str()) : describe();
 }

@@ -72,7 +72,11 @@ Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer);
 
 const char* typeName(loomDataType_t type);
 const char* opName(loomRedOp_t op);
-size_t typeSize(loomDataType_t type);
+// Bytes of one element; 0 for a value that is no loomDataType_t. Inline: every call asks.
+inline size_t typeSize(loomDataType_t type) {
+  constexpr size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  return type >= 0 && type < loomNumTypes ? kSizes[type] : 0;
+}
 
 struct Step {
   enum class Kind : uint8_t {

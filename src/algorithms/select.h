@@ -10,6 +10,7 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/cost_model.h"
+#include "core/spin_lock.h"
 #include "core/status.h"
 
 namespace loom {
@@ -75,15 +76,19 @@ class ChoiceCache {
   // The cached choice for `shape`, or choose() remembered.
   template <typename Choose>
   Choice get(const CallShape& shape, Choose choose) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (const Entry& e : entries_) {
-      if (e.valid && e.kind == shape.info.kind && e.bytes == shape.bytes && e.inPlace == shape.info.inPlace) {
-        return e.choice;
+    {
+      std::lock_guard<SpinLock> lock(lock_);
+      for (const Entry& e : entries_) {
+        if (e.valid && e.kind == shape.info.kind && e.bytes == shape.bytes && e.inPlace == shape.info.inPlace) {
+          return e.choice;
+        }
       }
     }
-    Entry& e = entries_[next_++ % entries_.size()];
-    e = {true, shape.info.kind, shape.bytes, shape.info.inPlace, choose()};
-    return e.choice;
+    // Evaluated outside the lock; two threads that miss together store the same choice twice.
+    const Choice choice = choose();
+    std::lock_guard<SpinLock> lock(lock_);
+    entries_[next_++ % entries_.size()] = {true, shape.info.kind, shape.bytes, shape.info.inPlace, choice};
+    return choice;
   }
 
  private:
@@ -94,7 +99,7 @@ class ChoiceCache {
     bool inPlace = false;
     Choice choice{};
   };
-  std::mutex mutex_;
+  SpinLock lock_;
   std::array<Entry, 8> entries_{};
   size_t next_ = 0;
 };

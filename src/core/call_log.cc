@@ -13,16 +13,23 @@ void CallLog::recordPointToPoint(const char* call, int peer, uint64_t bytes) {
 }
 
 void CallLog::add(const Entry& e) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   entries_[recorded_ % kEntries] = e;
   ++recorded_;
 }
 
 std::vector<std::string> CallLog::lines() const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  // Copied under the lock, formatted outside it (recorders spin while it is held).
+  std::array<Entry, kEntries> entries;
+  uint64_t recorded;
+  {
+    std::lock_guard<SpinLock> lock(lock_);
+    entries = entries_;
+    recorded = recorded_;
+  }
   std::vector<std::string> out;
-  for (uint64_t i = recorded_ > kEntries ? recorded_ - kEntries : 0; i < recorded_; ++i) {
-    const Entry& e = entries_[i % kEntries];
+  for (uint64_t i = recorded > kEntries ? recorded - kEntries : 0; i < recorded; ++i) {
+    const Entry& e = entries[i % kEntries];
     out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, static_cast<unsigned long long>(e.info.count), e.peer)
                  : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info.describe().c_str())
                          : "    " + e.info.describe());

@@ -1,6 +1,6 @@
 // The last calls made on a communicator, for the log of a failure: what torch's DETAIL mode
 // users ask for when a job dies ("which collective, and what came before it?"). Recording
-// copies a few words under a mutex; the lines are built only when printed.
+// copies a few words under a spin lock; the lines are built only when printed.
 #pragma once
 
 #include <array>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
+#include "core/spin_lock.h"
 
 namespace loom {
 
@@ -33,7 +34,7 @@ class CallLog {
   };
   void add(const Entry& e);
 
-  mutable std::mutex mutex_;
+  mutable SpinLock lock_;
   std::array<Entry, kEntries> entries_{};
   uint64_t recorded_ = 0;
 };

@@ -4,6 +4,7 @@
 #include <sched.h>
 
 #include <chrono>
+#include <cstring>
 #include <mutex>
 
 #include "core/communicator.h"
@@ -35,8 +36,13 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
     many.resize(static_cast<size_t>(n));
     parts = many.data();
   }
+  // Every rank posted its call's encoding: equal bytes are the same call, and only a
+  // difference needs decoding to be described.
+  uint8_t expected[kCallInfoWireBytes];
+  encodeCallInfo(*op.call, expected);
   for (int r = 0; r < n; ++r) {
-    LOOM_TRY(checkCallInfo(board.header(r, op.round), *op.call, r));
+    const uint8_t* header = board.header(r, op.round);
+    if (std::memcmp(header, expected, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
     parts[r] = board.data(r, op.round);
   }
   const loomDataType_t type = op.call->type;

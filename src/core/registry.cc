@@ -31,17 +31,17 @@ log::Logger& Registry::logger() {
 }
 
 void HandleSet::add(const void* handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   handles_.insert(handle);
 }
 
 void HandleSet::remove(const void* handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   handles_.erase(handle);
 }
 
 bool HandleSet::contains(const void* handle) const {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   return handles_.count(handle) != 0;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/log.h"
+#include "core/spin_lock.h"
 #include "core/status.h"
 #include "topology/discover.h"
 
@@ -26,7 +27,7 @@ class HandleSet {
   bool contains(const void* handle) const;
 
  private:
-  mutable std::mutex mutex_;
+  mutable SpinLock lock_;  // contains() runs on every call
   std::unordered_set<const void*> handles_;
 };
 

@@ -20,6 +20,11 @@ std::string vformat(const char* fmt, va_list args) {
 
 }  // namespace
 
+const std::string& Status::noMessage() {
+  static const std::string empty;
+  return empty;
+}
+
 std::string format(const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);

@@ -3,6 +3,7 @@
 // that reaches loomGetLastError names what went wrong where it went wrong.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -13,23 +14,38 @@ namespace loom {
 class [[nodiscard]] Status {
  public:
   Status() = default;
-  Status(loomResult_t code, std::string message) : code_(code), message_(std::move(message)) {}
+  // A success code keeps no message.
+  Status(loomResult_t code, std::string message)
+      : failure_(code == loomSuccess ? nullptr : std::make_unique<Failure>(Failure{code, std::move(message)})) {}
+  Status(const Status& other) : failure_(other.failure_ ? std::make_unique<Failure>(*other.failure_) : nullptr) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) failure_ = other.failure_ ? std::make_unique<Failure>(*other.failure_) : nullptr;
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
 
   static Status ok() { return Status(); }
 
-  bool isOk() const { return code_ == loomSuccess; }
-  loomResult_t code() const { return code_; }
-  const std::string& message() const { return message_; }
+  bool isOk() const { return failure_ == nullptr; }
+  loomResult_t code() const { return failure_ ? failure_->code : loomSuccess; }
+  const std::string& message() const { return failure_ ? failure_->message : noMessage(); }
 
   // Prefixes the message with where the failure was seen from ("bootstrap: ...").
   Status withContext(const std::string& context) const {
     if (isOk()) return *this;
-    return Status(code_, context + ": " + message_);
+    return Status(failure_->code, context + ": " + failure_->message);
   }
 
  private:
-  loomResult_t code_ = loomSuccess;
-  std::string message_;
+  // Only a failure is allocated: a success is one null pointer, which every call on the hot
+  // path makes and drops several times.
+  struct Failure {
+    loomResult_t code;
+    std::string message;
+  };
+  static const std::string& noMessage();
+  std::unique_ptr<Failure> failure_;
 };
 
 // printf-style message builder for errors and logs.
