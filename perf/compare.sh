@@ -20,8 +20,8 @@
 #                    Gloo has TCP only: it runs once per collective and shows in both tables
 #   --runs R         rounds (default 3); each round runs every program once, in turn, so that
 #                    drift hits all of them alike; the tables show the best round per size and
-#                    the spread over rounds. memcpy_bw (shm) and tcp_loopback_bw (tcp) run
-#                    once, after the rounds
+#                    the spread over rounds. The limits, memcpy_bw (shm) and tcp_loopback_bw
+#                    (tcp), run in every round too: their best round is the limit
 #   --min-time S     lengthen each timed loop to S seconds (default 0.2)
 #   --markdown FILE  also write the tables as markdown to FILE
 #   --plot FILE.svg  in-place busbw against size, one line per program (Loom, Open MPI, Gloo),
@@ -167,7 +167,8 @@ for coll in ${collectives//,/ }; do
   cmd[$coll.gloo]="$python perf/peers/gloo_collective.py $coll -N $ranks $timing $gloo_pin"
   order+=("$coll.gloo")
 done
-# The transports' limits, each run once after the rounds.
+# The transports' limits, measured in every round like the programs: on a machine whose speed
+# drifts, one measurement of a limit can land in a slow moment and make Loom look above it.
 limits=()
 [[ ",$transports," == *",shm,"* ]] && limits+=(memcpy)
 [[ ",$transports," == *",tcp,"* ]] && limits+=(tcp_loopback)
@@ -217,9 +218,8 @@ run() {
   echo "$name $r $foreign" >> "$out/foreign.txt"
 }
 for ((r = 1; r <= runs; ++r)); do
-  for name in "${order[@]}"; do run "$name" "$r" "round $r/$runs"; done
+  for name in "${order[@]}" "${limits[@]}"; do run "$name" "$r" "round $r/$runs"; done
 done
-for name in "${limits[@]}"; do run "$name" 1 once; done
 
 # --- tables and plots -----------------------------------------------------------------------
 table_args=(--dir "$out" --collectives "$collectives" --transports "$transports" --ranks "$ranks"

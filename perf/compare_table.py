@@ -9,8 +9,8 @@ for TCP); as markdown, with the machine and the exact commands.
                           [--ranks 2] [--pin WHAT] [--markdown FILE] [--best DIR]
 
 DIR holds what compare.sh kept: COLL.TRANSPORT.loom.R.txt, COLL.TRANSPORT.mpi.R.txt,
-COLL.gloo.R.txt (Gloo has TCP only: one run serves both transports), memcpy.1.txt and
-tcp_loopback.1.txt (the limits, run once; R: round),
+COLL.gloo.R.txt (Gloo has TCP only: one run serves both transports), memcpy.R.txt and
+tcp_loopback.R.txt (the limits; R: round),
 NAME.cmd (the command of each), machine, loom_version and foreign.txt. --best DIR writes there,
 for each program, its table made of the best round's row at each size (for loom-plot).
 """
@@ -172,11 +172,12 @@ def render_notes(args, keys):
     memcpy = read_text(args.dir, "memcpy.cmd")
     if memcpy:
         out.append("- memcpy: one thread copying between two buffers of each size, pinned to "
-                   "cpu 0; its GB/s counts the bytes copied (the memory traffic is twice that)")
+                   "cpu 0, best round; its GB/s counts the bytes copied (the memory traffic is "
+                   "twice that)")
     if read_text(args.dir, "tcp_loopback.cmd"):
         out.append("- TCP link: two processes on cpus 0 and 1, each sending the other a buffer of "
-                   "each size over one TCP connection on 127.0.0.1 while receiving the other's; "
-                   "its GB/s counts the bytes each way")
+                   "each size over one TCP connection on 127.0.0.1 while receiving the other's, "
+                   "best round; its GB/s counts the bytes each way")
     out.append(f"- pinned (rank r on cpu r): {args.pin}")
     version = read_text(args.dir, "loom_version")
     if version:
@@ -244,7 +245,7 @@ def main():
     if not any(paths.values()):
         print(f"compare_table.py: no NAME.ROUND.txt in {args.dir}", file=sys.stderr)
         return 1
-    runs = max(len(paths[k]) for k in programs)  # the limits run once
+    runs = max(len(paths[k]) for k in programs)
 
     def load(key, mode, factor):
         data = best_of_rounds(paths[key], mode, factor) if paths[key] else None
