@@ -47,12 +47,7 @@ static double check(Copy* c) {
 
 int main(int argc, char** argv) {
   PeerOptions o;
-  const int first = peerParseOptions(argc, argv, &o, 1);
-  if (first < 0) return 2;
-  if (first != argc) {
-    fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[first]);
-    return 2;
-  }
+  if (peerParseFlagsOnly(argc, argv, &o) != 0) return 2;
   Copy c = {malloc(o.maxBytes), malloc(o.maxBytes), 0};
   if (!c.from || !c.to) {
     fprintf(stderr, "memcpy_bw: cannot allocate 2 x %zu bytes\n", o.maxBytes);
@@ -75,11 +70,7 @@ int main(int argc, char** argv) {
     memset(c.to, 0, c.bytes);
     const double seconds = peerTimePerCall(&o, &calls);
     const double wrong = o.check ? check(&c) : -1.0;
-    peerPrintRowStart(c.bytes, "none", -1);
-    peerPrintMode(&totals, c.bytes, seconds, 1.0, wrong);
-    peerPrintNoMode();
-    printf("\n");
-    fflush(stdout);
+    peerPrintPlainRow(&totals, c.bytes, seconds, wrong);
   }
   peerPrintFooter(&totals);
   free(c.from);

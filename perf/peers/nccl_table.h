@@ -125,6 +125,17 @@ static inline int peerParseOptions(int argc, char** argv, PeerOptions* o, int re
   return optind;
 }
 
+/* peerParseOptions for a program that takes flags only: 0, or 2 after saying what was wrong. */
+static inline int peerParseFlagsOnly(int argc, char** argv, PeerOptions* o) {
+  const int first = peerParseOptions(argc, argv, o, 1);
+  if (first < 0) return 2;
+  if (first != argc) {
+    fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[first]);
+    return 2;
+  }
+  return 0;
+}
+
 /* The size after `bytes`, or 0 past the end (nccl-tests: times -f while <= -e). */
 static inline size_t peerNextSize(const PeerOptions* o, size_t bytes) {
   return bytes * o->factor <= o->maxBytes ? bytes * o->factor : 0;
@@ -205,6 +216,16 @@ static inline void peerPrintMode(TableTotals* totals, size_t bytes, double secon
 
 /* A mode the program cannot measure. */
 static inline void peerPrintNoMode(void) { printf("  %7s  %6s  %6s  %6s", "-", "-", "-", "-"); }
+
+/* A whole row of a program that measures one thing per size, shown as out of place (a copy,
+ * an exchange): float elements, no redop, busbw = algbw. */
+static inline void peerPrintPlainRow(TableTotals* totals, size_t bytes, double seconds, double wrong) {
+  peerPrintRowStart(bytes, "none", -1);
+  peerPrintMode(totals, bytes, seconds, 1.0, wrong);
+  peerPrintNoMode();
+  printf("\n");
+  fflush(stdout);
+}
 
 static inline void peerPrintFooter(const TableTotals* totals) {
   printf("# Out of bounds values : %.0f %s\n", totals->wrong, totals->wrong > 0 ? "FAILED" : "OK");

@@ -130,12 +130,7 @@ static int makeNonBlocking(int fd) {
 
 int main(int argc, char** argv) {
   PeerOptions o;
-  const int first = peerParseOptions(argc, argv, &o, 1);
-  if (first < 0) return 2;
-  if (first != argc) {
-    fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[first]);
-    return 2;
-  }
+  if (peerParseFlagsOnly(argc, argv, &o) != 0) return 2;
   const int listener = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in addr = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK), .sin_port = 0};
   socklen_t len = sizeof addr;
@@ -186,11 +181,7 @@ int main(int argc, char** argv) {
     if (x.bytes == 0) continue; /* a size of 0 tells the other process to stop */
     const double seconds = peerTimePerCall(&o, &calls);
     const double wrong = o.check ? check(&x) : -1.0;
-    peerPrintRowStart(x.bytes, "none", -1);
-    peerPrintMode(&totals, x.bytes, seconds, 1.0, wrong);
-    peerPrintNoMode();
-    printf("\n");
-    fflush(stdout);
+    peerPrintPlainRow(&totals, x.bytes, seconds, wrong);
   }
   peerPrintFooter(&totals);
   x.bytes = 0;
