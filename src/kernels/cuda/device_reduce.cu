@@ -415,18 +415,38 @@ int scale(void* dst, const void* src, size_t count, loomDataType_t type, int div
   });
 }
 
+namespace {
+
+// Returns f(Tag<V>{}) with V the widest word that two pointers `apart` bytes apart (mod 16)
+// can both be aligned to. uint16_t for an odd distance: no word fits, and planLayout leaves
+// every byte to the one-by-one loop.
+template <class F>
+int byCopyWord(uintptr_t apart, F&& f) {
+  if (apart == 0) return f(Tag<uint4>{});
+  if (apart % 8 == 0) return f(Tag<uint2>{});
+  if (apart % 4 == 0) return f(Tag<uint32_t>{});
+  return f(Tag<uint16_t>{});
+}
+
+// Returns f(Tag<From>{}, Tag<To>{}) for the conversions between different types that the
+// kernels implement, cudaErrorInvalidValue for any other pair.
+template <class F>
+int byConversion(loomDataType_t dstType, loomDataType_t srcType, F&& f) {
+  if (srcType == loomFloat32 && dstType == loomFloat16) return f(Tag<float>{}, Tag<Half>{});
+  if (srcType == loomFloat32 && dstType == loomBfloat16) return f(Tag<float>{}, Tag<BFloat16>{});
+  if (srcType == loomFloat16 && dstType == loomFloat32) return f(Tag<Half>{}, Tag<float>{});
+  if (srcType == loomBfloat16 && dstType == loomFloat32) return f(Tag<BFloat16>{}, Tag<float>{});
+  return static_cast<int>(cudaErrorInvalidValue);
+}
+
+}  // namespace
+
 int copy(void* dst, const void* src, size_t bytes, void* stream) {
   if (bytes == 0 || dst == src) return 0;
   const Buffers io{static_cast<unsigned char*>(dst), nullptr, {static_cast<const unsigned char*>(src), nullptr}};
-  auto s = static_cast<cudaStream_t>(stream);
-  // The widest word both pointers can be aligned to at once: their distance mod 16 decides.
-  const uintptr_t apart = (address(dst) - address(src)) % 16;
-  if (apart == 0) return launch<unsigned char, uint4>(io, bytes, CopyJob{}, s);
-  if (apart % 8 == 0) return launch<unsigned char, uint2>(io, bytes, CopyJob{}, s);
-  if (apart % 4 == 0) return launch<unsigned char, uint32_t>(io, bytes, CopyJob{}, s);
-  // uint16_t: with an odd distance no word fits, and planLayout leaves every byte to the
-  // one-by-one loop.
-  return launch<unsigned char, uint16_t>(io, bytes, CopyJob{}, s);
+  return byCopyWord((address(dst) - address(src)) % 16, [&](auto word) {
+    return launch<unsigned char, typename decltype(word)::type>(io, bytes, CopyJob{}, static_cast<cudaStream_t>(stream));
+  });
 }
 
 namespace {
@@ -455,11 +475,9 @@ int convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t s
     });
   }
   if (count == 0) return 0;
-  if (srcType == loomFloat32 && dstType == loomFloat16) return launchConvert<float, Half>(dst, src, count, s);
-  if (srcType == loomFloat32 && dstType == loomBfloat16) return launchConvert<float, BFloat16>(dst, src, count, s);
-  if (srcType == loomFloat16 && dstType == loomFloat32) return launchConvert<Half, float>(dst, src, count, s);
-  if (srcType == loomBfloat16 && dstType == loomFloat32) return launchConvert<BFloat16, float>(dst, src, count, s);
-  return static_cast<int>(cudaErrorInvalidValue);
+  return byConversion(dstType, srcType, [&](auto from, auto to) {
+    return launchConvert<typename decltype(from)::type, typename decltype(to)::type>(dst, src, count, s);
+  });
 }
 
 namespace {
@@ -491,13 +509,14 @@ class KernelLoader {
 
 }  // namespace
 
+// Every kernel a call can launch, found through the same dispatch the calls take.
 int loadKernels() {
   KernelLoader loader;
   for (int t = 0; t < loomNumTypes; ++t) {
     byType(static_cast<loomDataType_t>(t), [&](auto typeTag) {
       using T = typename decltype(typeTag)::type;
-      for (loomRedOp_t op : {loomSum, loomProd, loomMax, loomMin}) {
-        byOp(op, [&](auto opTag) {
+      for (int op = 0; op < loomNumOps; ++op) {
+        byOp(static_cast<loomRedOp_t>(op), [&](auto opTag) {
           loader.loadElementwise<T, uint4, ReduceJob<T, typename decltype(opTag)::type>>();
           return 0;
         });
@@ -505,15 +524,19 @@ int loadKernels() {
       loader.loadElementwise<T, uint4, ScaleJob<T>>();
       return 0;
     });
+    for (int from = 0; from < loomNumTypes; ++from) {
+      byConversion(static_cast<loomDataType_t>(t), static_cast<loomDataType_t>(from), [&](auto src, auto dst) {
+        loader.loadConvert<typename decltype(src)::type, typename decltype(dst)::type>();
+        return 0;
+      });
+    }
   }
-  loader.loadElementwise<unsigned char, uint4, CopyJob>();
-  loader.loadElementwise<unsigned char, uint2, CopyJob>();
-  loader.loadElementwise<unsigned char, uint32_t, CopyJob>();
-  loader.loadElementwise<unsigned char, uint16_t, CopyJob>();
-  loader.loadConvert<float, Half>();
-  loader.loadConvert<float, BFloat16>();
-  loader.loadConvert<Half, float>();
-  loader.loadConvert<BFloat16, float>();
+  for (uintptr_t apart = 0; apart < 16; ++apart) {
+    byCopyWord(apart, [&](auto word) {
+      loader.loadElementwise<unsigned char, typename decltype(word)::type, CopyJob>();
+      return 0;
+    });
+  }
   return static_cast<int>(loader.result());
 }
 
