@@ -131,8 +131,10 @@ Status Bootstrap::connectionTo(int peer, const Deadline& deadline, int* fd) {
   Fd& conn = out_[static_cast<size_t>(peer)];
   if (!conn.valid()) {
     Hello hello{Purpose::kBootstrap, rank_, nranks_, commId_};
+    // Every address in the peer table is of a listener that was up before the peer joined,
+    // and stays up until it leaves: a refusal means the peer is gone, not that it is late.
     LOOM_TRY(connectAndGreet(peers_[static_cast<size_t>(peer)].bootstrapAddress, secret_, hello,
-                             deadline, cancelFd_, &conn));
+                             deadline, cancelFd_, &conn, Refused::kFinal));
   }
   *fd = conn.get();
   return Status::ok();

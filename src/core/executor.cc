@@ -25,15 +25,26 @@ constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(100);
 
 // The rank whose failure a failed connectOut / acceptIn found (-1: none known).
-int connectFailureCause(Communicator& comm, const Status& s) {
-  return s.code() == loomRemoteError ? comm.transport().connectFailureCause() : -1;
+// The rank whose failure a loomRemoteError while making links comes from: the peer the
+// transport found gone or, where that peer gave up itself, the cause it recorded on the
+// board (-1: unknown). *gone: the peer.
+int connectFailureCause(Communicator& comm, const Status& s, int* gone) {
+  *gone = s.code() == loomRemoteError ? comm.transport().connectFailureCause() : -1;
+  if (*gone < 0 || comm.board() == nullptr) return *gone;
+  const int recorded = comm.board()->recordedCause(*gone);
+  return recorded >= 0 ? recorded : *gone;
 }
 
-// A failure to make a plan's links, named after the call that needed them.
-Status connectError(const Plan& plan, const Status& s) {
-  if (plan.calls.empty()) return s;
+// A failure to make a plan's links, named after the call that needed them and, when the
+// peer that went away gave up for another rank, after that rank.
+Status connectError(const Plan& plan, const Status& s, int gone, int cause) {
+  Status named = cause >= 0 && cause != gone
+                     ? Status(s.code(), format("%s (rank %d gave up because rank %d failed)", s.message().c_str(),
+                                               gone, cause))
+                     : s;
+  if (plan.calls.empty()) return named;
   const std::string more = plan.calls.size() > 1 ? format(" (and %zu more calls)", plan.calls.size() - 1) : "";
-  return s.withContext(plan.calls.front().describeNumbered() + more + ": making its links");
+  return named.withContext(plan.calls.front().describeNumbered() + more + ": making its links");
 }
 
 // Progress of one step.
@@ -88,6 +99,8 @@ class Run {
   // plans with unfinished steps, and closes their links, telling peers `causeRank`: the rank
   // whose failure this is (-1: none, or not a peer's failure).
   Status fail(const Status& s, size_t origin, int causeRank = -1);
+  // fail() for a plan whose links could not be made, naming the rank behind it.
+  Status failToConnect(size_t plan, const Status& s);
   // The rank behind a failure of queue q's link: the one its peer named when it closed,
   // else the peer itself (it died, closed or went silent).
   int causeOf(const Queue& q, const Status& s) const;
@@ -176,13 +189,13 @@ Status Run::connect() {
     if (peers[i].empty()) continue;
     Communicator* comm = plans_[i].comm;
     Status s = comm->transport().connectOut(peers[i], Deadline::afterMs(comm->config().timeoutMs));
-    if (!s.isOk()) return fail(connectError(plans_[i], s), i, connectFailureCause(*comm, s));
+    if (!s.isOk()) return failToConnect(i, s);
   }
   for (size_t i = 0; i < plans_.size(); ++i) {
     if (peers[i].empty()) continue;
     Communicator* comm = plans_[i].comm;
     Status s = comm->transport().acceptIn(peers[i], Deadline::afterMs(comm->config().timeoutMs));
-    if (!s.isOk()) return fail(connectError(plans_[i], s), i, connectFailureCause(*comm, s));
+    if (!s.isOk()) return failToConnect(i, s);
   }
   return Status::ok();
 }
@@ -496,14 +509,21 @@ Status Run::idle(bool spin) {
   return Status::ok();
 }
 
+Status Run::failToConnect(size_t plan, const Status& s) {
+  int gone = -1;
+  const int cause = connectFailureCause(*plans_[plan].comm, s, &gone);
+  return fail(connectError(plans_[plan], s, gone, cause), plan, cause);
+}
+
 Status Run::fail(const Status& s, size_t origin, int causeRank) {
   for (size_t i = 0; i < state_.size(); ++i) {
     if (i != origin && !pending(i)) continue;
     bool own = origin >= plans_.size() || plans_[i].comm == plans_[origin].comm;
     plans_[i].comm->fail(own ? s : s.withContext("another communicator of this group failed"));
     // Another communicator's peer is no rank of this one.
-    plans_[i].comm->transport().closeAll(own ? causeRank : -1);
+    // The board first: a peer that finds this rank's links gone looks there for the cause.
     if (own && plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(causeRank);
+    plans_[i].comm->transport().closeAll(own ? causeRank : -1);
   }
   return s;
 }

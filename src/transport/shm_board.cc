@@ -107,15 +107,15 @@ void ShmBoard::markFailed(int causeRank) {
   if (causeRank >= 0) area(rank_).failedBecauseOf.store(static_cast<uint32_t>(causeRank) + 1, std::memory_order_release);
 }
 
-int ShmBoard::ownCause() const {
-  return static_cast<int>(area(rank_).failedBecauseOf.load(std::memory_order_relaxed)) - 1;
+int ShmBoard::recordedCause(int q) const {
+  return static_cast<int>(area(q).failedBecauseOf.load(std::memory_order_acquire)) - 1;
 }
 
 Status ShmBoard::checkAlive() {
   for (int q = 0; q < nranks_; ++q) {
     const PeerProcess& p = peers_[static_cast<size_t>(q)];
     if (q == rank_ || p.alive()) continue;
-    const int cause = static_cast<int>(area(q).failedBecauseOf.load(std::memory_order_acquire)) - 1;
+    const int cause = recordedCause(q);
     markFailed(cause >= 0 ? cause : q);
     if (cause >= 0) {
       return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce, after it failed because rank %d failed",

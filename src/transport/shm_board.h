@@ -47,7 +47,9 @@ class ShmBoard {
   // up (-1: none known: nothing is recorded).
   void markFailed(int causeRank);
   // What this rank recorded with markFailed (-1: nothing).
-  int ownCause() const;
+  int ownCause() const { return recordedCause(rank_); }
+  // What rank q recorded with markFailed (-1: nothing, or not yet).
+  int recordedCause(int q) const;
   // Rounds are numbered per communicator, in call order (the same on every rank).
   uint64_t nextRound() { return ++rounds_; }
 

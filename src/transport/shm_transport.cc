@@ -639,7 +639,7 @@ Status ShmTransport::checkServed(int peer) const {
 Status ShmTransport::connectOut(const std::vector<int>& peers, const Deadline& /*deadline*/) {
   for (int peer : peers) {
     LOOM_TRY(checkServed(peer));
-    if (peer > rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(offerSegment(peer));
+    if (peer > rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(noteGone(peer, offerSegment(peer)));
   }
   return Status::ok();
 }
@@ -647,9 +647,14 @@ Status ShmTransport::connectOut(const std::vector<int>& peers, const Deadline& /
 Status ShmTransport::acceptIn(const std::vector<int>& peers, const Deadline& deadline) {
   LOOM_TRY(connectOut(peers, deadline));
   for (int peer : peers) {
-    if (peer < rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(acceptSegment(peer));
+    if (peer < rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(noteGone(peer, acceptSegment(peer)));
   }
   return Status::ok();
+}
+
+Status ShmTransport::noteGone(int peer, Status s) {
+  if (s.code() == loomRemoteError) connectFailureCause_ = peer;
+  return s;
 }
 
 Link* ShmTransport::link(int peer, int /*index*/) {

@@ -46,6 +46,7 @@ class ShmTransport : public Transport {
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
   // One link per peer; `index` is ignored. Links never block, have no waitFd (-1) and are
   // driven by one thread at a time.
+  int connectFailureCause() const override { return connectFailureCause_; }
   Link* link(int peer, int index) override;
   // Destroys the links: each records the cause, marks its end closed and waits out a copy
   // from this process.
@@ -74,12 +75,15 @@ class ShmTransport : public Transport {
   Status offerSegment(int peer);
   // The higher rank's half: the name from the peer, mapping, unlink, link.
   Status acceptSegment(int peer);
+  // s, after recording `peer` as connectFailureCause() when s says the peer is gone.
+  Status noteGone(int peer, Status s);
 
   Bootstrap& bootstrap_;
   int rank_;
   std::vector<bool> served_;
   Settings settings_;
   std::vector<std::unique_ptr<ShmLink>> links_;
+  int connectFailureCause_ = -1;  // the peer an offer or accept last found gone
 };
 
 }  // namespace loom::transport
