@@ -4,9 +4,10 @@
 //                        8 B to 256 KiB in one grouped call, both directions at once, as a
 //                        ring step does (a ping-pong of separate send and receive calls
 //                        would add a call's overhead, about 1 µs, to every hop; through the
-//                        FIFO: sends from LOOM_SHM_CMA_MIN_BYTES, 512 KiB, are read straight
-//                        from the sender), time fitted to a line
-//   direct               the same exchange at 2, 4 and 8 x LOOM_SHM_CMA_MIN_BYTES, which
+//                        FIFO: where LOOM_SHM_DIRECT lets the ranks read each other, sends
+//                        from LOOM_SHM_DIRECT_MIN_BYTES, 512 KiB, are read straight from the
+//                        sender), time fitted to a line
+//   direct               the same exchange at 2, 4 and 8 x LOOM_SHM_DIRECT_MIN_BYTES, which
 //                        the receiver reads straight from the sender: the line's bandwidth
 //   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
@@ -93,7 +94,8 @@ LinkPoints linkPoints() {
   return points;
 }
 
-// Exchanges that shared memory reads directly (none when LOOM_SHM_CMA=0).
+// Exchanges that shared memory reads directly (none where LOOM_SHM_DIRECT keeps these ranks on
+// the FIFO).
 LinkPoints directPoints(size_t minBytes) {
   LinkPoints points;
   for (size_t times : {2, 4, 8}) {
@@ -232,8 +234,9 @@ int calibrate(loomComm_t comm, const std::string& path) {
     return 1;
   }
   CommProfile p = CommProfile::defaults(nranks, nhosts);
-  const loom::Status cma = loom::transport::ShmTransport::directReadMinBytes(&p.directMinBytes);
-  if (!cma.isOk()) fatal("--calibrate: %s", cma.message().c_str());
+  // Calibration runs on processes (main.cc), one rank each.
+  const loom::Status read = loom::transport::ShmTransport::directReadMinBytes(false, &p.directMinBytes);
+  if (!read.isOk()) fatal("--calibrate: %s", read.message().c_str());
   if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
   const size_t kernelBytes = size_t{1} << 20;
   std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), out(a.size());
@@ -275,7 +278,7 @@ int calibrate(loomComm_t comm, const std::string& path) {
   if (sameHost > 0 && !direct.empty()) {
     p.directGbps = fitLink(direct, rank, "direct").gbps;
   } else if (rank == 0) {
-    std::printf("#   direct: %s, kept built in\n", sameHost > 0 ? "LOOM_SHM_CMA=0" : "one rank per host");
+    std::printf("#   direct: %s, kept built in\n", sameHost > 0 ? "no direct reads between these ranks (LOOM_SHM_DIRECT)" : "one rank per host");
   }
   if (otherHost > 0) {
     p.inter = fitLink(inter, rank, "inter");

@@ -47,8 +47,9 @@ struct CommProfile {
   size_t streamingMinBytes = 32 << 20;
   double memGbps = 0;
   double streamingGbps = 0;
-  // A shared-memory receive of a range of directMinBytes or more (LOOM_SHM_CMA_MIN_BYTES; 0
-  // when LOOM_SHM_CMA=0) reads straight from the sender's buffer: one copy, at directGbps,
+  // A shared-memory receive of a range of directMinBytes or more (LOOM_SHM_DIRECT_MIN_BYTES;
+  // 0 where LOOM_SHM_DIRECT keeps the ranks on the FIFO: by default, ranks that are not all
+  // threads of one process) reads straight from the sender's buffer: one copy, at directGbps,
   // where the FIFO's intra.gbps pays for two. Plain receives do so, and reductions that
   // may not write their destination yet (recursive doubling's); reductions that may read
   // the FIFO in place instead (ring, tree, reduce), and so never read directly.

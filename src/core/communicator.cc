@@ -261,7 +261,14 @@ Status Communicator::agreeOnProfile() {
   CommProfile mine = CommProfile::defaults(nranks_, hosts_);
   mine.sliceBytes = config_.sliceBytes;
   mine.streamingMinBytes = config_.streamingMinBytes;
-  LOOM_TRY(transport::ShmTransport::directReadMinBytes(&mine.directMinBytes));
+  // Whether the ranks of this host are all threads of this process, which LOOM_SHM_DIRECT's
+  // default lets read each other's large sends directly.
+  const std::vector<PeerInfo>& peers = bootstrap_->peers();
+  const PeerInfo& self = peers[static_cast<size_t>(rank_)];
+  const bool threadsOnly = std::all_of(peers.begin(), peers.end(), [&](const PeerInfo& p) {
+    return p.hostHash != self.hostHash || (p.pid == self.pid && p.pidNamespace == self.pidNamespace);
+  });
+  LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, &mine.directMinBytes));
   mine.channels = config_.channels > 0 ? config_.channels : transport_->linksPerPeer();
   mine.channelsFixed = config_.channels > 0;
   if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &mine));

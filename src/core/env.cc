@@ -95,15 +95,17 @@ const std::vector<Variable>& variables() {
        "Bytes of each one-way shared-memory FIFO (a power of two, 4096 or more); a pair of ranks "
        "that exchange data maps two, 2 MiB in /dev/shm by default. Twice LOOM_CHUNK_SIZE lets a "
        "sender write a whole slice and the next while its peer reduces the first (docs/RESULTS.md)."},
-      {"LOOM_SHM_CMA", "1", kData,
-       "1 (default): a shared-memory receiver that copies a message of LOOM_SHM_CMA_MIN_BYTES or "
-       "more (not one it can reduce in place as it arrives, nor one of LOOM_STREAMING_MIN_BYTES or more) reads it straight "
-       "out of the sender's buffer (cross-memory attach, process_vm_readv; a plain copy between "
-       "threads of one process): one copy instead of two. 0: always through the FIFO."},
-      {"LOOM_SHM_CMA_MIN_BYTES", "524288", kData,
-       "Smallest send that LOOM_SHM_CMA offers for a direct read (smaller ones are cheaper "
+      {"LOOM_SHM_DIRECT", "threads", kData,
+       "Which shared-memory receivers copy a message of LOOM_SHM_DIRECT_MIN_BYTES or more (not one "
+       "they reduce in place as it arrives, nor one of LOOM_STREAMING_MIN_BYTES or more) straight out "
+       "of the sender's buffer, one copy instead of the FIFO's two: threads (default): between "
+       "threads of one process (memcpy); all: also between processes (cross-memory attach, "
+       "process_vm_readv); none: every message through the FIFO. Between processes the FIFO was "
+       "faster at every size on our machines (docs/RESULTS.md)."},
+      {"LOOM_SHM_DIRECT_MIN_BYTES", "524288", kData,
+       "Smallest send that LOOM_SHM_DIRECT offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md). The tuner's cost model times receives from this size "
-       "at direct.gbps (docs/TUNING.md)."},
+       "at direct.gbps when its ranks read each other directly (docs/TUNING.md)."},
       {"LOOM_CUDA_EXPERIMENTAL", "0", kData,
        "1: allow device communicators (config.device >= 0), which are not fully verified on a GPU yet "
        "(issue 8, docs/RESULTS.md). 0 (default): creating one is loomInvalidUsage saying so. Read at "

@@ -182,7 +182,8 @@ class ShmTransport::ShmLink : public Link {
  public:
   // side 0: this rank created the segment; 1: it opened it.
   // peerPid: the peer's pid as the bootstrap reported it (before the peer attaches).
-  ShmLink(ShmSegment segment, int side, int peer, int peerPid, const Settings& settings);
+  // direct: LOOM_SHM_DIRECT lets the pair read each other's large sends directly.
+  ShmLink(ShmSegment segment, int side, int peer, int peerPid, bool direct, const Settings& settings);
   ~ShmLink() override;
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
@@ -276,7 +277,8 @@ class ShmTransport::ShmLink : public Link {
   std::optional<PeerSend> reading_;
 };
 
-ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerPid, const Settings& settings)
+ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerPid, bool direct,
+                               const Settings& settings)
     : segment_(std::move(segment)),
       settings_(settings),
       peer_(peer),
@@ -289,15 +291,15 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerP
       in_(headerOf(segment_).fifos[1 - side]),
       outData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(side) * (mask_ + 1)),
       inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
-      postLarge_(settings.direct),
-      readPeerMemory_(settings.direct) {
-  if (settings.direct) {
+      postLarge_(direct),
+      readPeerMemory_(direct) {
+  if (direct) {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way; sends of %zu bytes or more are "
               "read by the receiver straight from the sender's memory",
               peer_, mask_ + 1, settings.directMinBytes);
   } else {
-    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way, all sends through it (LOOM_SHM_CMA=0)",
-              peer_, mask_ + 1);
+    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way, all sends through it (LOOM_SHM_DIRECT=%s)",
+              peer_, mask_ + 1, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
   }
 }
 
@@ -584,13 +586,22 @@ void ShmTransport::closeAll(int causeRank) {
 }
 
 Status ShmTransport::readSettings(Settings* out) {
-  long long fifoBytes = 0, direct = 0, directMinBytes = 0;
+  long long fifoBytes = 0, directMinBytes = 0;
   LOOM_TRY(env::getInt("LOOM_SHM_FIFO_BYTES", 4096, 1LL << 30, &fifoBytes));
   if (!validFifoBytes(static_cast<unsigned long long>(fifoBytes))) {
     return error(loomInvalidArgument, "LOOM_SHM_FIFO_BYTES=%lld is not a power of two", fifoBytes);
   }
-  LOOM_TRY(env::getInt("LOOM_SHM_CMA", 0, 1, &direct));
-  LOOM_TRY(env::getInt("LOOM_SHM_CMA_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
+  const std::string direct = env::getOrDefault("LOOM_SHM_DIRECT");
+  if (direct == "none") {
+    out->direct = DirectReads::kNone;
+  } else if (direct == "threads") {
+    out->direct = DirectReads::kThreads;
+  } else if (direct == "all") {
+    out->direct = DirectReads::kAll;
+  } else {
+    return error(loomInvalidArgument, "LOOM_SHM_DIRECT=%s: expected none, threads or all", direct.c_str());
+  }
+  LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
   out->dir = env::getOrDefault("LOOM_SHM_DIR");
   // "/loom-" and 32 hex digits follow in a segment's name.
   if (out->dir.size() + 38 > kMaxName) {
@@ -598,17 +609,23 @@ Status ShmTransport::readSettings(Settings* out) {
                  out->dir.c_str(), kMaxName - 38);
   }
   out->fifoBytes = static_cast<size_t>(fifoBytes);
-  out->direct = direct != 0;
   out->directMinBytes = static_cast<size_t>(directMinBytes);
   LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &out->lingerMs));
   return Status::ok();
 }
 
-Status ShmTransport::directReadMinBytes(size_t* out) {
+Status ShmTransport::directReadMinBytes(bool threadsOnly, size_t* out) {
   Settings settings;
   LOOM_TRY(readSettings(&settings));
-  *out = settings.direct ? settings.directMinBytes : 0;
+  const bool direct = settings.direct == DirectReads::kAll || (settings.direct == DirectReads::kThreads && threadsOnly);
+  *out = direct ? settings.directMinBytes : 0;
   return Status::ok();
+}
+
+bool ShmTransport::readsDirectly(int peer) const {
+  if (settings_.direct != DirectReads::kThreads) return settings_.direct == DirectReads::kAll;
+  const PeerInfo& info = bootstrap_.peers()[static_cast<size_t>(peer)];
+  return info.pid == ::getpid() && info.pidNamespace == PeerProcess::ownPidNamespace();
 }
 
 Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, std::unique_ptr<ShmTransport>* out) {
@@ -619,7 +636,7 @@ Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, std::u
       return error(loomInternalError, "shm transport: peer %d is not a rank of %d", peer, bootstrap.nranks());
     }
   }
-  if (settings.direct) {
+  if (settings.direct == DirectReads::kAll) {
     // Under Yama's ptrace_scope=1 peers (not our ancestors) may read this process's memory
     // only if it says so. Fails harmlessly where Yama is absent.
     ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -672,7 +689,8 @@ Status ShmTransport::offerSegment(int peer) {
   std::strncpy(offer.name, segment.name().c_str(), kMaxName);
   LOOM_TRY(bootstrap_.send(peer, kSegmentTag, &offer, sizeof(offer))
                .withContext(format("shm transport: sending rank %d its segment", peer)));
-  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid, settings_);
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid,
+                                                           readsDirectly(peer), settings_);
   return Status::ok();
 }
 
@@ -696,7 +714,8 @@ Status ShmTransport::acceptSegment(int peer) {
   LOOM_TRY(opened.withContext(format("shm transport: mapping rank %d's segment", peer)));
   LOOM_TRY(attachSegment(segment, fifoBytes));
   segment.unlink();  // both ranks have it mapped now
-  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid, settings_);
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid,
+                                                           readsDirectly(peer), settings_);
   return Status::ok();
 }
 

@@ -2,13 +2,14 @@
 // segment holding a FIFO each way and tells b its name over the bootstrap; b maps it and
 // unlinks it at once, so a crash leaves nothing in LOOM_SHM_DIR.
 //
-// Small messages are copied through the FIFO (a lock-free single-producer single-consumer
-// ring). A send of LOOM_SHM_CMA_MIN_BYTES or more is not copied there: the sender posts
-// {address, length} and the receiver copies straight out of the sender's buffer
-// (process_vm_readv between processes, memcpy between threads of one process), one copy
-// instead of two. Where the kernel refuses that (containers, seccomp, LOOM_SHM_CMA=0 on the
-// receiver) the receiver asks for the bytes through the FIFO instead, and the link keeps
-// doing so from then on.
+// Messages are copied through the FIFO (a lock-free single-producer single-consumer ring).
+// Where LOOM_SHM_DIRECT allows it for the pair (by default: threads of one process), a send
+// of LOOM_SHM_DIRECT_MIN_BYTES or more is not copied there: the sender posts {address,
+// length} and the receiver copies straight out of the sender's buffer (memcpy between
+// threads of one process, process_vm_readv between processes), one copy instead of two.
+// Where the kernel refuses that (containers, seccomp, direct reads off on the receiver) the
+// receiver asks for the bytes through the FIFO instead, and the link keeps doing so from
+// then on.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +34,10 @@ class ShmTransport : public Transport {
   static Status create(Bootstrap& bootstrap, std::vector<int> peers,
                        std::unique_ptr<ShmTransport>* out);
   ~ShmTransport() override;
-  // The size from which a receive reads the sender's buffer directly, as LOOM_SHM_CMA and
-  // LOOM_SHM_CMA_MIN_BYTES set it (0: never), for the tuner's cost model.
-  static Status directReadMinBytes(size_t* out);
+  // The size from which a receive reads the sender's buffer directly, as LOOM_SHM_DIRECT and
+  // LOOM_SHM_DIRECT_MIN_BYTES set it (0: never), for the tuner's cost model, between ranks
+  // that are all threads of this process (`threadsOnly`) or not.
+  static Status directReadMinBytes(bool threadsOnly, size_t* out);
 
   const char* name() const override { return "shm"; }
   // Creates the segments of pairs where this rank is the lower one and sends their names;
@@ -58,12 +60,14 @@ class ShmTransport : public Transport {
 
  private:
   class ShmLink;
+  // LOOM_SHM_DIRECT: which peers' large sends are read straight from their memory.
+  enum class DirectReads { kNone, kThreads, kAll };
   // LOOM_SHM_* as read at create; links keep a reference.
   struct Settings {
     std::string dir;        // LOOM_SHM_DIR
     size_t fifoBytes;       // LOOM_SHM_FIFO_BYTES, of the segments this rank creates
-    bool direct;            // LOOM_SHM_CMA
-    size_t directMinBytes;  // LOOM_SHM_CMA_MIN_BYTES
+    DirectReads direct;     // LOOM_SHM_DIRECT
+    size_t directMinBytes;  // LOOM_SHM_DIRECT_MIN_BYTES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
     long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
   };
@@ -71,6 +75,8 @@ class ShmTransport : public Transport {
   ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, Settings settings);
   static Status readSettings(Settings* out);
   Status checkServed(int peer) const;
+  // Whether LOOM_SHM_DIRECT lets this rank and `peer` read each other's large sends directly.
+  bool readsDirectly(int peer) const;
   // The lower rank's half of a pair: segment, name to the peer, link.
   Status offerSegment(int peer);
   // The higher rank's half: the name from the peer, mapping, unlink, link.

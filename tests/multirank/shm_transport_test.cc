@@ -175,15 +175,15 @@ void exchangeAndCheck(Link* link, int rank, size_t bytes, uint64_t round) {
 
 // ---- Byte stream ----
 
-using StreamParam = std::tuple<Mode, bool, size_t>;  // mode, direct reads, FIFO bytes
+using StreamParam = std::tuple<Mode, const char*, size_t>;  // mode, LOOM_SHM_DIRECT, FIFO bytes
 
 class ShmStream : public ::testing::TestWithParam<StreamParam> {};
 
 TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
   auto [mode, direct, fifoBytes] = GetParam();
   ScopedEnv env;
-  env.set("LOOM_SHM_CMA", direct ? "1" : "0")
-      .set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin))
+  env.set("LOOM_SHM_DIRECT", direct)
+      .set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin))
       .set("LOOM_SHM_FIFO_BYTES", std::to_string(fifoBytes));
   loomtest::runRanks(2, mode, [](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
@@ -195,12 +195,37 @@ TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shm, ShmStream,
-    ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Bool(),
+    ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values("none", "threads", "all"),
                        ::testing::Values(size_t{4096}, size_t{262144})),
     [](const ::testing::TestParamInfo<StreamParam>& info) {
-      return loomtest::modeName(std::get<0>(info.param)) + (std::get<1>(info.param) ? "_direct" : "_fifo") +
-             "_" + std::to_string(std::get<2>(info.param));
+      return loomtest::modeName(std::get<0>(info.param)) + "_direct_" + std::get<1>(info.param) + "_" +
+             std::to_string(std::get<2>(info.param));
     });
+
+// What the tuner's cost model is told: direct reads from LOOM_SHM_DIRECT_MIN_BYTES where the
+// setting lets the communicator's ranks read each other (by default only threads of one
+// process), never otherwise.
+TEST(ShmDirectReads, TheModelSeesThemWhereTheSettingAllowsThem) {
+  struct Case {
+    const char* setting;
+    bool threadsOnly;
+    size_t expected;
+  };
+  const Case cases[] = {{"threads", true, kDirectMin}, {"threads", false, 0}, {"all", true, kDirectMin},
+                        {"all", false, kDirectMin},    {"none", true, 0},      {"none", false, 0}};
+  for (const Case& c : cases) {
+    ScopedEnv env;
+    env.set("LOOM_SHM_DIRECT", c.setting).set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin));
+    size_t from = 12345;
+    ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(c.threadsOnly, &from));
+    EXPECT_EQ(from, c.expected) << c.setting << (c.threadsOnly ? ", threads" : ", processes");
+  }
+  size_t from = 0;
+  ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(true, &from));  // the default setting
+  EXPECT_EQ(from, size_t{512} << 10);
+  ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(false, &from));
+  EXPECT_EQ(from, 0u);
+}
 
 // ---- Direct reads that fail ----
 
@@ -208,7 +233,7 @@ class ShmFallback : public ::testing::TestWithParam<Mode> {};
 
 TEST_P(ShmFallback, RefusedReadsGoThroughTheFifoFromThenOn) {
   ScopedEnv env;
-  env.set("LOOM_SHM_CMA", "1").set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin));
+  env.set("LOOM_SHM_DIRECT", "all").set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin));
   loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
     ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
@@ -228,9 +253,9 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmFallback, ::testing::Values(Mode::kThreads, Mod
 
 TEST(ShmFallback, ReceiverWithDirectReadsOffRefusesThem) {
   ScopedEnv env;
-  env.set("LOOM_SHM_CMA", "1").set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin));
+  env.set("LOOM_SHM_DIRECT", "all").set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin));
   loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
-    if (rank == 1) ::setenv("LOOM_SHM_CMA", "0", 1);  // this process only
+    if (rank == 1) ::setenv("LOOM_SHM_DIRECT", "none", 1);  // this process only
     std::unique_ptr<ShmTransport> transport;
     ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
     exchangeAndCheck(transport->link(1 - rank, 0), rank, 2 << 20, 1);
@@ -291,7 +316,7 @@ TEST(ShmConnect, BadSettingsAreInvalidArguments) {
   LOOM_ASSERT_OK(loomCommInitAll(&comm, 1, nullptr), nullptr);
   const std::pair<const char*, const char*> bad[] = {
       {"LOOM_SHM_FIFO_BYTES", "5000"}, {"LOOM_SHM_FIFO_BYTES", "2048"}, {"LOOM_SHM_FIFO_BYTES", "lots"},
-      {"LOOM_SHM_CMA", "2"},           {"LOOM_SHM_CMA_MIN_BYTES", "0"},
+      {"LOOM_SHM_DIRECT", "2"},        {"LOOM_SHM_DIRECT", "yes"},       {"LOOM_SHM_DIRECT_MIN_BYTES", "0"},
   };
   for (const auto& [name, value] : bad) {
     ScopedEnv env;
@@ -347,8 +372,8 @@ TEST_P(ShmDeadPeer, BecomesRemoteErrorQuickly) {
   ScopedEnv env;
   env.set("LOOM_SHM_DIR", dir.path())
       .set("LOOM_SHM_FIFO_BYTES", "4096")
-      .set("LOOM_SHM_CMA", "1")
-      .set("LOOM_SHM_CMA_MIN_BYTES", std::to_string(kDirectMin));
+      .set("LOOM_SHM_DIRECT", "all")
+      .set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin));
   loomUniqueId id;
   LOOM_ASSERT_OK(loomGetUniqueId(&id), nullptr);
   std::fflush(nullptr);

@@ -157,9 +157,9 @@ TEST(CostModel, HandDerivedValues) {
               2 * (25 + 1048576 / 1200.0 + 104.8576), 1e-9);
 }
 
-// A shared-memory receive reads the sender's buffer from LOOM_SHM_CMA_MIN_BYTES on: a
+// A shared-memory receive reads the sender's buffer from LOOM_SHM_DIRECT_MIN_BYTES on: a
 // broadcast between 2 ranks is one hop, 1.5 + B / 8000 through the FIFO and 1.5 + B / 10000
-// read directly; never with direct reads off (LOOM_SHM_CMA=0), past the cache (mem.gbps
+// read directly; never with direct reads off (LOOM_SHM_DIRECT), past the cache (mem.gbps
 // measures those hops), or between hosts.
 TEST(CostModel, DirectReadsFromTheirThreshold) {
   CommProfile p = CommProfile::defaults(2, 1);
