@@ -214,12 +214,16 @@ Status Bootstrap::takeMessage(int peer, uint32_t tag, void* data, size_t bytes, 
 
 Status Bootstrap::exchange(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer,
                            void* recvData, size_t recvBytes, uint32_t tag) {
+  return exchangeUntil(sendPeer, sendData, sendBytes, recvPeer, recvData, recvBytes, tag, deadline());
+}
+
+Status Bootstrap::exchangeUntil(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer, void* recvData,
+                                size_t recvBytes, uint32_t tag, const Deadline& until) {
   for (int peer : {sendPeer, recvPeer}) {
     if (peer != -1 && (peer < 0 || peer >= nranks_ || peer == rank_)) {
       return error(loomInternalError, "bootstrap peer %d is not another rank of %d", peer, nranks_);
     }
   }
-  Deadline until = deadline();
   // Connect out first: it completes through the peer's listen backlog, so every rank
   // reaches its accept below and no rank waits for another to accept.
   int sendFd = -1;
@@ -284,11 +288,19 @@ Status Bootstrap::exchange(int sendPeer, const void* sendData, size_t sendBytes,
 }
 
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
-  return exchange(peer, data, bytes, -1, nullptr, 0, tag);
+  return send(peer, tag, data, bytes, deadline());
 }
 
 Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {
-  return exchange(-1, nullptr, 0, peer, data, bytes, tag);
+  return recv(peer, tag, data, bytes, deadline());
+}
+
+Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes, const Deadline& until) {
+  return exchangeUntil(peer, data, bytes, -1, nullptr, 0, tag, until);
+}
+
+Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes, const Deadline& until) {
+  return exchangeUntil(-1, nullptr, 0, peer, data, bytes, tag, until);
 }
 
 Status Bootstrap::allGather(void* data, size_t bytesPerRank) {

@@ -64,6 +64,12 @@ class Bootstrap {
 
   Status send(int peer, uint32_t tag, const void* data, size_t bytes);
   Status recv(int peer, uint32_t tag, void* data, size_t bytes);
+  // The same, ending at `until` (loomTimeout) rather than after the channel's timeout. A
+  // receiver that waits in slices, watching the peer in between, calls again: what arrived of
+  // a message meanwhile is kept. A send cut off leaves the channel to that peer unusable (for
+  // a last word before giving up).
+  Status send(int peer, uint32_t tag, const void* data, size_t bytes, const Deadline& until);
+  Status recv(int peer, uint32_t tag, void* data, size_t bytes, const Deadline& until);
   // Sends to one peer while receiving from another, so a ring step cannot deadlock on
   // full socket buffers.
   Status exchange(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer,
@@ -91,6 +97,8 @@ class Bootstrap {
   Bootstrap(Acceptor acceptor, const Secret& secret, int rank, int nranks, int cancelFd);
 
   Deadline deadline() const { return Deadline::afterMs(timeoutMs_); }
+  Status exchangeUntil(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer, void* recvData,
+                       size_t recvBytes, uint32_t tag, const Deadline& until);
   Status connectionTo(int peer, const Deadline& deadline, int* fd);
   Status acceptFrom(int peer, const Deadline& deadline);
   // Reads what is available from peer's inbox; true in *complete when a message is whole.

@@ -37,7 +37,7 @@ namespace {
 // the same cache line; counters only grow (position in a FIFO = counter & (fifoBytes - 1)).
 //
 //   offset 0     magic | fifoBytes
-//                ends[0]   creator (lower rank): pid, pid namespace, attached, closed
+//                ends[0]   creator (lower rank): attached, closed, cause
 //                ends[1]   opener  (higher rank): same
 //                fifos[0]  creator -> opener:  head | tail | posted send | reader's answers
 //                fifos[1]  opener -> creator:  same
@@ -51,7 +51,7 @@ namespace {
 // and every later send too) or declined it (it wants to reduce the bytes from the FIFO:
 // the writer streams the rest of this send and keeps posting later ones).
 constexpr size_t kCacheLine = 64;
-constexpr uint64_t kMagic = 0x314d48534d4f4f4cull;  // "LOOMSHM1"
+constexpr uint64_t kMagic = 0x324d48534d4f4f4cull;  // "LOOMSHM2"
 
 using Counter = std::atomic<uint64_t>;
 using Flag = std::atomic<uint32_t>;
@@ -60,8 +60,6 @@ static_assert(Counter::is_always_lock_free && Flag::is_always_lock_free,
               "shared-memory atomics must be lock-free");
 
 struct alignas(kCacheLine) End {
-  int32_t pid;            // written before `attached` is set
-  uint64_t pidNamespace;  // inode of /proc/self/ns/pid (0: unknown)
   Flag attached;
   Flag closed;  // its link is gone: calls that wait on it fail instead
   Flag cause;   // written before `closed`: 1 + the rank whose failure closed it (0: none)
@@ -101,26 +99,21 @@ bool validFifoBytes(unsigned long long bytes) { return bytes >= 4096 && (bytes &
 // The longest segment path the offer carries.
 constexpr size_t kMaxName = 240;
 
-// What the lower rank sends the higher one on the bootstrap.
-struct SegmentOffer {
-  uint64_t fifoBytes;
-  char name[kMaxName + 8];  // NUL-terminated
-};
+// A higher rank waiting for an offer checks the lower rank's process this often.
+constexpr long long kOfferSliceMs = 100;
+// How long a rank that gives up spends telling each waiting peer.
+constexpr long long kGaveUpNoticeMs = 1000;
 
 Header& headerOf(const ShmSegment& segment) { return *static_cast<Header*>(segment.data()); }
 
-void describeSelf(End& end) {
-  end.pid = static_cast<int32_t>(::getpid());
-  end.pidNamespace = PeerProcess::ownPidNamespace();
-  end.attached.store(1, std::memory_order_release);
-}
+void attach(End& end) { end.attached.store(1, std::memory_order_release); }
 
 // The creator's half: starts the lifetime of the shared header (the file is zeroed).
 void initSegment(ShmSegment& segment, size_t fifoBytes) {
   auto* header = new (segment.data()) Header();
   header->magic = kMagic;
   header->fifoBytes = fifoBytes;
-  describeSelf(header->ends[0]);
+  attach(header->ends[0]);
 }
 
 Status attachSegment(ShmSegment& segment, size_t fifoBytes) {
@@ -129,7 +122,7 @@ Status attachSegment(ShmSegment& segment, size_t fifoBytes) {
     return error(loomInternalError, "shared memory %s is not a Loom shm segment of %zu-byte FIFOs",
                  segment.name().c_str(), fifoBytes);
   }
-  describeSelf(header.ends[1]);
+  attach(header.ends[1]);
   return Status::ok();
 }
 
@@ -177,13 +170,22 @@ constexpr uint64_t kAliveCheckNs = 1000000;
 
 }  // namespace
 
+// What the lower rank sends the higher one on the bootstrap: a segment, or (an empty name)
+// word that it gave up before offering one.
+struct ShmTransport::SegmentOffer {
+  uint64_t fifoBytes;
+  int32_t gaveUpFor;        // empty name: the rank whose failure made it give up (-1: none)
+  char name[kMaxName + 8];  // NUL-terminated
+};
+
 // One end of a pair's segment: writes into one FIFO, reads from the other.
 class ShmTransport::ShmLink : public Link {
  public:
   // side 0: this rank created the segment; 1: it opened it.
-  // peerPid: the peer's pid as the bootstrap reported it (before the peer attaches).
+  // peerInfo: the peer as the bootstrap reported it, so that its process is watched from the
+  // start (a peer that dies before it maps the segment never attaches).
   // direct: LOOM_SHM_DIRECT lets the pair read each other's large sends directly.
-  ShmLink(ShmSegment segment, int side, int peer, int peerPid, bool direct, const Settings& settings);
+  ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo, bool direct, const Settings& settings);
   ~ShmLink() override;
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
@@ -234,7 +236,6 @@ class ShmTransport::ShmLink : public Link {
   // rank read), in_.declined for this send only.
   void answerPeerSend(Counter& answer);
 
-  void identifyPeer();
   // Called when a call moved nothing: an error once the peer closed or died.
   Status stalled();
   Status closedError() const;
@@ -247,7 +248,6 @@ class ShmTransport::ShmLink : public Link {
   ShmSegment segment_;
   const Settings& settings_;
   int peer_;
-  int peerPid_;
   int side_;
   bool abandoned_ = false;
   size_t mask_;
@@ -277,12 +277,11 @@ class ShmTransport::ShmLink : public Link {
   std::optional<PeerSend> reading_;
 };
 
-ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerPid, bool direct,
+ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo, bool direct,
                                const Settings& settings)
     : segment_(std::move(segment)),
       settings_(settings),
       peer_(peer),
-      peerPid_(peerPid),
       side_(side),
       mask_(headerOf(segment_).fifoBytes - 1),
       peerEnd_(headerOf(segment_).ends[1 - side]),
@@ -293,10 +292,15 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerP
       inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
       postLarge_(direct),
       readPeerMemory_(direct) {
-  if (direct) {
+  process_.identify(peerInfo.pid, peerInfo.pidNamespace);
+  if (direct && process_.foreign()) {
+    LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
+    readPeerMemory_ = false;
+  }
+  if (readPeerMemory_) {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way; sends of %zu bytes or more are "
-              "read by the receiver straight from the sender's memory",
-              peer_, mask_ + 1, settings.directMinBytes);
+              "read by the receiver straight from the sender's memory (%s)",
+              peer_, mask_ + 1, settings.directMinBytes, process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
   } else {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way, all sends through it (LOOM_SHM_DIRECT=%s)",
               peer_, mask_ + 1, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
@@ -305,10 +309,8 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, int peerP
 
 void ShmTransport::ShmLink::lingerForPeer() {
   if (abandoned_ || side_ != 0 || head_ == 0 || peerEnd_.attached.load(std::memory_order_acquire) != 0) return;
-  PeerProcess peer;
-  peer.identify(peerPid_, PeerProcess::ownPidNamespace());
   auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings_.lingerMs);
-  while (peerEnd_.attached.load(std::memory_order_acquire) == 0 && peer.alive() &&
+  while (peerEnd_.attached.load(std::memory_order_acquire) == 0 && process_.alive() &&
          std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -321,7 +323,6 @@ ShmTransport::ShmLink::~ShmLink() {
   // may free once this link is gone. The reader checks `closed` after raising `copying`,
   // so once this sees no copy, no new one starts.
   if (!posted_) return;
-  identifyPeer();
   if (process_.sameProcess()) {
     while (out_.copying.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
     tsanAcquire(posted_->base);
@@ -470,7 +471,6 @@ bool ShmTransport::ShmLink::takePeerSend() {
   // A send posted behind FIFO bytes not seen yet waits for them.
   if (seq == handled_ || in_.offset != tail_) return false;
   reading_ = PeerSend{seq, in_.address, static_cast<size_t>(in_.length), 0};
-  identifyPeer();  // it attached before it could post anything
   return true;
 }
 
@@ -527,25 +527,11 @@ void ShmTransport::ShmLink::answerPeerSend(Counter& answer) {
 
 // ---- The peer ----
 
-void ShmTransport::ShmLink::identifyPeer() {
-  if (process_.identified() || peerEnd_.attached.load(std::memory_order_acquire) == 0) return;
-  process_.identify(peerEnd_.pid, peerEnd_.pidNamespace);
-  if (!readPeerMemory_) return;
-  if (process_.foreign()) {
-    LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
-    readPeerMemory_ = false;
-  } else {
-    LOOM_INFO("shm: rank %d is pid %d; its large sends are read straight from its memory (%s)", peer_,
-              process_.pid(), process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
-  }
-}
-
 Status ShmTransport::ShmLink::stalled() {
   if (peerEnd_.closed.load(std::memory_order_acquire) != 0) return closedError();
   uint64_t now = coarseNowNs();
   if (now - lastAliveCheckNs_ < kAliveCheckNs) return Status::ok();
   lastAliveCheckNs_ = now;
-  identifyPeer();
   return process_.alive() ? Status::ok() : exitedError();
 }
 
@@ -579,6 +565,14 @@ ShmTransport::ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, 
 ShmTransport::~ShmTransport() = default;
 
 void ShmTransport::closeAll(int causeRank) {
+  // A higher peer that will ask for this rank's segment would wait for it until its
+  // deadline: tell it there will be none (a peer that is gone refuses at once).
+  SegmentOffer none{};
+  none.gaveUpFor = causeRank;
+  for (int peer = rank_ + 1; peer < static_cast<int>(links_.size()); ++peer) {
+    if (!served_[static_cast<size_t>(peer)] || links_[static_cast<size_t>(peer)]) continue;
+    (void)bootstrap_.send(peer, kSegmentTag, &none, sizeof(none), Deadline::afterMs(kGaveUpNoticeMs));
+  }
   for (auto& link : links_) {
     if (link) link->abandon(causeRank);
     link.reset();
@@ -664,13 +658,13 @@ Status ShmTransport::connectOut(const std::vector<int>& peers, const Deadline& /
 Status ShmTransport::acceptIn(const std::vector<int>& peers, const Deadline& deadline) {
   LOOM_TRY(connectOut(peers, deadline));
   for (int peer : peers) {
-    if (peer < rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(noteGone(peer, acceptSegment(peer)));
+    if (peer < rank_ && !links_[static_cast<size_t>(peer)]) LOOM_TRY(noteGone(peer, acceptSegment(peer, deadline)));
   }
   return Status::ok();
 }
 
 Status ShmTransport::noteGone(int peer, Status s) {
-  if (s.code() == loomRemoteError) connectFailureCause_ = peer;
+  if (s.code() == loomRemoteError && connectFailureCause_ < 0) connectFailureCause_ = peer;
   return s;
 }
 
@@ -689,16 +683,39 @@ Status ShmTransport::offerSegment(int peer) {
   std::strncpy(offer.name, segment.name().c_str(), kMaxName);
   LOOM_TRY(bootstrap_.send(peer, kSegmentTag, &offer, sizeof(offer))
                .withContext(format("shm transport: sending rank %d its segment", peer)));
-  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid,
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, bootstrap_.peers()[static_cast<size_t>(peer)],
                                                            readsDirectly(peer), settings_);
   return Status::ok();
 }
 
-Status ShmTransport::acceptSegment(int peer) {
+Status ShmTransport::receiveOffer(int peer, const Deadline& deadline, SegmentOffer* offer) {
+  // A peer that died before it offered would otherwise be waited for until the deadline.
+  const PeerInfo& info = bootstrap_.peers()[static_cast<size_t>(peer)];
+  PeerProcess process;
+  process.identify(info.pid, info.pidNamespace);
+  for (;;) {
+    Status s = bootstrap_.recv(peer, kSegmentTag, offer, sizeof(*offer),
+                               deadline.earlier(Deadline::afterMs(kOfferSliceMs)));
+    if (s.code() != loomTimeout) return s;
+    if (deadline.expired()) return error(loomTimeout, "rank %d offered no segment before the deadline", peer);
+    if (!process.alive()) {
+      return error(loomRemoteError, "rank %d (pid %d) exited before it offered its segment", peer, info.pid);
+    }
+  }
+}
+
+Status ShmTransport::acceptSegment(int peer, const Deadline& deadline) {
   SegmentOffer offer;
-  LOOM_TRY(bootstrap_.recv(peer, kSegmentTag, &offer, sizeof(offer))
-               .withContext(format("shm transport: waiting for rank %d's segment", peer)));
+  LOOM_TRY(receiveOffer(peer, deadline, &offer).withContext(format("shm transport: waiting for rank %d's segment", peer)));
   offer.name[kMaxName] = '\0';
+  if (offer.name[0] == '\0') {
+    if (offer.gaveUpFor < 0 || offer.gaveUpFor == peer) {
+      return error(loomRemoteError, "shm transport: rank %d gave up before it offered its segment", peer);
+    }
+    connectFailureCause_ = offer.gaveUpFor;
+    return error(loomRemoteError, "shm transport: rank %d gave up because rank %d failed, before it offered its segment",
+                 peer, offer.gaveUpFor);
+  }
   if (!validFifoBytes(offer.fifoBytes)) {
     return error(loomInternalError, "shm transport: rank %d offered FIFOs of %llu bytes", peer,
                  static_cast<unsigned long long>(offer.fifoBytes));
@@ -714,7 +731,7 @@ Status ShmTransport::acceptSegment(int peer) {
   LOOM_TRY(opened.withContext(format("shm transport: mapping rank %d's segment", peer)));
   LOOM_TRY(attachSegment(segment, fifoBytes));
   segment.unlink();  // both ranks have it mapped now
-  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, bootstrap_.peers()[static_cast<size_t>(peer)].pid,
+  links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, bootstrap_.peers()[static_cast<size_t>(peer)],
                                                            readsDirectly(peer), settings_);
   return Status::ok();
 }

@@ -60,6 +60,7 @@ class ShmTransport : public Transport {
 
  private:
   class ShmLink;
+  struct SegmentOffer;  // what the lower rank of a pair sends the higher one
   // LOOM_SHM_DIRECT: which peers' large sends are read straight from their memory.
   enum class DirectReads { kNone, kThreads, kAll };
   // LOOM_SHM_* as read at create; links keep a reference.
@@ -80,8 +81,11 @@ class ShmTransport : public Transport {
   // The lower rank's half of a pair: segment, name to the peer, link.
   Status offerSegment(int peer);
   // The higher rank's half: the name from the peer, mapping, unlink, link.
-  Status acceptSegment(int peer);
-  // s, after recording `peer` as connectFailureCause() when s says the peer is gone.
+  Status acceptSegment(int peer, const Deadline& deadline);
+  // The peer's offer, waited for in slices between which its process is checked.
+  Status receiveOffer(int peer, const Deadline& deadline, SegmentOffer* offer);
+  // s, after recording `peer` as connectFailureCause() when s says the peer is gone and no
+  // failure was recorded before (the first one found is the one to name).
   Status noteGone(int peer, Status s);
 
   Bootstrap& bootstrap_;
@@ -89,7 +93,8 @@ class ShmTransport : public Transport {
   std::vector<bool> served_;
   Settings settings_;
   std::vector<std::unique_ptr<ShmLink>> links_;
-  int connectFailureCause_ = -1;  // the peer an offer or accept last found gone
+  int connectFailureCause_ = -1;  // the first failure an offer or accept found: the peer gone, or
+                                  // the rank it gave up for
 };
 
 }  // namespace loom::transport
