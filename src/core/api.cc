@@ -98,13 +98,13 @@ Status checkBuffer(const char* what, const void* buffer, size_t count, int type,
                        loomNumTypes - 1);
   }
   size_t size = loom::typeSize(static_cast<loomDataType_t>(type));
-  if (count > SIZE_MAX / size) {
+  // A multiplication that says it overflowed, where a division would cost more than the rest.
+  if (__builtin_mul_overflow(count, size, bytes)) {
     return loom::error(loomInvalidArgument, "count %zu of %zu-byte elements overflows size_t", count, size);
   }
   if (buffer == nullptr && count > 0) {
     return loom::error(loomInvalidArgument, "%s is NULL with count %zu", what, count);
   }
-  *bytes = count * size;
   return Status::ok();
 }
 
@@ -517,7 +517,9 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     size_t elem = loom::typeSize(static_cast<loomDataType_t>(type));
     bool wide = kind == CallInfo::Kind::kAllGather || kind == CallInfo::Kind::kReduceScatter ||
                 kind == CallInfo::Kind::kAllToAll;
-    if (wide && count > SIZE_MAX / elem / static_cast<size_t>(n)) {
+    size_t wideBytes = 0;
+    if (wide && (__builtin_mul_overflow(count, elem, &wideBytes) ||
+                 __builtin_mul_overflow(wideBytes, static_cast<size_t>(n), &wideBytes))) {
       return loom::error(loomInvalidArgument, "count %zu x %d ranks of %zu-byte elements overflows size_t", count, n,
                          elem);
     }

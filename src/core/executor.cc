@@ -436,7 +436,7 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   Plan& plan = *ps.plan;
   const Step& s = plan.steps[static_cast<size_t>(index)];
   StepState& st = ps.steps[static_cast<size_t>(index)];
-  OneShot op{&plan.callOfStep(static_cast<size_t>(index)), s.src, s.dst, s.bytes, s.round};
+  OneShot op{&plan.callOfStep(static_cast<size_t>(index)), s.src, s.dst, s.bytes, s.round, st.header};
   if (st.headerMoved == 0) {
     postOneShot(*plan.comm, op, 0);  // the plan announced its first call when it started
     st.headerMoved = kHeaderBytes;

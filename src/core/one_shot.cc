@@ -14,10 +14,9 @@
 namespace loom {
 
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
-  uint8_t header[kCallInfoWireBytes];
-  encodeCallInfo(*op.call, header);
-  if (announceSeq != 0) comm.board()->announce(announceSeq, header);
-  comm.board()->post(op.round, header, op.src, op.bytes);
+  encodeCallInfo(*op.call, op.header);
+  if (announceSeq != 0) comm.board()->announce(announceSeq, op.header);
+  comm.board()->post(op.round, op.header, op.src, op.bytes);
 }
 
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done) {
@@ -38,11 +37,9 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
   }
   // Every rank posted its call's encoding: equal bytes are the same call, and only a
   // difference needs decoding to be described.
-  uint8_t expected[kCallInfoWireBytes];
-  encodeCallInfo(*op.call, expected);
   for (int r = 0; r < n; ++r) {
     const uint8_t* header = board.header(r, op.round);
-    if (std::memcmp(header, expected, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
+    if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
     parts[r] = board.data(r, op.round);
   }
   const loomDataType_t type = op.call->type;
@@ -83,7 +80,8 @@ Status failWith(Communicator& comm, const Status& s) {
 Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst) {
   using Clock = std::chrono::steady_clock;
   std::lock_guard<std::mutex> lock(comm.executionMutex());
-  OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound()};
+  uint8_t header[kCallInfoWireBytes];
+  OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound(), header};
   postOneShot(comm, op, seq);
   // The clock is first read after 64 passes: a call that finishes before (most do, in a
   // fraction of a microsecond) would spend a good part of its time reading it.

@@ -18,6 +18,9 @@ struct OneShot {
   void* dst;
   size_t bytes;
   uint64_t round;
+  // kCallInfoWireBytes, the caller's: the call's encoding, written by postOneShot and compared
+  // with every rank's by finishOneShot.
+  uint8_t* header;
 };
 
 // Publishes this rank's part (never waits); with announceSeq != 0 also announces the call

@@ -10,37 +10,8 @@
 
 namespace loom::transport {
 
-// Round, header and the first 32 bytes of data share one cache line: a reader of a small
-// allreduce takes one miss per peer, not two.
-struct alignas(64) ShmBoard::Slot {
-  std::atomic<uint64_t> round;
-  uint8_t header[kHeaderBytes];
-  alignas(8) uint8_t data[kMaxBytes];
-};
-
-
-struct alignas(64) ShmBoard::RankArea {
-  int32_t pid;
-  uint64_t pidNamespace;
-  // 1 + the rank whose failure made this rank give up (0: it has not), so that the ranks
-  // that see it exit name the first failure.
-  std::atomic<uint32_t> failedBecauseOf;
-  // Written header first, sequence last; read sequence, header, sequence again.
-  alignas(64) std::atomic<uint64_t> announceSeq;
-  uint8_t announceHeader[kHeaderBytes];
-  Slot slots[2];
-};
-
-static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's flags must work across processes");
-
 ShmBoard::ShmBoard(ShmSegment segment, int rank, int nranks)
     : segment_(std::move(segment)), rank_(rank), nranks_(nranks), peers_(static_cast<size_t>(nranks)) {}
-
-ShmBoard::RankArea& ShmBoard::area(int q) const {
-  return static_cast<RankArea*>(segment_.data())[q];
-}
-
-ShmBoard::Slot& ShmBoard::slot(int q, uint64_t round) const { return area(q).slots[round % 2]; }
 
 Status ShmBoard::create(Bootstrap& bootstrap, const std::string& dir, std::unique_ptr<ShmBoard>* out) {
   const int rank = bootstrap.rank(), n = bootstrap.nranks();
@@ -78,14 +49,6 @@ void ShmBoard::post(uint64_t round, const uint8_t* header, const void* data, siz
   if (bytes > 0) std::memcpy(s.data, data, bytes);
   s.round.store(round, std::memory_order_release);
 }
-
-bool ShmBoard::posted(int q, uint64_t round) const {
-  return slot(q, round).round.load(std::memory_order_acquire) == round;
-}
-
-const uint8_t* ShmBoard::header(int q, uint64_t round) const { return slot(q, round).header; }
-
-const void* ShmBoard::data(int q, uint64_t round) const { return slot(q, round).data; }
 
 void ShmBoard::announce(uint64_t seq, const uint8_t* header) {
   RankArea& own = area(rank_);
