@@ -199,7 +199,8 @@ Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double plain
 // allreduce (reduce-scatter, then allgather) two:
 //   2(n-1) alpha + 2(n-1)/n bytes / bw + (n-1)/n bytes / reduceGbps.
 // The pass that does not reduce is plain receives, of a slice at a time (each is sent as it
-// arrives).
+// arrives), read directly where the link allows, except allreduce's, which come through the
+// FIFO (Step::viaFifo).
 Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p, int channels) {
   const int n = p.nranks, steps = passes * (n - 1);
   Schedule s;
@@ -209,7 +210,7 @@ Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p
   s.fill = 0;
   s.reduceBytes = reduces ? bytes * (n - 1) / n : 0;
   s.channels = channels;
-  s.direct = reduces ? steps - (n - 1) : steps;
+  s.direct = passes == 1 && !reduces ? steps : 0;
   s.directSpan = std::min(s.stepBytes, static_cast<double>(p.sliceBytes) * channels);
   return s;
 }
@@ -229,8 +230,8 @@ Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
   const int fanout = hosts == 1 ? treeFanout(n) : (r > 1 ? 1 : 0) + treeFanout(hosts);
   const double sends = (n == 2 ? 1 : 2) + fanout;
   // The two trees run on channels 0 and 1 (tree.cc), so more channels do not help. The
-  // result going down is plain receives.
-  return pipelinedChain({2 * depth.intra, 2 * depth.inter}, bytes / 2, sends, fanout, fanout * bytes / 2,
+  // result going down is plain receives, through the FIFO (Step::viaFifo).
+  return pipelinedChain({2 * depth.intra, 2 * depth.inter}, bytes / 2, sends, 0, fanout * bytes / 2,
                         std::min(channels, 2), p);
 }
 

@@ -98,6 +98,11 @@ struct Step {
   int writeAfter = kNone;  // kRecvReduce only, see above
   bool finalize = false;   // after this step, dst holds a final loomAvg sum: divide by nranks
   bool header = false;     // a CallInfo header goes before the payload (set by markHeaders)
+  // kRecv: take the bytes through a shared-memory FIFO even where the sender's buffer could be
+  // read directly. The sender writes that range again (the next allreduce reduces into it):
+  // lines the peer read stay shared between the two cores' caches, and every one of them
+  // then costs the sender's read-modify-write an invalidation (docs/RESULTS.md).
+  bool viaFifo = false;
   uint64_t round = 0;      // kOneShot: the board round, taken when the plan starts running
 };
 

@@ -118,11 +118,13 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
              st.finalize = avg && s == n - 2;
              return st;
            });
-  // Allgather: pass the complete chunks around.
+  // Allgather: pass the complete chunks around. What arrives is the sender's receive
+  // buffer, which its next allreduce reduces into: through the FIFO (Step::viaFifo).
   ringPass(a, plan, last, slices, p + 1, chunk, [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
            [&](int, const Range& in) {
              Step st{Step::Kind::kRecv};
              st.dst = a.recvAt(in.begin);
+             st.viaFifo = true;
              return st;
            });
 }

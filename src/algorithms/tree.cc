@@ -113,8 +113,13 @@ int reduceUp(Plan& plan, const TreeNode& node, int channel, const void* own, voi
 
 // Down the tree for one slice: take the result from the parent (unless root), then pass it
 // to the children. `ready` is the step after which the root's `data` holds the result.
-void sendDown(Plan& plan, const TreeNode& node, int channel, void* data, size_t bytes, int ready) {
-  if (node.parent >= 0) ready = plan.add(linkStep(Step::Kind::kRecv, node.parent, channel, nullptr, data, bytes));
+// `viaFifo`: the parent's buffer is one it reduces into again (Step::viaFifo).
+void sendDown(Plan& plan, const TreeNode& node, int channel, void* data, size_t bytes, int ready, bool viaFifo) {
+  if (node.parent >= 0) {
+    Step st = linkStep(Step::Kind::kRecv, node.parent, channel, nullptr, data, bytes);
+    st.viaFifo = viaFifo;
+    ready = plan.add(st);
+  }
   for (int child : node.children) {
     if (child < 0) continue;
     Step st = linkStep(Step::Kind::kSend, child, channel, data, nullptr, bytes);
@@ -164,7 +169,7 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
       size_t bytes = s.size() * es;
       int channel = t % a.channels;
       int done = reduceUp(plan, nodes[t], channel, a.sendAt(s.begin), a.recvAt(s.begin), bytes, avg);
-      sendDown(plan, nodes[t], channel, a.recvAt(s.begin), bytes, done);
+      sendDown(plan, nodes[t], channel, a.recvAt(s.begin), bytes, done, true);
     }
   }
 }
@@ -178,7 +183,7 @@ void treeBroadcast(const CollectiveArgs& a, Plan& plan) {
     if (isRoot && a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), bytes, false));
     // The root sends straight from sendbuff; the others forward what they received.
     void* data = isRoot ? const_cast<char*>(a.sendAt(s.begin)) : a.recvAt(s.begin);
-    sendDown(plan, node, c, data, bytes, Step::kNone);
+    sendDown(plan, node, c, data, bytes, Step::kNone, false);
   });
 }
 

@@ -391,7 +391,10 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
     while (end < q.steps.size()) {
       const Step& s = step(end);
       bool ready = s.after == Step::kNone || ps.steps[static_cast<size_t>(s.after)].done;
-      if (s.kind != step(q.head).kind || s.header || s.bytes == 0 || bytesOf(s) != next || !ready) break;
+      if (s.kind != step(q.head).kind || s.viaFifo != step(q.head).viaFifo || s.header || s.bytes == 0 ||
+          bytesOf(s) != next || !ready) {
+        break;
+      }
       next += s.bytes;
       ++end;
     }
@@ -400,16 +403,21 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
   char* from = bytesOf(step(q.head)) + state(q.head).moved;
   char* to = bytesOf(step(q.spanEnd - 1)) + step(q.spanEnd - 1).bytes;
   const bool stream = !q.send && streams(*ps.plan, static_cast<size_t>(q.steps[q.head]));
+  // Past the cache, the FIFO copied out with non-temporal stores beats a direct copy.
+  const bool viaFifo = !q.send && (stream || step(q.head).viaFifo);
   while (from < to) {
     size_t done = 0;
     const void* data = nullptr;
-    if (stream) {
-      // Past the cache, the FIFO copied out with non-temporal stores beats a direct copy.
+    if (viaFifo) {
       q.link->preferMapped();
       q.link->peek(&data, static_cast<size_t>(to - from), &done);
     }
     if (done > 0) {
-      kernels::copyStreaming(from, data, done);
+      if (stream) {
+        kernels::copyStreaming(from, data, done);
+      } else {
+        kernels::copy(from, data, done);
+      }
       q.link->consume(done);
     } else {
       LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)

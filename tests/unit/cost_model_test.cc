@@ -147,10 +147,10 @@ TEST(CostModel, HandDerivedValues) {
                                                  two)),
               130000, 4);
   // From 512 KiB rd reads its partner's buffer directly, then reduces it in full: 1 MiB is
-  // 1.5 + 1048576 / 10000 + 1048576 / 10000. The ring's allgather half is one direct slice:
-  // 3 + 524288 / 8000 + 524288 / 10000 + 524288 extra.
+  // 1.5 + 1048576 / 10000 + 1048576 / 10000. The ring's allgather half comes through the
+  // FIFO all the same (Step::viaFifo): 3 + 2 x 524288 / 8000 + 524288 extra.
   EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, two), 1.5 + 2 * 104.8576, 1e-9);
-  EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, two), 3 + 65.536 + 52.4288 + 524288 * extra, 1e-9);
+  EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, two), 3 + 131.072 + 524288 * extra, 1e-9);
   // Between hosts no hop is shared memory: the reductions pay in full, nothing reads directly.
   // 4 hosts of one rank, rd of 1 MiB: 2 x (25 + 1048576 / 1200 + 1048576 / 10000).
   EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, CommProfile::defaults(4, 4)),
@@ -184,10 +184,13 @@ TEST(CostModel, DirectReadsFromTheirThreshold) {
   EXPECT_EQ(broadcastUs(4 * kMiB, hosts), broadcastUs(4 * kMiB, hostsOff));
   const size_t past = p.streamingMinBytes;
   EXPECT_EQ(broadcastUs(past, p), broadcastUs(past, off));
-  // Reductions that read the FIFO in place never read directly: a reduce-scatter is the
+  // Reductions that read the FIFO in place never read directly, and neither does the ring
+  // allreduce's allgather half (Step::viaFifo): a reduce-scatter and an allreduce are the
   // same with direct reads on or off, an allgather is not.
   EXPECT_EQ(simpleUs(Kind::kReduceScatter, Algorithm::kRing, 4 * kMiB, four),
             simpleUs(Kind::kReduceScatter, Algorithm::kRing, 4 * kMiB, fourOff));
+  EXPECT_EQ(simpleUs(Kind::kAllReduce, Algorithm::kRing, 4 * kMiB, four),
+            simpleUs(Kind::kAllReduce, Algorithm::kRing, 4 * kMiB, fourOff));
   EXPECT_LT(simpleUs(Kind::kAllGather, Algorithm::kRing, 4 * kMiB, four),
             simpleUs(Kind::kAllGather, Algorithm::kRing, 4 * kMiB, fourOff));
 }

@@ -325,6 +325,45 @@ TEST(Schedules, AnyRingOrderDeliversTheSameResults) {
   }
 }
 
+// A receive of a range its sender reduces into again (the result of an allreduce) comes
+// through the FIFO; every other plain receive may read the sender's buffer.
+TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
+  for (const Case& c : kCases) {
+    if (c.build == recursiveDoublingAllReduce) continue;  // its plan is one-shot steps
+    for (int n : {2, 3, 4, 8}) {
+      std::vector<int32_t> send(4096, 1), recv(4096 * static_cast<size_t>(n));
+      CollectiveArgs a;
+      a.info.kind = c.kind;
+      a.info.type = loomInt32;
+      a.info.op = loomSum;
+      a.info.count = 1024;
+      a.info.root = 0;
+      a.rank = n - 1;
+      a.nranks = n;
+      a.channels = 2;
+      a.sliceBytes = 256;
+      a.send = send.data();
+      a.recv = recv.data();
+      Plan plan;
+      plan.beginCall(a.info);
+      c.build(a, plan);
+      const bool allReduce = c.kind == CallInfo::Kind::kAllReduce;
+      int receives = 0;
+      for (const Step& s : plan.steps) {
+        if (s.kind != Step::Kind::kRecv) {
+          EXPECT_FALSE(s.viaFifo) << c.name << " n=" << n;
+          continue;
+        }
+        ++receives;
+        EXPECT_EQ(s.viaFifo, allReduce) << c.name << " n=" << n;
+      }
+      if (c.kind != CallInfo::Kind::kReduce && c.kind != CallInfo::Kind::kReduceScatter) {
+        EXPECT_GT(receives, 0) << c.name << " n=" << n;
+      }
+    }
+  }
+}
+
 TEST(Schedules, RingOrderMapsBothWays) {
   RingOrder order({2, 0, 3, 1});
   EXPECT_EQ(order.rankAt(0), 2);
