@@ -14,6 +14,7 @@
 #include "core/bootstrap.h"
 #include "core/call_log.h"
 #include "core/socket.h"
+#include "core/spin_lock.h"
 #include "core/status.h"
 #include "core/unique_id.h"
 #include "transport/shm_board.h"
@@ -102,9 +103,9 @@ class Communicator {
 
   // Held while the executor runs a plan of this communicator: its links carry one plan's
   // bytes at a time.
-  std::mutex& executionMutex() { return execution_; }
+  YieldingLock& executionLock() { return execution_; }
   // Where received bytes wait to be reduced, per link; kept between calls (under
-  // executionMutex) so that steady-state calls allocate nothing.
+  // executionLock) so that steady-state calls allocate nothing.
   std::vector<char>& stagingFor(const transport::Link* link) { return staging_[link]; }
   // The last calls made on this communicator, printed at INFO when one fails.
   CallLog& callLog() { return callLog_; }
@@ -153,7 +154,7 @@ class Communicator {
   std::atomic<int> waiters_{0};
   std::condition_variable unused_;
 
-  std::mutex execution_;
+  YieldingLock execution_;
   std::map<const transport::Link*, std::vector<char>> staging_;
   std::atomic<uint64_t> usedChoices_{0};
   std::atomic<uint64_t> callSeq_{0};

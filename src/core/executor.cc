@@ -558,8 +558,8 @@ Status execute(std::vector<Plan>& plans) {
   for (const Plan& p : plans) comms.push_back(p.comm);
   std::sort(comms.begin(), comms.end());
   comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
-  std::vector<std::unique_lock<std::mutex>> locks;
-  for (Communicator* c : comms) locks.emplace_back(c->executionMutex());
+  std::vector<std::unique_lock<YieldingLock>> locks;
+  for (Communicator* c : comms) locks.emplace_back(c->executionLock());
   return Run(plans).go();
 }
 

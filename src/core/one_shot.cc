@@ -79,7 +79,7 @@ Status failWith(Communicator& comm, const Status& s) {
 
 Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst) {
   using Clock = std::chrono::steady_clock;
-  std::lock_guard<std::mutex> lock(comm.executionMutex());
+  std::lock_guard<YieldingLock> lock(comm.executionLock());
   uint8_t header[kCallInfoWireBytes];
   OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound(), header};
   postOneShot(comm, op, seq);

@@ -30,19 +30,40 @@ log::Logger& Registry::logger() {
   return *logger_;
 }
 
+namespace {
+// The calling thread's last lookup that found its handle, in any set.
+struct LastFound {
+  const HandleSet* set = nullptr;
+  const void* handle = nullptr;
+  uint64_t generation = 0;
+};
+thread_local LastFound tLastFound;
+}  // namespace
+
 void HandleSet::add(const void* handle) {
   std::lock_guard<SpinLock> lock(lock_);
   handles_.insert(handle);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 void HandleSet::remove(const void* handle) {
   std::lock_guard<SpinLock> lock(lock_);
   handles_.erase(handle);
+  generation_.fetch_add(1, std::memory_order_release);
 }
 
 bool HandleSet::contains(const void* handle) const {
-  std::lock_guard<SpinLock> lock(lock_);
-  return handles_.count(handle) != 0;
+  // Read before the lookup: a change after it makes the next call look again.
+  const uint64_t generation = generation_.load(std::memory_order_acquire);
+  LastFound& last = tLastFound;
+  if (last.set == this && last.handle == handle && last.generation == generation) return true;
+  bool found;
+  {
+    std::lock_guard<SpinLock> lock(lock_);
+    found = handles_.count(handle) != 0;
+  }
+  if (found) last = {this, handle, generation};
+  return found;
 }
 
 void Registry::keepRoot(std::unique_ptr<BootstrapRoot> root) {

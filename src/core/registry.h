@@ -3,6 +3,8 @@
 // error, not a crash), and the bootstrap roots loomGetUniqueId started. Thread-safe.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,7 +21,9 @@ namespace loom {
 
 class BootstrapRoot;
 
-// Handles the API gave out and has not taken back. Thread-safe.
+// Handles the API gave out and has not taken back. Thread-safe. Every call looks its handle
+// up, so a thread whose last lookup found the same handle, with nothing added or removed
+// since (every change bumps a generation), answers without taking the lock.
 class HandleSet {
  public:
   void add(const void* handle);
@@ -27,8 +31,9 @@ class HandleSet {
   bool contains(const void* handle) const;
 
  private:
-  mutable SpinLock lock_;  // contains() runs on every call
+  mutable SpinLock lock_;
   std::unordered_set<const void*> handles_;
+  std::atomic<uint64_t> generation_{0};
 };
 
 class Registry {
