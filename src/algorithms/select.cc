@@ -247,4 +247,46 @@ std::string describePredictions(const CallShape& shape, const AlgorithmSetting& 
   return text;
 }
 
+uint64_t ChoiceCache::keyOf(const CallShape& shape) {
+  if (shape.bytes >> 54 != 0) return 0;
+  return uint64_t{1} << 63 | static_cast<uint64_t>(shape.bytes) << 9 |
+         static_cast<uint64_t>(shape.info.kind) << 1 | (shape.info.inPlace ? 1 : 0);
+}
+
+bool ChoiceCache::find(uint64_t key, Choice* out) const {
+  for (;;) {
+    const uint64_t before = version_.load(std::memory_order_acquire);
+    if (before & 1) {
+      cpuRelax();
+      continue;
+    }
+    bool hit = false;
+    for (const Entry& e : entries_) {
+      if (e.key.load(std::memory_order_relaxed) != key) continue;
+      const uint32_t method = e.method.load(std::memory_order_relaxed);
+      *out = {static_cast<Algorithm>(method >> 8), static_cast<Protocol>(method & 0xff),
+              e.predictedUs.load(std::memory_order_relaxed), e.why.load(std::memory_order_relaxed)};
+      hit = true;
+      break;
+    }
+    // What was read counts only if no writer started meanwhile.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (version_.load(std::memory_order_relaxed) == before) return hit;
+  }
+}
+
+void ChoiceCache::remember(uint64_t key, const Choice& choice) {
+  std::lock_guard<SpinLock> lock(writer_);
+  Entry& e = entries_[next_++ % entries_.size()];
+  const uint64_t v = version_.load(std::memory_order_relaxed);
+  version_.store(v + 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  e.key.store(key, std::memory_order_relaxed);
+  e.method.store(static_cast<uint32_t>(choice.algorithm) << 8 | static_cast<uint32_t>(choice.protocol),
+                 std::memory_order_relaxed);
+  e.predictedUs.store(choice.predictedUs, std::memory_order_relaxed);
+  e.why.store(choice.why, std::memory_order_relaxed);
+  version_.store(v + 2, std::memory_order_release);
+}
+
 }  // namespace loom

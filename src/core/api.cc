@@ -474,9 +474,7 @@ LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) 
     HostStream* stream = nullptr;
     LOOM_TRY(resolveStream(comm, streamHandle, &stream));
     LOOM_TRY(comm.usable());
-    loom::CallInfo barrier;
-    barrier.kind = loom::CallInfo::Kind::kBarrier;
-    comm.callLog().recordCollective(barrier, 0);
+    comm.callLog().recordBarrier();
     if (comm.device() >= 0) return comm.deviceQueue().enqueueBarrier(streamHandle);
     Communicator* c = &comm;
     return enqueueOrRun(c, stream, [c] { return loom::runBarrier(*c); });
@@ -561,8 +559,7 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     info.root = rooted ? root : -1;
     info.count = count;
     info.inPlace = inPlace;
-    info.seq = comm.nextCallSeq();
-    comm.callLog().recordCollective(info, info.seq);
+    info.seq = comm.callLog().recordCollective(info);
     return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream, streamHandle);
   });
 }

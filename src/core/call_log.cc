@@ -4,16 +4,28 @@
 
 namespace loom {
 
-void CallLog::recordCollective(const CallInfo& info, uint64_t seq) { add({info, seq, nullptr, -1}); }
+uint64_t CallLog::recordCollective(const CallInfo& info) {
+  std::lock_guard<SpinLock> lock(lock_);
+  const uint64_t seq = ++collectives_;
+  addLocked({info, seq, nullptr, -1});
+  return seq;
+}
+
+void CallLog::recordBarrier() {
+  CallInfo info;
+  info.kind = CallInfo::Kind::kBarrier;
+  std::lock_guard<SpinLock> lock(lock_);
+  addLocked({info, 0, nullptr, -1});
+}
 
 void CallLog::recordPointToPoint(const char* call, int peer, uint64_t bytes) {
   CallInfo info;
   info.count = bytes;
-  add({info, 0, call, peer});
+  std::lock_guard<SpinLock> lock(lock_);
+  addLocked({info, 0, call, peer});
 }
 
-void CallLog::add(const Entry& e) {
-  std::lock_guard<SpinLock> lock(lock_);
+void CallLog::addLocked(const Entry& e) {
   entries_[recorded_ % kEntries] = e;
   ++recorded_;
 }

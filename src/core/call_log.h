@@ -1,6 +1,8 @@
 // The last calls made on a communicator, for the log of a failure: what torch's DETAIL mode
-// users ask for when a job dies ("which collective, and what came before it?"). Recording
-// copies a few words under a spin lock; the lines are built only when printed.
+// users ask for when a job dies ("which collective, and what came before it?"). It also
+// numbers the collectives, in the same critical section as it records them (one locked
+// instruction per call, not two). Recording copies a few words under a spin lock; the lines
+// are built only when printed.
 #pragma once
 
 #include <array>
@@ -18,8 +20,11 @@ class CallLog {
  public:
   static constexpr size_t kEntries = 16;
 
-  // A collective, numbered as the communicator numbers them (0: not numbered, a barrier).
-  void recordCollective(const CallInfo& info, uint64_t seq);
+  // A collective: returns its number, 1 for the first (the call order, the same on every
+  // rank, which the mismatch checks compare).
+  uint64_t recordCollective(const CallInfo& info);
+  // A barrier, which is not numbered.
+  void recordBarrier();
   // A loomSend or loomRecv (`call`, a string literal) of `bytes` with `peer`.
   void recordPointToPoint(const char* call, int peer, uint64_t bytes);
   // Oldest first, one line each: "#12 loomAllReduce(count 10, float32, sum)".
@@ -32,11 +37,12 @@ class CallLog {
     const char* call;  // point-to-point (nullptr for a collective)
     int peer;
   };
-  void add(const Entry& e);
+  void addLocked(const Entry& e);
 
   mutable SpinLock lock_;
   std::array<Entry, kEntries> entries_{};
   uint64_t recorded_ = 0;
+  uint64_t collectives_ = 0;
 };
 
 }  // namespace loom

@@ -107,10 +107,9 @@ class Communicator {
   // Where received bytes wait to be reduced, per link; kept between calls (under
   // executionLock) so that steady-state calls allocate nothing.
   std::vector<char>& stagingFor(const transport::Link* link) { return staging_[link]; }
-  // The last calls made on this communicator, printed at INFO when one fails.
+  // The last calls made on this communicator, printed at INFO when one fails; it numbers
+  // the collectives in call order (the same on every rank): see ShmBoard::announce.
   CallLog& callLog() { return callLog_; }
-  // Numbers collective calls in call order (the same on every rank): see ShmBoard::announce.
-  uint64_t nextCallSeq() { return ++callSeq_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
   // Where calls on device buffers go (device() >= 0 only).
@@ -157,7 +156,6 @@ class Communicator {
   YieldingLock execution_;
   std::map<const transport::Link*, std::vector<char>> staging_;
   std::atomic<uint64_t> usedChoices_{0};
-  std::atomic<uint64_t> callSeq_{0};
   // Last: its proxy thread uses everything above, so it stops first.
   std::unique_ptr<DeviceQueue> deviceQueue_;
 };

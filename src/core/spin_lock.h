@@ -1,5 +1,5 @@
 // A lock for critical sections of a few instructions that every call enters (the handle
-// registry, a communicator's call log and choice cache). Unlocking is a plain store where a
+// registry, a communicator's call log). Unlocking is a plain store where a
 // std::mutex needs a second locked instruction to look for sleepers; on a small allreduce,
 // which takes a fraction of a microsecond, those instructions are a visible share. Waiters
 // spin, so nothing that can wait (I/O, another lock, a long computation) runs under it.
@@ -14,21 +14,23 @@
 
 namespace loom {
 
+// What a spinning waiter does between looks: lets the other hyperthread of its core run.
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
 class SpinLock {
  public:
   void lock() {
     while (locked_.exchange(true, std::memory_order_acquire)) {
-      while (locked_.load(std::memory_order_relaxed)) pause();
+      while (locked_.load(std::memory_order_relaxed)) cpuRelax();
     }
   }
   void unlock() { locked_.store(false, std::memory_order_release); }
 
  private:
-  static void pause() {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_pause();
-#endif
-  }
   std::atomic<bool> locked_{false};
 };
 

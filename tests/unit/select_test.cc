@@ -2,6 +2,10 @@
 // the tuner makes among what they leave, on the cost model's built-in constants.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "algorithms/select.h"
 
 namespace loom {
@@ -188,6 +192,33 @@ TEST(ChoiceCacheTest, ChoosesOncePerShapeAndForgetsTheOldest) {
   EXPECT_EQ(evaluations, 9);
   EXPECT_EQ(cache.get(small, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
   EXPECT_EQ(evaluations, 10);
+}
+
+// Threads that hit and miss at once (more shapes than entries, so entries are rewritten
+// while others read them) always get their own shape's choice, never a torn mix of two.
+TEST(ChoiceCacheTest, ReadersRacingWritersGetWholeChoices) {
+  ChoiceCache cache;
+  static const char* const kWhy[] = {"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"};
+  auto expected = [](size_t i) {
+    return Choice{static_cast<Algorithm>(i % 4), static_cast<Protocol>(i % 2), static_cast<double>(i), kWhy[i]};
+  };
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = 0; k < 20000; ++k) {
+        const size_t i = static_cast<size_t>(k * 7 + t) % 12;
+        Choice c = cache.get(shape(CallInfo::Kind::kAllReduce, 8 * (i + 1)), [&] { return expected(i); });
+        Choice want = expected(i);
+        if (c.algorithm != want.algorithm || c.protocol != want.protocol || c.predictedUs != want.predictedUs ||
+            c.why != want.why) {
+          ++wrong;
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(wrong.load(), 0);
 }
 
 }  // namespace
