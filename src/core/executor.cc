@@ -280,9 +280,21 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
   size_t done = 0;
   if (s.header && st.headerMoved < kHeaderBytes) {
     if (st.headerMoved == 0 && q.send) encodeCallInfo(call, st.header);
-    LOOM_TRY(q.send ? link.sendSome(st.header + st.headerMoved, kHeaderBytes - st.headerMoved, &done)
-                    : link.recvSome(st.header + st.headerMoved, kHeaderBytes - st.headerMoved, &done));
-    st.headerMoved += done;
+    // The payload may travel with the header (one system call on a socket), except into the
+    // caller's buffer before the header is checked: a receive that reduces lands in staging.
+    const size_t headerLeft = kHeaderBytes - st.headerMoved;
+    if (q.send) {
+      LOOM_TRY(link.sendWithHeader(st.header + st.headerMoved, headerLeft, static_cast<const char*>(s.src) + st.moved,
+                                   s.bytes - st.moved, &done));
+    } else if (s.kind == Step::Kind::kRecvReduce) {
+      LOOM_TRY(link.recvWithHeader(st.header + st.headerMoved, headerLeft, q.staging->data() + st.moved,
+                                   s.bytes - st.moved, &done));
+    } else {
+      LOOM_TRY(link.recvSome(st.header + st.headerMoved, headerLeft, &done));
+    }
+    const size_t header = std::min(done, headerLeft);
+    st.headerMoved += header;
+    st.moved += done - header;
     *moved = *moved || done > 0;
     if (st.headerMoved < kHeaderBytes) return Status::ok();
     if (!q.send) LOOM_TRY(checkCallInfo(st.header, call, s.peer));
@@ -434,7 +446,8 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
       st.done = st.moved == step(i).bytes;
     }
   }
-  if (step(q.head).bytes == 0) state(q.head).done = true;
+  // A head whose bytes all went with its header (sendWithHeader), or that has none.
+  if (state(q.head).moved == step(q.head).bytes) state(q.head).done = true;
   return Status::ok();
 }
 

@@ -341,9 +341,22 @@ Status waitFor(int fd, short events, const Deadline& deadline, int cancelFd) {
 }
 
 Status sendSome(int fd, const void* data, size_t bytes, size_t* done) {
+  iovec piece{const_cast<void*>(data), bytes};
+  return sendSomeOf(fd, &piece, 1, done);
+}
+
+Status recvSome(int fd, void* data, size_t bytes, size_t* done) {
+  iovec piece{data, bytes};
+  return recvSomeOf(fd, &piece, 1, done);
+}
+
+Status sendSomeOf(int fd, const iovec* pieces, int count, size_t* done) {
   *done = 0;
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(pieces);
+  message.msg_iovlen = static_cast<size_t>(count);
   for (;;) {
-    ssize_t n = ::send(fd, data, bytes, MSG_NOSIGNAL);
+    ssize_t n = ::sendmsg(fd, &message, MSG_NOSIGNAL);
     if (n >= 0) {
       *done = static_cast<size_t>(n);
       return Status::ok();
@@ -353,15 +366,20 @@ Status sendSome(int fd, const void* data, size_t bytes, size_t* done) {
     if (errno == EPIPE || errno == ECONNRESET) {
       return error(loomRemoteError, "the peer closed the connection (%s)", std::strerror(errno));
     }
-    return systemError("send", errno);
+    return systemError("sendmsg", errno);
   }
 }
 
-Status recvSome(int fd, void* data, size_t bytes, size_t* done) {
+Status recvSomeOf(int fd, const iovec* pieces, int count, size_t* done) {
   *done = 0;
+  size_t bytes = 0;
+  for (int i = 0; i < count; ++i) bytes += pieces[i].iov_len;
   if (bytes == 0) return Status::ok();
+  msghdr message{};
+  message.msg_iov = const_cast<iovec*>(pieces);
+  message.msg_iovlen = static_cast<size_t>(count);
   for (;;) {
-    ssize_t n = ::recv(fd, data, bytes, 0);
+    ssize_t n = ::recvmsg(fd, &message, 0);
     if (n > 0) {
       *done = static_cast<size_t>(n);
       return Status::ok();
@@ -370,7 +388,7 @@ Status recvSome(int fd, void* data, size_t bytes, size_t* done) {
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return Status::ok();
     if (errno == ECONNRESET) return error(loomRemoteError, "the peer reset the connection");
-    return systemError("recv", errno);
+    return systemError("recvmsg", errno);
   }
 }
 

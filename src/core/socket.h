@@ -5,6 +5,7 @@
 
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
@@ -130,6 +131,9 @@ Status recvAll(int fd, void* data, size_t bytes, const Deadline& deadline, int c
 // One non-blocking attempt; *done gets the bytes moved (0 when the socket would block).
 Status sendSome(int fd, const void* data, size_t bytes, size_t* done);
 Status recvSome(int fd, void* data, size_t bytes, size_t* done);
+// The same over `count` pieces, in order, in one system call.
+Status sendSomeOf(int fd, const iovec* pieces, int count, size_t* done);
+Status recvSomeOf(int fd, const iovec* pieces, int count, size_t* done);
 
 // Waits until fd is ready for `events` (POLLIN/POLLOUT), the deadline passes (loomTimeout)
 // or cancelFd becomes readable (loomInvalidUsage: aborted).

@@ -41,6 +41,15 @@ class SocketTransport::SocketLink : public Link {
   Status recvSome(void* data, size_t bytes, size_t* done) override {
     return transport_.withCause(peer_, loom::recvSome(fd_.get(), data, bytes, done));
   }
+  Status sendWithHeader(const void* header, size_t headerBytes, const void* body, size_t bodyBytes,
+                        size_t* done) override {
+    const iovec pieces[2] = {{const_cast<void*>(header), headerBytes}, {const_cast<void*>(body), bodyBytes}};
+    return transport_.withCause(peer_, sendSomeOf(fd_.get(), pieces, 2, done));
+  }
+  Status recvWithHeader(void* header, size_t headerBytes, void* body, size_t bodyBytes, size_t* done) override {
+    const iovec pieces[2] = {{header, headerBytes}, {body, bodyBytes}};
+    return transport_.withCause(peer_, recvSomeOf(fd_.get(), pieces, 2, done));
+  }
   int waitFd() const override { return fd_.get(); }
   int closedBecauseOf() const override { return transport_.causeNoticedFrom(peer_); }
 

@@ -20,6 +20,20 @@ class Link {
   // went away is loomRemoteError.
   virtual Status sendSome(const void* data, size_t bytes, size_t* done) = 0;
   virtual Status recvSome(void* data, size_t bytes, size_t* done) = 0;
+  // A step's call header, then the first `bodyBytes` of its payload: one stream. A link
+  // that moves both in one go does (a socket: one system call where a small message took
+  // two); the others move the header only. *done counts the bytes of both.
+  virtual Status sendWithHeader(const void* header, size_t headerBytes, const void* body, size_t bodyBytes,
+                                size_t* done) {
+    (void)body;
+    (void)bodyBytes;
+    return sendSome(header, headerBytes, done);
+  }
+  virtual Status recvWithHeader(void* header, size_t headerBytes, void* body, size_t bodyBytes, size_t* done) {
+    (void)body;
+    (void)bodyBytes;
+    return recvSome(header, headerBytes, done);
+  }
   // A descriptor that polls ready (POLLOUT / POLLIN) when the link can move bytes again,
   // or -1 for a link that has none (shared memory): the caller then retries, yielding the
   // CPU between passes.

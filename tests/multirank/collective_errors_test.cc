@@ -18,6 +18,7 @@ namespace {
 
 using loomtest::Collective;
 using loomtest::Mode;
+using loomtest::ScopedEnv;
 
 std::string lastError(loomComm_t comm) { return loomGetLastError(comm); }
 
@@ -286,10 +287,14 @@ loomResult_t mismatchedCall(Mismatch m, size_t count, loomComm_t comm, int rank,
 }
 
 // count: 1000 floats take the small-message algorithms, 100000 the large-message ones.
-class MismatchedCalls : public testing::TestWithParam<std::tuple<Mode, int, Mismatch, size_t>> {};
+// transports: LOOM_TRANSPORTS ("" for the default, shared memory here); over sockets a
+// call header and its payload travel together.
+class MismatchedCalls
+    : public testing::TestWithParam<std::tuple<Mode, int, Mismatch, size_t, std::string>> {};
 
 TEST_P(MismatchedCalls, AreAnErrorOnSomeRankAndNoRankHangs) {
-  auto [mode, nranks, mismatch, count] = GetParam();
+  auto [mode, nranks, mismatch, count, transports] = GetParam();
+  ScopedEnv env("LOOM_TRANSPORTS", transports);
   loomtest::RankOptions options;
   options.timeoutMs = 3000;
   options.deadlineMs = 30000;
@@ -342,11 +347,12 @@ INSTANTIATE_TEST_SUITE_P(
     testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
                      testing::Values(Mismatch::kCount, Mismatch::kCollective, Mismatch::kRoot,
                                      Mismatch::kDatatype, Mismatch::kOp, Mismatch::kAllGatherCount),
-                     testing::Values(size_t{1000}, size_t{100000})),
+                     testing::Values(size_t{1000}, size_t{100000}), testing::Values(std::string(), "socket")),
     [](const auto& info) {
+      const std::string& transports = std::get<4>(info.param);
       return loomtest::modeName(std::get<0>(info.param)) + "_" +
              std::to_string(std::get<1>(info.param)) + "_" + mismatchName(std::get<2>(info.param)) +
-             "_" + std::to_string(std::get<3>(info.param));
+             "_" + std::to_string(std::get<3>(info.param)) + (transports.empty() ? "" : "_" + transports);
     });
 
 // ---- LOOM_CHECK=1: every rank gets the same loomInvalidUsage, and the communicator lives ---

@@ -29,41 +29,12 @@ using loomtest::Collective;
 using loomtest::CollectiveCase;
 using loomtest::CollectiveRun;
 using loomtest::Mode;
+using loomtest::ScopedEnv;
 
 bool fullMatrix() {
   const char* full = std::getenv("LOOM_TEST_FULL");
   return full != nullptr && std::string(full) == "1";
 }
-
-// Sets (or, with "", unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const std::string& value) : name_(name) {
-    if (const char* old = std::getenv(name)) {
-      hadOld_ = true;
-      old_ = old;
-    }
-    if (value.empty()) {
-      ::unsetenv(name);
-    } else {
-      ::setenv(name, value.c_str(), 1);
-    }
-  }
-  ~ScopedEnv() {
-    if (hadOld_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool hadOld_ = false;
-  std::string old_;
-};
 
 struct Config {
   Mode mode;

@@ -15,6 +15,27 @@
 #include <vector>
 
 namespace loomtest {
+
+ScopedEnv& ScopedEnv::set(const char* name, const std::string& value) {
+  const char* old = std::getenv(name);
+  saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
+  if (value.empty()) {
+    ::unsetenv(name);
+  } else {
+    ::setenv(name, value.c_str(), 1);
+  }
+  return *this;
+}
+
+ScopedEnv::~ScopedEnv() {
+  for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
+    if (it->second) {
+      ::setenv(it->first, it->second->c_str(), 1);
+    } else {
+      ::unsetenv(it->first);
+    }
+  }
+}
 namespace {
 
 bool writeAll(int fd, const void* data, size_t bytes) {

@@ -4,13 +4,31 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "loom/loom.h"
 
 namespace loomtest {
 
 enum class Mode { kThreads, kProcesses };
+
+// Sets (or, with "", unsets) environment variables until the end of the scope; forked
+// ranks inherit them.
+class ScopedEnv {
+ public:
+  ScopedEnv() = default;
+  ScopedEnv(const char* name, const std::string& value) { set(name, value); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv();
+  ScopedEnv& set(const char* name, const std::string& value);
+
+ private:
+  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
+};
 
 std::string modeName(Mode mode);
 

@@ -35,6 +35,7 @@ namespace {
 using loom::transport::Link;
 using loom::transport::ShmTransport;
 using loomtest::Mode;
+using loomtest::ScopedEnv;
 using Clock = std::chrono::steady_clock;
 
 #define ASSERT_STATUS_OK(expr)                                                  \
@@ -42,29 +43,6 @@ using Clock = std::chrono::steady_clock;
     loom::Status s_ = (expr);                                                   \
     ASSERT_TRUE(s_.isOk()) << #expr << ": " << s_.message();                    \
   } while (0)
-
-// Sets environment variables until the end of the scope; forked ranks inherit them.
-class ScopedEnv {
- public:
-  ScopedEnv& set(const char* name, const std::string& value) {
-    const char* old = std::getenv(name);
-    saved_.push_back({name, old ? std::optional<std::string>(old) : std::nullopt});
-    ::setenv(name, value.c_str(), 1);
-    return *this;
-  }
-  ~ScopedEnv() {
-    for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) {
-      if (it->second) {
-        ::setenv(it->first, it->second->c_str(), 1);
-      } else {
-        ::unsetenv(it->first);
-      }
-    }
-  }
-
- private:
-  std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
-};
 
 // A fresh directory in /dev/shm for LOOM_SHM_DIR, removed at the end.
 class TempDir {

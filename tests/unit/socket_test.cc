@@ -1,6 +1,10 @@
 // Addresses, unique ids and secrets: the bytes that cross between ranks.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "core/socket.h"
@@ -79,6 +83,33 @@ TEST(UniqueId, EncodesAddressAndSecretIn128Bytes) {
   EXPECT_EQ(back.secret.bytes, id.secret.bytes);
   raw.internal[4] = 9;  // another format version
   EXPECT_EQ(loom::UniqueId::decode(raw, &back).code(), loomInvalidArgument);
+}
+
+// A header and a payload leave in one call and arrive split however the receiver asks;
+// nothing to read is 0 bytes, not an error; a closed peer is loomRemoteError.
+TEST(SocketIo, PiecesGoOutAndComeInAsOneStream) {
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, fds), 0);
+  char header[24], body[40];
+  for (size_t i = 0; i < sizeof header; ++i) header[i] = static_cast<char>('a' + i % 26);
+  for (size_t i = 0; i < sizeof body; ++i) body[i] = static_cast<char>('0' + i % 10);
+  const iovec out[2] = {{header, sizeof header}, {body, sizeof body}};
+  size_t done = 0;
+  ASSERT_TRUE(loom::sendSomeOf(fds[0], out, 2, &done).isOk());
+  ASSERT_EQ(done, sizeof header + sizeof body);
+  char first[10], second[64];
+  const iovec in[2] = {{first, sizeof first}, {second, sizeof second}};
+  ASSERT_TRUE(loom::recvSomeOf(fds[1], in, 2, &done).isOk());
+  ASSERT_EQ(done, sizeof header + sizeof body);
+  EXPECT_EQ(std::memcmp(first, header, sizeof first), 0);
+  EXPECT_EQ(std::memcmp(second, header + sizeof first, sizeof header - sizeof first), 0);
+  EXPECT_EQ(std::memcmp(second + sizeof header - sizeof first, body, sizeof body), 0);
+  ASSERT_TRUE(loom::recvSomeOf(fds[1], in, 2, &done).isOk());
+  EXPECT_EQ(done, 0u);
+  ::close(fds[0]);
+  loom::Status closed = loom::recvSomeOf(fds[1], in, 2, &done);
+  EXPECT_EQ(closed.code(), loomRemoteError) << closed.message();
+  ::close(fds[1]);
 }
 
 }  // namespace
