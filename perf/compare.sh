@@ -28,7 +28,8 @@
 #                    drawn by BUILDDIR/perf/loom-plot from the best rounds; with several
 #                    collectives or transports, one file each: FILE-COLLECTIVE-TRANSPORT.svg
 #   --out DIR        keep each program's raw output there (default BUILDDIR/compare)
-#   --builddir DIR   Loom's release build (default build-perf; made if missing)
+#   --builddir DIR   Loom's release build with link-time optimisation (default build-perf;
+#                    made if missing, set to release and LTO if not)
 #   --pin LIST       programs whose rank r runs on cpu r only: a comma list of loom, mpi, gloo,
 #                    or all, or none (default: all). memcpy_bw always runs on cpu 0,
 #                    tcp_loopback_bw's two processes on cpus 0 and 1
@@ -104,8 +105,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- builds ---------------------------------------------------------------------------------
+# Link-time optimisation inlines the small-call path across files (api, group, choice,
+# board): a 2-rank 8 B allreduce takes about an eighth less time, large calls the same.
 if [ ! -f "$builddir/build.ninja" ]; then
-  meson setup "$builddir" --buildtype=release -Dtests=false >/dev/null
+  meson setup "$builddir" --buildtype=release -Db_lto=true -Dtests=false >/dev/null
+else
+  meson configure "$builddir" -Dbuildtype=release -Db_lto=true >/dev/null
 fi
 ninja -C "$builddir" tools/loomrun/loomrun perf/loom-perf perf/loom-plot >/dev/null
 loom_bin="$builddir/perf/loom-perf"
