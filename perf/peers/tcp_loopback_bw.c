@@ -1,7 +1,8 @@
 /* The TCP loopback link's limit for a collective between two processes on this host: two
  * processes, pinned to cpus 0 and 1, each send a buffer of each size to the other over one
  * TCP connection on 127.0.0.1 while receiving the other's (TCP_NODELAY, non-blocking calls
- * in a spinning loop, 1 MiB per send/recv), in nccl-tests' loop and table (perf/peers/nccl_table.h).
+ * in a spinning loop, 1 MiB per send/recv, send buffer as Loom's), in nccl-tests' loop and table
+ * (perf/peers/nccl_table.h).
  * perf/compare.sh sets it beside every collective's busbw over TCP: a 2-rank allreduce sends
  * and receives its whole buffer on each rank, which is what one exchange here moves.
  *
@@ -26,6 +27,7 @@
 #include <unistd.h>
 
 enum { kPiece = 1 << 20 };
+enum { kLoomSendBuffer = 262144 }; /* LOOM_SOCKET_SNDBUF's default (src/core/env.cc) */
 
 typedef struct {
   int fd;
@@ -122,9 +124,15 @@ static void pinTo(int cpu) {
   if (sched_setaffinity(0, sizeof set, &set) != 0) perror("sched_setaffinity (running unpinned)");
 }
 
-static int makeNonBlocking(int fd) {
+/* The connection is set up as Loom's socket links are: TCP_NODELAY, and the send buffer
+ * capped at LOOM_SOCKET_SNDBUF (Loom's default when unset; 0: the kernel's autotuning),
+ * which carries more each way than autotuning here (docs/RESULTS.md, "TCP loopback"). */
+static int setUpLikeLoom(int fd) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  const char* env = getenv("LOOM_SOCKET_SNDBUF");
+  const int sendBuffer = env != NULL && *env != '\0' ? atoi(env) : kLoomSendBuffer;
+  if (sendBuffer > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sendBuffer, sizeof sendBuffer);
   return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
 
@@ -151,7 +159,7 @@ int main(int argc, char** argv) {
     x.leader = 0;
     x.fd = socket(AF_INET, SOCK_STREAM, 0);
     if (x.fd < 0 || connect(x.fd, (struct sockaddr*)&addr, sizeof addr) != 0) die("connect");
-    makeNonBlocking(x.fd);
+    setUpLikeLoom(x.fd);
     fill(x.out, o.maxBytes / sizeof(float), 1);
     memset(x.in, 0, o.maxBytes);
     follow(&x);
@@ -161,14 +169,15 @@ int main(int argc, char** argv) {
   x.fd = accept(listener, NULL, NULL);
   if (x.fd < 0) die("accept");
   close(listener);
-  makeNonBlocking(x.fd);
+  setUpLikeLoom(x.fd);
   fill(x.out, o.maxBytes / sizeof(float), 0);
   memset(x.in, 0, o.maxBytes);
 
   char cpus[256];
   peerDescribeAffinity(cpus, sizeof cpus);
-  printf("# tcp_loopback_bw: 2 processes (cpus 0 and 1), one TCP connection on 127.0.0.1, each sends and "
-         "receives every size at once; leader cpus %s\n", cpus);
+  printf("# tcp_loopback_bw: 2 processes (cpus 0 and 1), one TCP connection on 127.0.0.1 (SO_SNDBUF %s), each "
+         "sends and receives every size at once; leader cpus %s\n",
+         getenv("LOOM_SOCKET_SNDBUF") ? getenv("LOOM_SOCKET_SNDBUF") : "262144", cpus);
   printf("# -b %zu -e %zu -f %zu -n %ld -w %ld -c %d --min-time %g\n", o.minBytes, o.maxBytes, o.factor, o.iters,
          o.warmup, o.check, o.minTime);
   peerPrintHeader();

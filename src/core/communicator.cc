@@ -67,6 +67,9 @@ Status readDataPathSettings(CommConfig* c) {
   long long socketLinks = 0;
   LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks));
   c->socketLinks = static_cast<int>(socketLinks);
+  long long sendBuffer = 0;
+  LOOM_TRY(env::getInt("LOOM_SOCKET_SNDBUF", 0, 1 << 30, &sendBuffer));
+  c->socketSendBuffer = static_cast<int>(sendBuffer);
   long long ipc = 0, deviceSlice = 0, experimental = 0;
   LOOM_TRY(env::getInt("LOOM_CUDA_IPC", 0, 1, &ipc));
   c->cudaIpc = ipc != 0;
@@ -209,7 +212,8 @@ Status Communicator::finishInit() {
                  hosts_);
   }
   std::unique_ptr<transport::SocketTransport> socket;
-  if (needSocket) LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), config_.socketLinks, &socket));
+  if (needSocket) LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), config_.socketLinks,
+                                                                 config_.socketSendBuffer, &socket));
   std::unique_ptr<transport::ShmTransport> shm;
   if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, &shm));
   if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
@@ -233,8 +237,12 @@ Status Communicator::finishInit() {
     std::string& list = viaShm[static_cast<size_t>(r)] ? shmList : socketList;
     list += (list.empty() ? "" : ",") + std::to_string(r);
   }
-  LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), socket (%d connection(s) each) to ranks [%s]%s",
-            static_cast<unsigned long long>(commId()), shmList.c_str(), socketLinks, socketList.c_str(),
+  const std::string sendBuffer = config_.socketSendBuffer > 0
+                                     ? format("send buffer %d bytes", config_.socketSendBuffer)
+                                     : std::string("send buffer autotuned");
+  LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), socket (%d connection(s) each, %s) to ranks [%s]%s",
+            static_cast<unsigned long long>(commId()), shmList.c_str(), socketLinks, sendBuffer.c_str(),
+            socketList.c_str(),
             board_ ? "; one-shot board for small allreduces" : "");
   if (nranks_ > 2 && config_.topologyRing) {
     RingPlacementInput placement{rank_, nranks_, localRank_, localRanks_, config_.device, {}};

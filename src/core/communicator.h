@@ -39,6 +39,7 @@ struct CommConfig {
   size_t sliceBytes = 0;        // LOOM_CHUNK_SIZE
   size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
   int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
+  int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF (0: the kernel's autotuning)
   bool check = false;           // LOOM_CHECK
   bool cudaIpc = false;         // LOOM_CUDA_IPC
   bool cudaExperimental = false;  // LOOM_CUDA_EXPERIMENTAL

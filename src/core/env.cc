@@ -88,6 +88,10 @@ const std::vector<Variable>& variables() {
        "runs. 0: never."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
+      {"LOOM_SOCKET_SNDBUF", "262144", kData,
+       "Send buffer of each TCP connection in bytes (SO_SNDBUF; the kernel doubles it and caps it at "
+       "net.core.wmem_max). A bounded buffer keeps a sender from running megabytes ahead of its "
+       "receiver, whose copies then miss the cache (docs/RESULTS.md). 0: the kernel's autotuning."},
       {"LOOM_SHM_DIR", "/dev/shm", kData,
        "Directory of the shared-memory segments (a tmpfs). Segments are mode 0600 with random "
        "names and are unlinked as soon as both ranks have mapped them."},

@@ -251,6 +251,10 @@ Status abortedError() {
 
 }  // namespace
 
+void setSendBuffer(int fd, int bytes) {
+  if (bytes > 0) ::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+}
+
 Status listenOn(const SocketAddress& address, Fd* out, SocketAddress* bound) {
   Fd fd(::socket(address.family(), SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return systemError("socket", errno);

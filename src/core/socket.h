@@ -120,6 +120,10 @@ enum class Refused { kRetry, kFinal };
 Status connectTo(const SocketAddress& address, const Deadline& deadline, int cancelFd, Fd* out,
                  Refused refused = Refused::kRetry);
 
+// Caps the kernel's send buffer of a connected socket at `bytes` (the kernel doubles it and
+// stops at net.core.wmem_max); 0 leaves the kernel's autotuning.
+void setSendBuffer(int fd, int bytes);
+
 // Accepts one pending connection if there is one (out stays invalid otherwise).
 Status acceptOne(int listenFd, Fd* out, SocketAddress* peer);
 

@@ -34,7 +34,9 @@ Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const c
 
 class SocketTransport::SocketLink : public Link {
  public:
-  SocketLink(Fd fd, SocketTransport& transport, int peer) : fd_(std::move(fd)), transport_(transport), peer_(peer) {}
+  SocketLink(Fd fd, SocketTransport& transport, int peer) : fd_(std::move(fd)), transport_(transport), peer_(peer) {
+    setSendBuffer(fd_.get(), transport_.sendBufferBytes_);
+  }
   Status sendSome(const void* data, size_t bytes, size_t* done) override {
     return transport_.withCause(peer_, loom::sendSome(fd_.get(), data, bytes, done));
   }
@@ -59,7 +61,8 @@ class SocketTransport::SocketLink : public Link {
   int peer_;
 };
 
-SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer)
+SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer,
+                                 int sendBufferBytes)
     : acceptor_(std::move(acceptor)),
       secret_(bootstrap.secret()),
       commId_(bootstrap.commId()),
@@ -67,6 +70,7 @@ SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, 
       nranks_(bootstrap.nranks()),
       cancelFd_(cancelFd),
       linksPerPeer_(linksPerPeer),
+      sendBufferBytes_(sendBufferBytes),
       addresses_(static_cast<size_t>(bootstrap.nranks())),
       links_(static_cast<size_t>(bootstrap.nranks() * linksPerPeer)),
       processes_(static_cast<size_t>(bootstrap.nranks())),
@@ -83,7 +87,7 @@ SocketTransport::SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, 
 
 SocketTransport::~SocketTransport() = default;
 
-Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd, int linksPerPeer,
+Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd, int linksPerPeer, int sendBufferBytes,
                                std::unique_ptr<SocketTransport>* out) {
   // Same interface as the bootstrap, which peers already reach.
   SocketAddress address = bootstrap.address();
@@ -91,7 +95,8 @@ Status SocketTransport::create(Bootstrap& bootstrap, int cancelFd, int linksPerP
   Acceptor acceptor;
   LOOM_TRY(Acceptor::listen(address, bootstrap.secret(), Purpose::kTransport, "socket transport", &acceptor));
   SocketAddress bound = acceptor.address();
-  std::unique_ptr<SocketTransport> t(new SocketTransport(std::move(acceptor), bootstrap, cancelFd, linksPerPeer));
+  std::unique_ptr<SocketTransport> t(
+      new SocketTransport(std::move(acceptor), bootstrap, cancelFd, linksPerPeer, sendBufferBytes));
 
   std::vector<uint8_t> table(SocketAddress::kWireBytes * static_cast<size_t>(t->nranks_));
   bound.toWire(table.data() + SocketAddress::kWireBytes * static_cast<size_t>(t->rank_));

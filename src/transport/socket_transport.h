@@ -23,8 +23,10 @@ namespace loom::transport {
 class SocketTransport : public Transport {
  public:
   // Listens next to the bootstrap's address and allgathers the listeners through it;
-  // `linksPerPeer` TCP connections to each peer (the same on every rank).
-  static Status create(Bootstrap& bootstrap, int cancelFd, int linksPerPeer, std::unique_ptr<SocketTransport>* out);
+  // `linksPerPeer` TCP connections to each peer (the same on every rank), each with its send
+  // buffer capped at `sendBufferBytes` (0: the kernel's autotuning).
+  static Status create(Bootstrap& bootstrap, int cancelFd, int linksPerPeer, int sendBufferBytes,
+                       std::unique_ptr<SocketTransport>* out);
 
   ~SocketTransport() override;
 
@@ -39,7 +41,7 @@ class SocketTransport : public Transport {
 
  private:
   class SocketLink;
-  SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer);
+  SocketTransport(Acceptor acceptor, const Bootstrap& bootstrap, int cancelFd, int linksPerPeer, int sendBufferBytes);
   std::unique_ptr<SocketLink>& linkSlot(int peer, int index);
   bool connected(int peer);
   // Takes an authenticated connection: a link, a watcher or a failure notice.
@@ -66,6 +68,7 @@ class SocketTransport : public Transport {
   int nranks_;
   int cancelFd_;
   int linksPerPeer_;
+  int sendBufferBytes_;
   std::vector<SocketAddress> addresses_;
   std::vector<std::unique_ptr<SocketLink>> links_;
   std::vector<PeerProcess> processes_;  // identified where the peer can be watched

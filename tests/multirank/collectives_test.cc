@@ -1,6 +1,7 @@
 // Every collective against references computed locally (collective_reference.h), as threads
 // and as processes, for each forced algorithm (LOOM_ALGO) and transport set
-// (LOOM_TRANSPORTS); plus host streams, groups and ~16M-element calls.
+// (LOOM_TRANSPORTS); plus host streams, groups, ~16M-element calls and sockets with a tiny
+// send buffer.
 //
 // One parameter is one configuration (mode, ranks, LOOM_ALGO, LOOM_TRANSPORTS): its
 // communicators are made once and every case of the configuration runs through them, so a
@@ -210,6 +211,37 @@ TEST(LargeCollectives, Float32SumAllReduceOf16MElementsInPlaceTwoThreadsOverSock
   loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {
     CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, 2);
     EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ": " << outcome.error;
+  });
+}
+
+// The smallest send buffer the kernel allows (it rounds 4096 up to its minimum): every
+// message over a few KiB leaves in many partial sends, which must join up in order on
+// every link, as they do on a slow network.
+TEST(SocketSendBuffer, CallsOfAMillionElementsThroughATinySendBufferThreeProcesses) {
+  ScopedEnv transports("LOOM_TRANSPORTS", "socket");
+  ScopedEnv sendBuffer("LOOM_SOCKET_SNDBUF", "4096");
+  std::vector<CollectiveCase> cases;
+  const Collective collectives[] = {Collective::kAllReduce, Collective::kBroadcast, Collective::kReduce,
+                                    Collective::kAllGather, Collective::kReduceScatter, Collective::kAllToAll};
+  uint64_t seed = 4096000;
+  for (Collective collective : collectives) {
+    for (bool inPlace : {false, true}) {
+      if (inPlace && !loomtest::hasInPlace(collective)) continue;
+      CollectiveCase c;
+      c.collective = collective;
+      c.count = (1u << 20) + 3;
+      c.root = 1;
+      c.inPlace = inPlace;
+      c.seed = ++seed;
+      cases.push_back(c);
+    }
+  }
+  loomtest::runRanks(3, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    for (const CollectiveCase& c : cases) {
+      CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, 3);
+      EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ", " << c.describe() << ": " << outcome.error;
+      if (outcome.callFailed) return;
+    }
   });
 }
 

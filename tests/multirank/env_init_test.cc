@@ -117,6 +117,13 @@ TEST(EnvInitErrors, EachMissingOrBadVariableIsNamed) {
   EXPECT_EQ(r5, loomInvalidArgument);
   EXPECT_NE(m5.find("MASTER_PORT"), std::string::npos) << m5;
 
+  {
+    loomtest::ScopedEnv badSendBuffer("LOOM_SOCKET_SNDBUF", "-1");
+    auto [r7, m7] = initWith({{"LOOM_RANK", "0"}, {"LOOM_WORLD_SIZE", "1"}, {"LOOM_MASTER_ADDR", "127.0.0.1"}});
+    EXPECT_EQ(r7, loomInvalidArgument);
+    EXPECT_NE(m7.find("LOOM_SOCKET_SNDBUF=-1"), std::string::npos) << m7;
+  }
+
   // A rank other than 0 whose root never appears: a timeout, not a hang.
   std::string port = std::to_string(loomtest::freePort());
   auto [r6, m6] = initWith({{"LOOM_RANK", "1"}, {"LOOM_WORLD_SIZE", "2"},
