@@ -105,13 +105,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # --- builds ---------------------------------------------------------------------------------
-# Link-time optimisation inlines the small-call path across files (api, group, choice,
-# board): a 2-rank 8 B allreduce takes about an eighth less time, large calls the same.
-if [ ! -f "$builddir/build.ninja" ]; then
-  meson setup "$builddir" --buildtype=release -Db_lto=true -Dtests=false >/dev/null
-else
-  meson configure "$builddir" -Dbuildtype=release -Db_lto=true >/dev/null
-fi
+# shellcheck source=perf/measured_build.sh
+. perf/measured_build.sh
+measuredBuild "$builddir"
 ninja -C "$builddir" tools/loomrun/loomrun perf/loom-perf perf/loom-plot >/dev/null
 loom_bin="$builddir/perf/loom-perf"
 plot_bin="$builddir/perf/loom-plot"

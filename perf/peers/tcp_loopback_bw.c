@@ -124,14 +124,18 @@ static void pinTo(int cpu) {
   if (sched_setaffinity(0, sizeof set, &set) != 0) perror("sched_setaffinity (running unpinned)");
 }
 
+/* LOOM_SOCKET_SNDBUF, as Loom reads it (its default when unset; 0: the kernel's autotuning). */
+static int loomSendBuffer(void) {
+  const char* env = getenv("LOOM_SOCKET_SNDBUF");
+  return env != NULL && *env != '\0' ? atoi(env) : kLoomSendBuffer;
+}
+
 /* The connection is set up as Loom's socket links are: TCP_NODELAY, and the send buffer
- * capped at LOOM_SOCKET_SNDBUF (Loom's default when unset; 0: the kernel's autotuning),
- * which carries more each way than autotuning here (docs/RESULTS.md, "TCP loopback"). */
-static int setUpLikeLoom(int fd) {
+ * capped at `sendBuffer`, which carries more each way than autotuning here
+ * (docs/RESULTS.md, "TCP loopback"). */
+static int setUpLikeLoom(int fd, int sendBuffer) {
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  const char* env = getenv("LOOM_SOCKET_SNDBUF");
-  const int sendBuffer = env != NULL && *env != '\0' ? atoi(env) : kLoomSendBuffer;
   if (sendBuffer > 0) setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sendBuffer, sizeof sendBuffer);
   return fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
 }
@@ -146,6 +150,7 @@ int main(int argc, char** argv) {
       getsockname(listener, (struct sockaddr*)&addr, &len) != 0 || listen(listener, 1) != 0) {
     die("listening on 127.0.0.1");
   }
+  const int sendBuffer = loomSendBuffer();
   Exchange x = {-1, 1, malloc(o.maxBytes), malloc(o.maxBytes), 0};
   if (!x.out || !x.in) {
     fprintf(stderr, "tcp_loopback_bw: cannot allocate 2 x %zu bytes\n", o.maxBytes);
@@ -159,7 +164,7 @@ int main(int argc, char** argv) {
     x.leader = 0;
     x.fd = socket(AF_INET, SOCK_STREAM, 0);
     if (x.fd < 0 || connect(x.fd, (struct sockaddr*)&addr, sizeof addr) != 0) die("connect");
-    setUpLikeLoom(x.fd);
+    setUpLikeLoom(x.fd, sendBuffer);
     fill(x.out, o.maxBytes / sizeof(float), 1);
     memset(x.in, 0, o.maxBytes);
     follow(&x);
@@ -169,15 +174,15 @@ int main(int argc, char** argv) {
   x.fd = accept(listener, NULL, NULL);
   if (x.fd < 0) die("accept");
   close(listener);
-  setUpLikeLoom(x.fd);
+  setUpLikeLoom(x.fd, sendBuffer);
   fill(x.out, o.maxBytes / sizeof(float), 0);
   memset(x.in, 0, o.maxBytes);
 
   char cpus[256];
   peerDescribeAffinity(cpus, sizeof cpus);
-  printf("# tcp_loopback_bw: 2 processes (cpus 0 and 1), one TCP connection on 127.0.0.1 (SO_SNDBUF %s), each "
-         "sends and receives every size at once; leader cpus %s\n",
-         getenv("LOOM_SOCKET_SNDBUF") ? getenv("LOOM_SOCKET_SNDBUF") : "262144", cpus);
+  printf("# tcp_loopback_bw: 2 processes (cpus 0 and 1), one TCP connection on 127.0.0.1 (SO_SNDBUF %d, 0: "
+         "autotuned), each sends and receives every size at once; leader cpus %s\n",
+         sendBuffer, cpus);
   printf("# -b %zu -e %zu -f %zu -n %ld -w %ld -c %d --min-time %g\n", o.minBytes, o.maxBytes, o.factor, o.iters,
          o.warmup, o.check, o.minTime);
   peerPrintHeader();
