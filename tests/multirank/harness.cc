@@ -1,9 +1,7 @@
 #include "multirank/harness.h"
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,18 +105,6 @@ loomConfig_t configFor(const RankOptions& options) {
 }  // namespace
 
 std::string modeName(Mode mode) { return mode == Mode::kThreads ? "threads" : "processes"; }
-
-int freePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 void runProcesses(int nranks, const std::function<void(int)>& body, int deadlineMs) {
   std::fflush(nullptr);  // or buffered output would be printed again by every child

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/free_port.h"
 #include "loom/loom.h"
 
 namespace loomtest {
@@ -47,9 +48,6 @@ void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>&
 // Runs body(rank) in nranks forked processes without making a communicator (for tests of
 // init itself); a child's failures or death fail the test.
 void runProcesses(int nranks, const std::function<void(int)>& body, int deadlineMs = 60000);
-
-// An unused TCP port on 127.0.0.1 (bound and released).
-int freePort();
 
 }  // namespace loomtest
 

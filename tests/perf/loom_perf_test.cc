@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "common/free_port.h"
+
 namespace {
 
 std::string envPath(const char* name) {
@@ -447,32 +449,42 @@ TEST(LoomPlot, DrawsTablesAndRefusesForeignText) {
 // ---- Launchers --------------------------------------------------------------------------
 
 // Two ranks started by hand with one launcher's variables, as torchrun and srun would set them.
-Result twoRanksWith(const std::string& rankVar, const std::string& sizeVar, const std::string& extra, int port) {
+// A 30 s init timeout: a rank whose peer failed reports it before run()'s 120 s deadline.
+Result twoRanksWith(const std::string& rankVar, const std::string& sizeVar, const std::string& extra) {
+  const int port = loomtest::freePort();
+  if (port == 0) return Result{-1, "no free port on 127.0.0.1"};
+  const std::string rank1Out = ::testing::TempDir() + "loom_perf_test_rank1_" + std::to_string(getpid());
   auto rank = [&](int r) {
     return rankVar + "=" + std::to_string(r) + " " + sizeVar + "=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" +
-           std::to_string(port) + " " + extra + " " + perf() + " allreduce -b 1K -e 4K -f 4 -n 2";
+           std::to_string(port) + " LOOM_INIT_TIMEOUT_MS=30000 " + extra + " " + perf() +
+           " allreduce -b 1K -e 4K -f 4 -n 2";
   };
-  // Rank 0 prints the table; the status is 0 only if both ranks exit 0.
-  return run(rank(0) + " & " + rank(1) + " > /dev/null; one=$?; wait $!; zero=$?; exit $((zero | one))");
+  // Rank 0 prints the table; rank 1's output is shown only if a rank fails. The status is 0
+  // only if both ranks exit 0.
+  return run(rank(0) + " & " + rank(1) + " > " + rank1Out + " 2>&1; one=$?; wait $!; zero=$?; " +
+             "[ $((zero | one)) -eq 0 ] || { echo \"rank 1 (exit $one):\"; cat " + rank1Out + "; }; rm -f " +
+             rank1Out + "; exit $((zero | one))");
 }
 
 TEST(Launchers, TorchrunVariables) {
-  const Result r = twoRanksWith("RANK", "WORLD_SIZE", "LOCAL_RANK=0", 20000 + getpid() % 20000);
+  const Result r = twoRanksWith("RANK", "WORLD_SIZE", "LOCAL_RANK=0");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "Rank  1 Group")) << r.out;
   EXPECT_TRUE(has(r.out, "# Out of bounds values : 0 OK")) << r.out;
 }
 
 TEST(Launchers, SlurmVariables) {
-  const Result r = twoRanksWith("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID=0", 20001 + getpid() % 20000);
+  const Result r = twoRanksWith("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID=0");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "# Out of bounds values : 0 OK")) << r.out;
 }
 
 TEST(Launchers, Mpirun) {
   if (run("command -v mpirun").status != 0) GTEST_SKIP() << "skipped: mpirun is not installed";
-  const Result r = run("mpirun --oversubscribe -n 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" +
-                       std::to_string(20002 + getpid() % 20000) + " " + perf() + " broadcast -b 1K -e 4K -f 4 -n 2");
+  const int port = loomtest::freePort();
+  ASSERT_NE(port, 0) << "no free port on 127.0.0.1";
+  const Result r = run("mpirun --oversubscribe -n 2 -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT=" + std::to_string(port) +
+                       " -x LOOM_INIT_TIMEOUT_MS=30000 " + perf() + " broadcast -b 1K -e 4K -f 4 -n 2");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_TRUE(has(r.out, "Rank  1 Group")) << r.out;
   EXPECT_TRUE(has(r.out, "# Out of bounds values : 0 OK")) << r.out;
