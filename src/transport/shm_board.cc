@@ -52,18 +52,23 @@ void ShmBoard::post(uint64_t round, const uint8_t* header, const void* data, siz
 
 void ShmBoard::announce(uint64_t seq, const uint8_t* header) {
   RankArea& own = area(rank_);
+  uint64_t words[kHeaderBytes / 8];
+  std::memcpy(words, header, kHeaderBytes);
   own.announceSeq.store(0, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-  std::memcpy(own.announceHeader, header, kHeaderBytes);
+  // Release: a reader that sees one new word also sees the 0, and discards what it read.
+  for (size_t i = 0; i < kHeaderBytes / 8; ++i) own.announceHeader[i].store(words[i], std::memory_order_release);
   own.announceSeq.store(seq, std::memory_order_release);
 }
 
 bool ShmBoard::announced(int q, uint64_t seq, uint8_t* out) const {
   const RankArea& a = area(q);
   if (a.announceSeq.load(std::memory_order_acquire) != seq) return false;
-  std::memcpy(out, a.announceHeader, kHeaderBytes);
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return a.announceSeq.load(std::memory_order_relaxed) == seq;
+  uint64_t words[kHeaderBytes / 8];
+  // Acquire: the sequence is read again only after every word.
+  for (size_t i = 0; i < kHeaderBytes / 8; ++i) words[i] = a.announceHeader[i].load(std::memory_order_acquire);
+  if (a.announceSeq.load(std::memory_order_relaxed) != seq) return false;
+  std::memcpy(out, words, kHeaderBytes);
+  return true;
 }
 
 void ShmBoard::markFailed(int causeRank) {

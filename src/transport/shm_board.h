@@ -79,12 +79,15 @@ class ShmBoard {
     // 1 + the rank whose failure made this rank give up (0: it has not), so that the ranks
     // that see it exit name the first failure.
     std::atomic<uint32_t> failedBecauseOf;
-    // Written header first, sequence last; read sequence, header, sequence again.
+    // A sequence lock: written 0, header, sequence; read sequence, header, sequence again.
+    // The header is atomic words, so a reader that races a new announcement reads words it
+    // then discards rather than racing on plain bytes.
     alignas(64) std::atomic<uint64_t> announceSeq;
-    uint8_t announceHeader[kHeaderBytes];
+    std::atomic<uint64_t> announceHeader[kHeaderBytes / 8];
     Slot slots[2];
   };
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's flags must work across processes");
+  static_assert(kHeaderBytes % 8 == 0, "the announced header is whole words");
 
   ShmBoard(ShmSegment segment, int rank, int nranks);
   RankArea& area(int q) const { return static_cast<RankArea*>(segment_.data())[q]; }
