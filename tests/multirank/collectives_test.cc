@@ -236,13 +236,7 @@ TEST(SocketSendBuffer, CallsOfAQuarterMillionElementsThroughATinySendBufferThree
       cases.push_back(c);
     }
   }
-  loomtest::runRanks(3, Mode::kProcesses, [&](loomComm_t comm, int rank) {
-    for (const CollectiveCase& c : cases) {
-      CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, 3);
-      EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ", " << c.describe() << ": " << outcome.error;
-      if (outcome.callFailed) return;
-    }
-  });
+  loomtest::runRanks(3, Mode::kProcesses, [&](loomComm_t comm, int rank) { runCases(cases, comm, rank, 3); });
 }
 
 // ---- Buffers only the root may touch ----------------------------------------------------

@@ -115,18 +115,17 @@ TEST(SocketIo, PiecesGoOutAndComeInAsOneStream) {
 // The kernel stores twice what it was given (room for its bookkeeping), so 64 KiB reads
 // back as 128 KiB; 0 leaves the socket as it was.
 TEST(SocketIo, SendBufferIsCappedOrLeftToTheKernel) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  ASSERT_GE(fd, 0);
+  const loom::Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  ASSERT_TRUE(fd.valid());
   int before = 0, after = 0;
   socklen_t len = sizeof before;
-  ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &before, &len), 0);
-  loom::setSendBuffer(fd, 0);
-  ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &after, &len), 0);
+  ASSERT_EQ(::getsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &before, &len), 0);
+  loom::setSendBuffer(fd.get(), 0);
+  ASSERT_EQ(::getsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &after, &len), 0);
   EXPECT_EQ(after, before);
-  loom::setSendBuffer(fd, 65536);
-  ASSERT_EQ(::getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &after, &len), 0);
+  loom::setSendBuffer(fd.get(), 65536);
+  ASSERT_EQ(::getsockopt(fd.get(), SOL_SOCKET, SO_SNDBUF, &after, &len), 0);
   EXPECT_EQ(after, 2 * 65536);
-  ::close(fd);
 }
 
 }  // namespace
