@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# The GPU path in one command: builds Loom with CUDA, runs the GPU tests (kernels, then
-# device collectives as threads and as processes, then NVML's view of the GPUs), then the GPU benchmarks (reduce-kernel
-# bandwidth against a device-to-device copy; loom-perf allreduce on 2 ranks of GPU 0, plain
-# and as a CUDA graph), and leaves every output under OUT.
+# The GPU path in one command: builds Loom with CUDA, runs the GPU tests (kernels, device
+# collectives as threads and as processes, the DDP layer on device buffers, NVML's view of
+# the GPUs), then the GPU benchmarks (reduce-kernel and copy bandwidth; loom-perf allreduce
+# and broadcast on 2 and 4 ranks of GPU 0 from 8 B to 1 GiB; the 8 B allreduce in a loop and
+# inside a replayed CUDA graph), and leaves every output under OUT.
 #
 #   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR]
 #
@@ -29,8 +30,8 @@ while (($#)); do
 done
 
 programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
-          tests/gpu/kernels_test tests/unit/nvml_probe_test tools/loom-topo perf/loom-kernel-bw
-          perf/loom-perf)
+          tests/gpu/kernels_test tests/gpu/ddp_device_test tests/unit/nvml_probe_test tools/loom-topo
+          perf/loom-kernel-bw perf/loom-perf)
 
 if [[ -z $prebuilt ]]; then
   if [[ ! -d $builddir ]]; then
@@ -67,28 +68,36 @@ run() {  # run NAME COMMAND...: output to OUT/NAME.log and to the terminal
 nvidia-smi -L 2>&1 | tee "$out/device.txt"
 
 # A stalled test is killed after 4 minutes, so that one stall leaves time for the rest (a
-# device machine's command runs at most 10).
+# device machine's command runs at most 10). The plan kernel is loaded when a communicator is
+# made; CUDA_MODULE_LOADING=EAGER loads the tests' own kernels at start too, so that a lazy
+# load (which may wait for the whole device, where a peer's kernel waits) cannot stall them.
+export CUDA_MODULE_LOADING=EAGER
 run tests-kernels timeout -k 10 240 "$bin/tests/gpu/kernels_test"
-threads_failed=0
-run tests-threads timeout -k 10 240 "$bin/tests/gpu/device_collectives_test" || threads_failed=1
+run tests-threads timeout -k 10 240 "$bin/tests/gpu/device_collectives_test"
 run tests-processes timeout -k 10 240 "$bin/tests/gpu/device_collectives_processes_test"
-if ((threads_failed)); then
-  # The direct path stalled before (docs/RESULTS.md) with lazy kernel loading on. One rank,
-  # direct path, every module loaded at start: passing here but not above would mean a
-  # kernel Loom does not load itself (cuda::loadKernels) is still loaded lazily.
-  run diagnose-eager env CUDA_MODULE_LOADING=EAGER timeout -k 10 120 "$bin/tests/gpu/device_collectives_test" \
-    --gtest_filter='Threads/DeviceCollectives.MatchReferences/1ranks_ipc'
-fi
+run tests-ddp timeout -k 10 120 "$bin/tests/gpu/ddp_device_test"
 # NVML as the live topology sees it: the GPUs' bus ids and generation, their NVLinks.
 run tests-nvml "$bin/tests/unit/nvml_probe_test"
 run topology env LOOM_DEBUG=INFO "$bin/tools/loom-topo"
 
+# The physical limit beside the collectives: a device-to-device copy of the same bytes
+# (loom-kernel-bw's copy column), and the reduce kernels.
 run kernel-bw "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
-# Device communicators are refused without LOOM_CUDA_EXPERIMENTAL=1 until verified (issue 8).
-run allreduce-2threads env LOOM_CUDA_EXPERIMENTAL=1 "$bin/perf/loom-perf" allreduce --device cuda -t 2 \
-  -b 8 -e 256M -f 8 -n 10 -w 3 -c 1
-run allreduce-2threads-graph env LOOM_CUDA_EXPERIMENTAL=1 "$bin/perf/loom-perf" allreduce --device cuda -t 2 \
-  -b 8 -e 16M -f 8 -n 10 -w 3 -G 5
+for ranks in 2 4; do
+  for coll in allreduce broadcast; do
+    run "$coll-${ranks}threads" timeout -k 10 180 "$bin/perf/loom-perf" "$coll" --device cuda -t "$ranks" \
+      -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 --json "$out/$coll-${ranks}threads.json"
+  done
+done
+# 8 B allreduce, 2 ranks: time per call in a loop of calls, and per call inside a replayed
+# CUDA graph of 20 calls (the issue's targets: 10 and 5 µs).
+run latency-loop timeout -k 10 60 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
+run latency-graph timeout -k 10 60 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 20 -w 5 -G 100
+# Each wire forced, 8 B to 1 MiB, so the cost model's constants can be fitted (docs/TUNING.md).
+for proto in simple ll; do
+  run "allreduce-2threads-$proto" env LOOM_PROTO=$proto timeout -k 10 120 "$bin/perf/loom-perf" allreduce \
+    --device cuda -t 2 -b 8 -e 1M -f 4 -n 50 -w 5 -c 1
+done
 
 echo "gpu_suite.sh: outputs in $out; $( ((rc == 0)) && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
 exit $rc

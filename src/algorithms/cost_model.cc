@@ -73,8 +73,14 @@ struct Hops {
   int count() const { return intra + inter; }
 };
 
-double alphaUs(const Hops& hops, const CommProfile& p) {
-  return hops.intra * p.intra.latencyUs + hops.inter * p.inter.latencyUs;
+// Low latency runs on a host's own connections; those between hosts go through the proxy's
+// sockets (src/device/proxy.h) on the simple wire.
+const LinkCost& intraLink(const CommProfile& p, Protocol protocol) {
+  return protocol == Protocol::kLowLatency ? p.lowLatency : p.intra;
+}
+
+double alphaUs(const Hops& hops, const CommProfile& p, Protocol protocol) {
+  return hops.intra * intraLink(p, protocol).latencyUs + hops.inter * p.inter.latencyUs;
 }
 
 // Whether ring positions `distance` apart are on different hosts. Exact for partners that
@@ -123,7 +129,7 @@ bool pastTheCache(size_t bytes, const CommProfile& p) {
 
 // A shared-memory hop's bandwidth for a call of `bytes`.
 double intraGbps(const CommProfile& p, Protocol protocol, size_t bytes) {
-  if (!pastTheCache(bytes, p)) return p.intra.gbps;
+  if (!pastTheCache(bytes, p)) return intraLink(p, protocol).gbps;
   return protocol == Protocol::kStreaming ? p.streamingGbps : p.memGbps;
 }
 
@@ -167,7 +173,7 @@ double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, si
   const double slice = std::min(step, static_cast<double>(p.sliceBytes));
   const bool direct = readsDirect(s, p, bytes);
   const double directLoad = direct ? s.direct : 0;
-  return alphaUs(s.path, p) + s.fill * transferUs(slice, gbps) + (s.load - directLoad) * transferUs(step, gbps) +
+  return alphaUs(s.path, p, protocol) + s.fill * transferUs(slice, gbps) + (s.load - directLoad) * transferUs(step, gbps) +
          directLoad * transferUs(step, p.directGbps / s.channels) + reductionUs(s, p, direct);
 }
 
@@ -363,19 +369,46 @@ CommProfile CommProfile::defaults(int nranks, int nhosts) {
   p.streamingGbps = 6.0;
   p.directGbps = 10.0;
   p.channels = nhosts > 1 ? 2 : 1;
+  // The plan kernel's (deviceDefaults), kept in host profiles too so that every profile's
+  // tuning file holds valid figures; host calls never run low latency.
+  p.lowLatency = {1.0, 100.0};
+  return p;
+}
+
+// Typical figures for the plan kernel, until calibration on the GPU replaces them: per hop,
+// NCCL's NVLink ring latencies (docs/ANCHORS: LL 0.6 µs, Simple 3.4 µs) plus a flag's trip
+// through the memory system (ranks sharing one GPU meet in its L2); bandwidth, what blocks
+// copying through device memory reach on one FIFO (a quarter of an H100's 3.35 TB/s HBM,
+// each byte written and read once more), and LL half of it. Reductions fuse into the
+// receive at the copy's pace. Across hosts, the proxy's sockets: the host's figures.
+CommProfile CommProfile::deviceDefaults(int nranks, int nhosts) {
+  CommProfile p = defaults(nranks, nhosts);
+  p.device = true;
+  p.intra = {4.0, 200.0};
+  p.reduceGbps = 400.0;
+  p.copyGbps = 400.0;
+  p.streamingMinBytes = 0;
+  p.directMinBytes = 0;
+  p.channels = 1;
   return p;
 }
 
 int CommProfile::ranksPerHost() const { return std::max(1, nranks / std::max(1, nhosts)); }
 
 const char* protocolName(Protocol protocol) {
-  return protocol == Protocol::kStreaming ? "streaming" : "simple";
+  switch (protocol) {
+    case Protocol::kSimple: return "simple";
+    case Protocol::kStreaming: return "streaming";
+    case Protocol::kLowLatency: return "ll";
+  }
+  return "?";
 }
 
 double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p) {
   if (!supports(kind, algorithm)) return kInfinity;
   if (protocol == Protocol::kStreaming && !pastTheCache(bytes, p)) return kInfinity;
-  if (algorithm == Algorithm::kOneShot && (p.nhosts > 1 || bytes > p.oneShotMaxBytes)) return kInfinity;
+  if (protocol == Protocol::kLowLatency && !p.device) return kInfinity;
+  if (algorithm == Algorithm::kOneShot && (p.device || p.nhosts > 1 || bytes > p.oneShotMaxBytes)) return kInfinity;
   // Alone, every algorithm is one local copy.
   if (p.nranks == 1) return transferUs(static_cast<double>(bytes), p.copyGbps);
   if (algorithm == Algorithm::kOneShot) return oneShotUs(bytes, p);
@@ -384,8 +417,10 @@ double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, si
 
 Prediction predict(CallInfo::Kind kind, Algorithm algorithm, size_t bytes, const CommProfile& p) {
   Prediction best{algorithm, Protocol::kSimple, predictUs(kind, algorithm, Protocol::kSimple, bytes, p)};
-  const double streaming = predictUs(kind, algorithm, Protocol::kStreaming, bytes, p);
-  if (streaming < best.us) best = {algorithm, Protocol::kStreaming, streaming};
+  for (Protocol protocol : {Protocol::kStreaming, Protocol::kLowLatency}) {
+    const double us = predictUs(kind, algorithm, protocol, bytes, p);
+    if (us < best.us) best = {algorithm, protocol, us};
+  }
   return best;
 }
 

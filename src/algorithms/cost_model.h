@@ -55,10 +55,18 @@ struct CommProfile {
   // the FIFO in place instead (ring, tree, reduce), and so never read directly.
   double directGbps = 0;
   size_t directMinBytes = 512 << 10;
+  // A device communicator (docs/ARCHITECTURE.md, "Device communicators"): intra is a FIFO
+  // hop of the plan kernel's simple wire, lowLatency one of its low-latency wire; copy and
+  // reduce are the kernel's own loops. No one-shot board, no streaming stores, no direct
+  // reads there.
+  bool device = false;
+  LinkCost lowLatency;
 
   // Built-in constants (typical figures, cost_model.cc says where each comes from) for
   // `nranks` ranks over `nhosts` hosts, until calibration (tuning_file.h) replaces them.
   static CommProfile defaults(int nranks, int nhosts);
+  // The same for a device communicator.
+  static CommProfile deviceDefaults(int nranks, int nhosts);
 
   int ranksPerHost() const;
 };
@@ -67,15 +75,19 @@ struct CommProfile {
 // result in the cache. kStreaming: non-temporal stores, which skip reading each destination
 // line first but leave the result in memory; it exists only for calls that no longer fit
 // the cache (streamingMinBytes or more), and only shared-memory hops go faster with it.
-enum class Protocol : uint8_t { kSimple, kStreaming };
+// kLowLatency: on device communicators only, each 8 data bytes travel beside their flag in
+// one 16-byte store (src/device/fifo.h): no flag round trip per slot, half the bandwidth.
+enum class Protocol : uint8_t { kSimple, kStreaming, kLowLatency };
+constexpr int kNumProtocols = 3;
 
-// "simple", "streaming".
+// "simple", "streaming", "ll".
 const char* protocolName(Protocol protocol);
 
 // Predicted µs for one call of `kind` moving `bytes` (the whole buffer one rank contributes
 // or receives, as CallShape::bytes in select.h) with `algorithm` and `protocol`. +infinity
 // where that cannot run: an algorithm the collective lacks (supports() in select.h),
-// one-shot across hosts or above oneShotMaxBytes, streaming below streamingMinBytes.
+// one-shot across hosts, above oneShotMaxBytes or on a device, streaming below
+// streamingMinBytes, low latency off a device.
 // Non-decreasing in bytes for a fixed protocol, except at the size where channels switch on
 // (the inter-host bandwidth then multiplies by channels) and where calls leave the cache
 // (if memGbps were above intra.gbps).

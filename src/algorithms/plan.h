@@ -49,9 +49,11 @@ struct CallInfo {
   uint64_t seq = 0;
   // In place on this rank (send and receive share one buffer), and whether the tuner chose
   // the streaming protocol (non-temporal stores) for it: the executor's choice of stores,
-  // local to this rank, so not compared and not sent either.
+  // local to this rank, so not compared and not sent either. Likewise lowLatency below.
   bool inPlace = false;
   bool streaming = false;
+  // A device communicator's call that the tuner gave the low-latency wire (device/fifo.h).
+  bool lowLatency = false;
 
   bool operator==(const CallInfo& o) const {
     return kind == o.kind && type == o.type && op == o.op && root == o.root && count == o.count;

@@ -142,17 +142,17 @@ Status parseProtocolSetting(const std::string& value, ProtocolSetting* out) {
     const bool exclude = !item.empty() && item[0] == '^';
     if (exclude) item.erase(0, 1);
     uint32_t bit = 0;
-    for (Protocol p : {Protocol::kSimple, Protocol::kStreaming}) {
-      if (item == protocolName(p)) bit = 1u << static_cast<unsigned>(p);
+    for (int p = 0; p < kNumProtocols; ++p) {
+      if (item == protocolName(static_cast<Protocol>(p))) bit = 1u << p;
     }
     if (bit == 0) {
-      return error(loomInvalidArgument, "LOOM_PROTO=\"%s\": unknown protocol \"%s\" (simple, streaming; ^ excludes one)",
+      return error(loomInvalidArgument, "LOOM_PROTO=\"%s\": unknown protocol \"%s\" (simple, streaming, ll; ^ excludes one)",
                    value.c_str(), item.c_str());
     }
     (exclude ? excluded : named) |= bit;
   }
   ProtocolSetting setting;
-  setting.allowed = (named != 0 ? named : 3u) & ~excluded;
+  setting.allowed = (named != 0 ? named : (1u << kNumProtocols) - 1) & ~excluded;
   if (setting.allowed == 0) return error(loomInvalidArgument, "LOOM_PROTO=\"%s\" leaves no protocol", value.c_str());
   *out = setting;
   return Status::ok();
@@ -166,7 +166,8 @@ bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profil
 }
 
 // `algorithm`'s prediction with the fastest protocol allowed; where no allowed protocol
-// exists at this size (streaming below its threshold), plain stores, which always do.
+// exists at this size (streaming below its threshold, low latency off a device), plain
+// stores, which always do.
 Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSetting& protocols,
                    const CommProfile& profile) {
   // In place, the one buffer stays in the cache up to twice the size (executor.cc).
@@ -177,7 +178,8 @@ Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSe
   }
   const CommProfile& p = shape.info.inPlace ? inPlace : profile;
   Choice best{algorithm, Protocol::kSimple, std::numeric_limits<double>::infinity(), ""};
-  for (Protocol protocol : {Protocol::kSimple, Protocol::kStreaming}) {
+  for (int i = 0; i < kNumProtocols; ++i) {
+    const Protocol protocol = static_cast<Protocol>(i);
     if (!protocols.allows(protocol)) continue;
     const double us = predictUs(shape.info.kind, algorithm, protocol, shape.bytes, p);
     if (us < best.predictedUs) {

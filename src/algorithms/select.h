@@ -33,7 +33,7 @@ struct AlgorithmSetting {
 // named collective lacks and settings that leave a collective nothing are loomInvalidArgument.
 Status parseAlgorithmSetting(const std::string& value, AlgorithmSetting* out);
 
-// The protocols LOOM_PROTO allows: a bit per Protocol. "simple", "streaming", a list of
+// The protocols LOOM_PROTO allows: a bit per Protocol. "simple", "streaming", "ll", a list of
 // them, or "^name" for all but one; unknown names and settings that allow none are
 // loomInvalidArgument.
 struct ProtocolSetting {

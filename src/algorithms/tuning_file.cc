@@ -31,6 +31,8 @@ const Key kKeys[] = {
     {"mem.gbps", [](CommProfile* p) { return &p->memGbps; }, true},
     {"streaming.gbps", [](CommProfile* p) { return &p->streamingGbps; }, true},
     {"direct.gbps", [](CommProfile* p) { return &p->directGbps; }, true},
+    {"ll.latency_us", [](CommProfile* p) { return &p->lowLatency.latencyUs; }, false},
+    {"ll.gbps", [](CommProfile* p) { return &p->lowLatency.gbps; }, true},
 };
 
 const Key* findKey(const std::string& name) {

@@ -14,6 +14,8 @@
 //   mem.gbps = 4.5                shared memory past the cache, plain stores
 //   streaming.gbps = 6            ... and non-temporal stores
 //   direct.gbps = 10              shared memory read straight from the sender's buffer
+//   ll.latency_us = 1             a device communicator's low-latency hop (intra.* is then
+//   ll.gbps = 100                 its simple hop)
 //
 // Every key is optional; when one appears twice, the last one read wins.
 #pragma once

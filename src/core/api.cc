@@ -9,9 +9,9 @@
 #include "core/bootstrap_root.h"
 #include "core/collective.h"
 #include "core/communicator.h"
-#include "core/device_queue.h"
 #include "core/env.h"
 #include "core/group.h"
+#include "device/device_comm.h"
 #include "core/host_stream.h"
 #include "core/launch_env.h"
 #include "core/log.h"
@@ -75,10 +75,10 @@ Status lookupStream(loomStream_t handle, HostStream** out) {
 }
 
 // A device communicator's stream is the caller's cudaStream_t (NULL too), passed through as
-// it is; a host communicator's must be NULL or a live host stream.
-Status resolveStream(const Communicator& comm, loomStream_t handle, HostStream** out) {
+// it is; a host communicator's, or an emulated device one's, must be NULL or a live host stream.
+Status resolveStream(Communicator& comm, loomStream_t handle, HostStream** out) {
   *out = nullptr;
-  return comm.device() >= 0 ? Status::ok() : lookupStream(handle, out);
+  return comm.device() >= 0 && !comm.deviceComm().hostStreams() ? Status::ok() : lookupStream(handle, out);
 }
 
 // A C caller may pass any int where an enum is expected, and loading an enum object that
@@ -446,7 +446,7 @@ loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t
     }
     HostStream* stream = nullptr;
     LOOM_TRY(resolveStream(comm, streamHandle, &stream));
-    if (comm.device() >= 0) LOOM_TRY(comm.deviceQueue().checkBuffer(send ? "sendbuff" : "recvbuff", buffer, bytes));
+    if (comm.device() >= 0) LOOM_TRY(comm.deviceComm().checkBuffer(send ? "sendbuff" : "recvbuff", buffer, bytes));
     LOOM_TRY(comm.usable());
     comm.callLog().recordPointToPoint(call, peer, bytes);
     return loom::group::submit(loom::P2POp{direction, &comm, peer, buffer, bytes}, stream, streamHandle);
@@ -475,7 +475,10 @@ LOOM_API loomResult_t loomBarrier(loomComm_t handle, loomStream_t streamHandle) 
     LOOM_TRY(resolveStream(comm, streamHandle, &stream));
     LOOM_TRY(comm.usable());
     comm.callLog().recordBarrier();
-    if (comm.device() >= 0) return comm.deviceQueue().enqueueBarrier(streamHandle);
+    if (comm.device() >= 0) {
+      std::vector<loom::DeviceJob> jobs{{&comm, {}, true, stream, stream == nullptr ? streamHandle : nullptr}};
+      return loom::launchDeviceJobs(jobs);
+    }
     Communicator* c = &comm;
     return enqueueOrRun(c, stream, [c] { return loom::runBarrier(*c); });
   });
@@ -548,8 +551,8 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     HostStream* stream = nullptr;
     LOOM_TRY(resolveStream(comm, streamHandle, &stream));
     if (comm.device() >= 0) {
-      LOOM_TRY(comm.deviceQueue().checkBuffer("sendbuff", sendbuff, sendBytes));
-      LOOM_TRY(comm.deviceQueue().checkBuffer("recvbuff", recvbuff, recvBytes));
+      LOOM_TRY(comm.deviceComm().checkBuffer("sendbuff", sendbuff, sendBytes));
+      LOOM_TRY(comm.deviceComm().checkBuffer("recvbuff", recvbuff, recvBytes));
     }
     LOOM_TRY(comm.usable());
     CallInfo info;

@@ -115,12 +115,14 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.nranks = comm.nranks();
   args.order = comm.ringOrder();
   args.sliceBytes = plan.deviceMemory ? config.deviceSliceBytes : config.sliceBytes;
-  // Several channels only pay when each gets a few slices' worth.
-  int links = comm.transport().linksPerPeer();
+  // Several channels only pay when each gets a few slices' worth. A device communicator's links
+  // are its FIFO connections, one set per channel.
+  int links = plan.deviceMemory ? config.deviceChannels : comm.transport().linksPerPeer();
   args.channels = config.channels > 0                                          ? config.channels
                   : bytes >= static_cast<size_t>(links) * 2 * args.sliceBytes ? links
                                                                                : 1;
   args.info.streaming = choice.protocol == Protocol::kStreaming;
+  args.info.lowLatency = choice.protocol == Protocol::kLowLatency;
 
   if (comm.firstUseOf(call.info.kind, choice.algorithm)) {
     LOOM_INFO("comm %016llx: %s uses %s/%s (%s), %d channel(s), slices of %zu bytes; later calls log at TRACE",

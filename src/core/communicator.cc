@@ -9,13 +9,14 @@
 
 #include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
-#include "core/device_queue.h"
 #include "core/env.h"
 #include "core/host_identity.h"
 #include "core/log.h"
 #include "core/registry.h"
 #include "core/ring_placement.h"
 #include "core/shared_settings.h"
+#include "device/device_comm.h"
+#include "device/runtime.h"
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
@@ -26,8 +27,8 @@ namespace loom {
 namespace {
 
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
-// LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES,
-// LOOM_CUDA_EXPERIMENTAL.
+// LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_DEVICE_EMULATION,
+// LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = false;
@@ -70,13 +71,15 @@ Status readDataPathSettings(CommConfig* c) {
   long long sendBuffer = 0;
   LOOM_TRY(env::getInt("LOOM_SOCKET_SNDBUF", 0, 1 << 30, &sendBuffer));
   c->socketSendBuffer = static_cast<int>(sendBuffer);
-  long long ipc = 0, deviceSlice = 0, experimental = 0;
-  LOOM_TRY(env::getInt("LOOM_CUDA_IPC", 0, 1, &ipc));
-  c->cudaIpc = ipc != 0;
-  LOOM_TRY(env::getInt("LOOM_CUDA_EXPERIMENTAL", 0, 1, &experimental));
-  c->cudaExperimental = experimental != 0;
-  LOOM_TRY(env::getInt("LOOM_CUDA_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));
+  long long emulation = 0, fifo = 0, deviceSlice = 0;
+  LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION", 0, 1, &emulation));
+  c->deviceEmulation = emulation != 0;
+  LOOM_TRY(env::getInt("LOOM_DEVICE_FIFO_BYTES", 16 << 10, 1LL << 30, &fifo));
+  c->deviceFifoBytes = static_cast<size_t>(fifo);
+  LOOM_TRY(env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));
   c->deviceSliceBytes = static_cast<size_t>(deviceSlice);
+  // Connections are made for every channel a call may use; LOOM_CHANNELS caps them.
+  c->deviceChannels = c->channels > 0 ? c->channels : kDefaultDeviceChannels;
   return Status::ok();
 }
 
@@ -124,18 +127,7 @@ Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommCo
     if (user->commName != nullptr) c.name = user->commName;
   }
   // Refused here, before anything reaches the root, so that the id still forms a communicator.
-  if (c.device >= 0 && !LOOM_HAVE_CUDA) {
-    return error(loomInvalidUsage,
-                 "config.device=%d asks for a device communicator, but this Loom was built without CUDA "
-                 "(meson feature 'cuda'); use device=-1 for host memory",
-                 c.device);
-  }
-  if (c.device >= 0 && !c.cudaExperimental) {
-    return error(loomInvalidUsage,
-                 "config.device=%d: device communicators are not verified on a GPU yet (issue 8, "
-                 "docs/RESULTS.md); set LOOM_CUDA_EXPERIMENTAL=1 to use them anyway, or device=-1 for host memory",
-                 c.device);
-  }
+  if (c.device >= 0 && !c.deviceEmulation) LOOM_TRY(device::checkDeviceExists(c.device));
   *out = c;
   return Status::ok();
 }
@@ -260,15 +252,16 @@ Status Communicator::finishInit() {
   }
   if (config_.device >= 0) {
     findDeviceCpus();
-    LOOM_TRY(DeviceQueue::create(this, &deviceQueue_));
+    LOOM_TRY(DeviceComm::create(this, &deviceComm_));
   }
   return Status::ok();
 }
 
 Status Communicator::agreeOnProfile() {
-  CommProfile mine = CommProfile::defaults(nranks_, hosts_);
-  mine.sliceBytes = config_.sliceBytes;
-  mine.streamingMinBytes = config_.streamingMinBytes;
+  const bool device = config_.device >= 0;
+  CommProfile mine = device ? CommProfile::deviceDefaults(nranks_, hosts_) : CommProfile::defaults(nranks_, hosts_);
+  mine.sliceBytes = device ? config_.deviceSliceBytes : config_.sliceBytes;
+  if (!device) mine.streamingMinBytes = config_.streamingMinBytes;
   // Whether the ranks of this host are all threads of this process, which LOOM_SHM_DIRECT's
   // default lets read each other's large sends directly.
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
@@ -276,8 +269,10 @@ Status Communicator::agreeOnProfile() {
   const bool threadsOnly = std::all_of(peers.begin(), peers.end(), [&](const PeerInfo& p) {
     return p.hostHash != self.hostHash || (p.pid == self.pid && p.pidNamespace == self.pidNamespace);
   });
-  LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, &mine.directMinBytes));
-  mine.channels = config_.channels > 0 ? config_.channels : transport_->linksPerPeer();
+  if (!device) LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, &mine.directMinBytes));
+  mine.channels = config_.channels > 0 ? config_.channels
+                  : device             ? config_.deviceChannels
+                                       : transport_->linksPerPeer();
   mine.channelsFixed = config_.channels > 0;
   if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &mine));
   // Ranks that chose differently would run different plans and wait on each other
@@ -307,7 +302,7 @@ void Communicator::findDeviceCpus() {
   Status status = Registry::instance().hostGraph("", &graph, &source);
   int gpu = status.isOk() ? graph->gpuByOrdinal(config_.device) : -1;
   if (gpu < 0 || graph->node(gpu).cpu < 0) {
-    LOOM_INFO("device %d: not in the discovered topology (%s); its proxy thread stays unbound", config_.device,
+    LOOM_INFO("device %d: not in the discovered topology (%s); its threads stay unbound", config_.device,
               status.isOk() ? "no such GPU" : status.message().c_str());
     return;
   }
@@ -394,6 +389,7 @@ loomResult_t Communicator::asyncError() const {
 void Communicator::abort() {
   fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
   cancel_.fire();
+  if (deviceComm_ != nullptr) deviceComm_->abort();
 }
 
 void Communicator::setLastError(const std::string& message) {

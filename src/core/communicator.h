@@ -41,16 +41,20 @@ struct CommConfig {
   int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
   int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF (0: the kernel's autotuning)
   bool check = false;           // LOOM_CHECK
-  bool cudaIpc = false;         // LOOM_CUDA_IPC
-  bool cudaExperimental = false;  // LOOM_CUDA_EXPERIMENTAL
-  size_t deviceSliceBytes = 0;  // LOOM_CUDA_SLICE_BYTES
+  bool deviceEmulation = false; // LOOM_DEVICE_EMULATION
+  size_t deviceFifoBytes = 0;   // LOOM_DEVICE_FIFO_BYTES
+  size_t deviceSliceBytes = 0;  // LOOM_DEVICE_SLICE_BYTES
+  int deviceChannels = 0;       // connections per peer of a device communicator (LOOM_CHANNELS)
 };
+
+// Channels a device communicator connects per peer unless LOOM_CHANNELS says otherwise.
+constexpr int kDefaultDeviceChannels = 8;
 
 // Validates a user config (NULL allowed: all defaults) and fills unset fields from the
 // environment; `inherit`, when given, supplies the defaults instead (loomCommSplit).
 Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out);
 
-class DeviceQueue;
+class DeviceComm;
 
 class Communicator {
  public:
@@ -114,7 +118,7 @@ class Communicator {
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
   // Where calls on device buffers go (device() >= 0 only).
-  DeviceQueue& deviceQueue() { return *deviceQueue_; }
+  DeviceComm& deviceComm() { return *deviceComm_; }
 
  private:
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
@@ -157,8 +161,8 @@ class Communicator {
   YieldingLock execution_;
   std::map<const transport::Link*, std::vector<char>> staging_;
   std::atomic<uint64_t> usedChoices_{0};
-  // Last: its proxy thread uses everything above, so it stops first.
-  std::unique_ptr<DeviceQueue> deviceQueue_;
+  // Last: its threads (watchdog, proxy) use everything above, so it stops first.
+  std::unique_ptr<DeviceComm> deviceComm_;
 };
 
 // Holds a communicator in use for its lifetime, so that loomCommAbort from another thread

@@ -1,8 +1,7 @@
 // What the CUDA data path needs from the CUDA runtime, with Loom's error handling: one macro
 // that turns a failed runtime call into a Status naming the call, and owners (RAII) for the
 // resources it holds. Only the runtime is linked (libcudart), never libcuda: a build with
-// CUDA must still load and run its host path on machines without a driver. The one driver
-// function used (allocation ranges) is looked up at run time.
+// CUDA must still load and run its host path on machines without a driver.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -29,21 +28,14 @@ Status cudaFailure(cudaError_t err, const char* call, const char* file, int line
 
 namespace loom::cuda {
 
-// Whether a usable CUDA device is present (false without a driver, too).
-bool haveDevice();
-
-// The base and size of the allocation that holds ptr (for IPC handles, which name whole
-// allocations): a driver function, looked up once.
-Status allocationRange(const void* ptr, void** base, size_t* size);
-
 // Owners. Each frees its resource in its destructor; errors there are ignored (a dead
 // context has already freed everything).
 struct StreamDeleter {
   void operator()(CUstream_st* s) const;
 };
 using StreamPtr = std::unique_ptr<CUstream_st, StreamDeleter>;
-// A stream that never waits for the legacy NULL stream (the user's NULL stream may be held
-// on a flag this stream's work will release).
+// A stream that never waits for the legacy NULL stream (the caller's NULL stream may hold a
+// kernel that waits for this stream's work).
 Status makeStream(StreamPtr* out);
 
 struct EventDeleter {

@@ -63,17 +63,20 @@ const std::vector<Variable>& variables() {
        "Among the allowed, the tuner picks the one its cost model predicts fastest (docs/TUNING.md). "
        "Default: all allowed. Read at communicator creation."},
       {"LOOM_PROTO", "", kData,
-       "Which protocols may run: simple (plain stores, results stay in the cache) and streaming "
-       "(non-temporal stores, only for calls of LOOM_STREAMING_MIN_BYTES or more). One name forces "
-       "it where it exists, ^ excludes one. Default: both, the tuner picks per call."},
+       "Which protocols may run: on host communicators simple (plain stores, results stay in the cache) and "
+       "streaming (non-temporal stores, only for calls of LOOM_STREAMING_MIN_BYTES or more); on device "
+       "communicators simple (large FIFO slots, a flag per slot) and ll (low latency: 8 data bytes and their "
+       "flags in each 16-byte store). One name forces it where it exists, ^ excludes one. Default: all, the "
+       "tuner picks per call."},
       {"LOOM_TUNING_FILE", "", kData,
        "A tuning file written by `loom-perf --calibrate FILE`: the cost model's latencies and "
        "bandwidths measured on this machine (docs/TUNING.md). Rank 0's file decides for the whole "
        "communicator. Default: built-in constants."},
       {"LOOM_CHANNELS", "0", kData,
        "Channels per call (1 to 16): each channel carries its share of the buffer over its own "
-       "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS). 0 (default): all links once a "
-       "call gives each channel two chunks, else one."},
+       "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS; on a device communicator its own FIFOs, "
+       "worked by their own thread blocks). 0 (default): all links once a call gives each channel two "
+       "chunks, else one; device communicators connect 8 channels per peer."},
       {"LOOM_RING_ORDER", "topology", kData,
        "topology (default): rings and trees order the ranks so that neighbours share the widest path "
        "(NVLink, one PCIe switch, one NUMA domain) and each host's ranks stay together "
@@ -110,19 +113,17 @@ const std::vector<Variable>& variables() {
        "Smallest send that LOOM_SHM_DIRECT offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md). The tuner's cost model times receives from this size "
        "at direct.gbps when its ranks read each other directly (docs/TUNING.md)."},
-      {"LOOM_CUDA_EXPERIMENTAL", "0", kData,
-       "1: allow device communicators (config.device >= 0), which are not fully verified on a GPU yet "
-       "(issue 8, docs/RESULTS.md). 0 (default): creating one is loomInvalidUsage saying so. Read at "
-       "communicator creation."},
-      {"LOOM_CUDA_IPC", "0", kData,
-       "Device communicators whose ranks share a host: 1 moves data between GPU buffers directly "
-       "(CUDA IPC; kernels read peers' memory over NVLink, PCIe or the same GPU), which still stalls "
-       "on a GPU (docs/RESULTS.md); 0 (default) stages every call through pinned host memory and the "
-       "host transports. Ranks on several hosts always stage. Read at communicator creation."},
-      {"LOOM_CUDA_SLICE_BYTES", "8388608", kData,
-       "Pipeline slice of device communicators on the direct path: a step moves or reduces at most "
-       "this many bytes (each step costs a kernel launch and a message to the peer, so slices are "
-       "larger than on the host)."},
+      {"LOOM_DEVICE_EMULATION", "0", kData,
+       "1: device communicators (config.device >= 0) run their plan kernel on CPU threads over host memory "
+       "instead of a GPU: the same FIFO protocol and plan interpreter, built as host code (docs/ARCHITECTURE.md, "
+       "'Device communicators'). Buffers are then host memory and streams are Loom host streams (NULL: the call "
+       "completes before it returns). For tests and debugging without a GPU; builds without CUDA accept it too."},
+      {"LOOM_DEVICE_FIFO_BYTES", "4194304", kData,
+       "Bytes of each simple-wire FIFO of a device communicator, per channel, peer and direction (8 slots of an "
+       "eighth each; 16384 or more). A pair of ranks that exchange data holds two per channel."},
+      {"LOOM_DEVICE_SLICE_BYTES", "2097152", kData,
+       "Pipeline slice of device communicators: a plan step moves or reduces at most this many bytes, and the "
+       "next hop of a ring may forward a slice as soon as it is reduced."},
       {"LOOM_TOPO_FILE", "", kTopo,
        "An hwloc XML file (lstopo --of xml, LOOM_TOPO_DUMP_FILE, or tests/topologies/) whose machine "
        "Loom uses instead of discovering this one: rings, trees and the tuner then plan for that "
@@ -211,7 +212,8 @@ std::string markdown() {
       "keeps this file equal to it. Values are read when a communicator is created. The "
       "variables that shape plans and links (LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_CHANNELS, "
       "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_CHECK, "
-      "LOOM_CUDA_IPC, LOOM_CUDA_SLICE_BYTES) are rank 0's for the whole communicator: a rank whose "
+      "LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES) are rank 0's for the whole "
+      "communicator: a rank whose "
       "value differs warns and uses rank 0's, since ranks that planned differently would wait on "
       "each other.\n";
   const char* section = nullptr;

@@ -6,9 +6,9 @@
 
 #include "core/call_check.h"
 #include "core/communicator.h"
-#include "core/device_queue.h"
 #include "core/executor.h"
 #include "core/host_stream.h"
+#include "device/device_comm.h"
 
 namespace loom::group {
 namespace {
@@ -77,22 +77,26 @@ Status runHeld(std::vector<Plan>& plans) {
   return s;
 }
 
-// Device communicators' calls: one job per communicator, on its one stream.
+// Device communicators' calls: one launch per communicator, on its one stream.
 Status launchOnDevices(const std::vector<Recorded>& recorded) {
-  std::map<Communicator*, std::pair<void*, std::vector<Call>>> jobs;
+  if (recorded.empty()) return Status::ok();
+  std::vector<DeviceJob> jobs;
   for (const Recorded& r : recorded) {
     Communicator* comm = commOf(r.call);
-    auto [it, added] = jobs.emplace(comm, std::make_pair(r.cudaStream, std::vector<Call>{}));
-    if (!added && it->second.first != r.cudaStream) {
+    auto job = std::find_if(jobs.begin(), jobs.end(), [&](const DeviceJob& j) { return j.comm == comm; });
+    if (job == jobs.end()) {
+      jobs.push_back(DeviceJob{comm, {}, false, r.stream, r.cudaStream});
+      job = jobs.end() - 1;
+    } else if (job->cudaStream != r.cudaStream || job->hostStream != r.stream) {
       return error(loomInvalidUsage,
-                   "a group's calls on one device communicator (rank %d) use two CUDA streams (%p and %p); "
+                   "a group's calls on one device communicator (rank %d) use two streams (%p and %p); "
                    "use one stream per communicator in a group",
-                   comm->rank(), it->second.first, r.cudaStream);
+                   comm->rank(), job->cudaStream != r.cudaStream ? job->cudaStream : static_cast<void*>(job->hostStream),
+                   job->cudaStream != r.cudaStream ? r.cudaStream : static_cast<void*>(r.stream));
     }
-    it->second.second.push_back(r.call);
+    job->calls.push_back(r.call);
   }
-  for (auto& [comm, job] : jobs) LOOM_TRY(comm->deviceQueue().enqueue(std::move(job.second), job.first));
-  return Status::ok();
+  return launchDeviceJobs(jobs);
 }
 
 Status launch(const std::vector<Recorded>& recorded) {

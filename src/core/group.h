@@ -27,8 +27,9 @@ Status end(std::vector<Communicator*>* comms);
 bool active();
 
 // Records the call in the open group, or runs it now as a group of one. A call on a device
-// communicator names a CUDA stream (cudaStream; `stream` is then unused) and is enqueued on
-// it (see core/device_queue.h); the calls of one communicator in a group must share it.
+// communicator names a CUDA stream (cudaStream; `stream` is then unused, but for the
+// emulation's host streams) and becomes part of one plan-kernel launch on it
+// (device/device_comm.h); the calls of one communicator in a group must share it.
 Status submit(const Call& call, HostStream* stream, void* cudaStream = nullptr);
 
 // One plan per communicator for `calls`, in call order (sends and receives to self become

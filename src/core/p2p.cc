@@ -46,11 +46,7 @@ Status appendSelfCopies(Plan& plan, const std::vector<P2POp>& selfOps) {
   return Status::ok();
 }
 
-Status runBarrier(Communicator& comm) {
-  const int n = comm.nranks(), r = comm.rank();
-  std::vector<Plan> plans(1);
-  Plan& plan = plans[0];
-  plan.comm = &comm;
+void appendBarrier(Plan& plan, int r, int n) {
   CallInfo info;
   info.kind = CallInfo::Kind::kBarrier;
   plan.beginCall(info);
@@ -67,6 +63,12 @@ Status runBarrier(Communicator& comm) {
     wait.header = true;
     heard = plan.add(wait);
   }
+}
+
+Status runBarrier(Communicator& comm) {
+  std::vector<Plan> plans(1);
+  plans[0].comm = &comm;
+  appendBarrier(plans[0], comm.rank(), comm.nranks());
   return execute(plans).withContext("loomBarrier");
 }
 

@@ -30,7 +30,9 @@ void appendP2P(Plan& plan, const P2POp& op);
 // become local copies. Mismatched counts or sizes are loomInvalidUsage (nothing has moved).
 Status appendSelfCopies(Plan& plan, const std::vector<P2POp>& selfOps);
 
-// Dissemination barrier: round k signals rank + 2^k and waits for rank - 2^k.
+// Dissemination barrier: round k signals rank + 2^k and waits for rank - 2^k. appendBarrier
+// writes its steps into a plan (the device path runs them in its kernel).
+void appendBarrier(Plan& plan, int rank, int nranks);
 Status runBarrier(Communicator& comm);
 
 }  // namespace loom

@@ -16,9 +16,11 @@ struct Record {
   uint32_t protocols;
   int32_t channels;
   int32_t socketLinks;
-  uint8_t shm, socket, topologyRing, check, cudaIpc;
+  uint8_t shm, socket, topologyRing, check, deviceEmulation;
+  int32_t deviceChannels;
   uint64_t sliceBytes;
   uint64_t streamingMinBytes;
+  uint64_t deviceFifoBytes;
   uint64_t deviceSliceBytes;
 };
 static_assert(std::is_trivial_v<Record>);
@@ -34,9 +36,11 @@ Record recordOf(const CommConfig& c) {
   r.socket = c.socket;
   r.topologyRing = c.topologyRing;
   r.check = c.check;
-  r.cudaIpc = c.cudaIpc;
+  r.deviceEmulation = c.deviceEmulation;
+  r.deviceChannels = c.deviceChannels;
   r.sliceBytes = c.sliceBytes;
   r.streamingMinBytes = c.streamingMinBytes;
+  r.deviceFifoBytes = c.deviceFifoBytes;
   r.deviceSliceBytes = c.deviceSliceBytes;
   return r;
 }
@@ -50,9 +54,11 @@ void apply(const Record& r, CommConfig* c) {
   c->socket = r.socket != 0;
   c->topologyRing = r.topologyRing != 0;
   c->check = r.check != 0;
-  c->cudaIpc = r.cudaIpc != 0;
+  c->deviceEmulation = r.deviceEmulation != 0;
+  c->deviceChannels = r.deviceChannels;
   c->sliceBytes = static_cast<size_t>(r.sliceBytes);
   c->streamingMinBytes = static_cast<size_t>(r.streamingMinBytes);
+  c->deviceFifoBytes = static_cast<size_t>(r.deviceFifoBytes);
   c->deviceSliceBytes = static_cast<size_t>(r.deviceSliceBytes);
 }
 
@@ -71,8 +77,9 @@ std::string namesOfDifferences(const Record& a, const Record& b) {
   note(a.streamingMinBytes != b.streamingMinBytes, "LOOM_STREAMING_MIN_BYTES");
   note(a.socketLinks != b.socketLinks, "LOOM_SOCKET_NSOCKS");
   note(a.check != b.check, "LOOM_CHECK");
-  note(a.cudaIpc != b.cudaIpc, "LOOM_CUDA_IPC");
-  note(a.deviceSliceBytes != b.deviceSliceBytes, "LOOM_CUDA_SLICE_BYTES");
+  note(a.deviceEmulation != b.deviceEmulation, "LOOM_DEVICE_EMULATION");
+  note(a.deviceFifoBytes != b.deviceFifoBytes, "LOOM_DEVICE_FIFO_BYTES");
+  note(a.deviceSliceBytes != b.deviceSliceBytes, "LOOM_DEVICE_SLICE_BYTES");
   return names;
 }
 

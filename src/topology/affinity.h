@@ -1,6 +1,6 @@
 // Binding a thread to the CPUs near its device (docs/TOPOLOGY.md, "Affinity"): a device
-// communicator's proxy thread, which stages every call through host memory, runs on the
-// NUMA domain its GPU hangs from, so the staging buffers it first touches live there too.
+// communicator's proxy thread, which carries its FIFOs to peers on other hosts, runs on the
+// NUMA domain its GPU hangs from, near the host-mapped FIFOs it copies.
 #pragma once
 
 #include <string>

@@ -35,7 +35,6 @@ struct RankState {
 constexpr size_t kCounts[3] = {3000, 17, 70000};
 
 void runAverage(loomDdpCompression_t compression, size_t gap, double tolerance) {
-  ::setenv("LOOM_CUDA_EXPERIMENTAL", "1", 1);
   loomtest::RankOptions options;
   options.device = 0;
   loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {
@@ -93,7 +92,6 @@ TEST(DeviceDdp, Fp16AndBf16CompressionAverage) {
 
 TEST(DeviceDdp, BroadcastTensorsFromRankOne) {
   SKIP_WITHOUT_DEVICE();
-  ::setenv("LOOM_CUDA_EXPERIMENTAL", "1", 1);
   loomtest::RankOptions options;
   options.device = 0;
   loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {

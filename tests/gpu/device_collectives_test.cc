@@ -1,7 +1,8 @@
 // Collectives on device communicators, against the host references of the multi-rank suite
 // (multirank/collective_reference.h): every collective x type x op, in place and out of
-// place, on 1..8 ranks sharing GPU 0, on the direct (CUDA IPC) path and the host-staged one;
-// stream ordering; CUDA graph capture; bad buffers and mismatched calls.
+// place, on 1..8 ranks sharing GPU 0, on both wires of the plan kernel (LOOM_PROTO simple and
+// ll); calls of 64 Mi elements; stream ordering; CUDA graph capture and replay; bad buffers,
+// mismatched calls, a timeout and loomCommAbort while a kernel waits.
 //
 // The file builds twice: ranks as threads of this process (loomCommInitAll), and ranks as
 // forked processes (LOOM_GPU_TEST_PROCESSES). A process that has initialised CUDA cannot
@@ -59,9 +60,9 @@ struct DeviceBuffer {
 };
 
 // Pinned host memory: copies between it and the device are asynchronous. A copy to or from
-// pageable memory blocks the calling thread until the stream reaches it, inside the driver,
-// where it stalls the communicator's proxy thread that the stream is waiting for
-// (docs/ARCHITECTURE.md, "Device communicators"); the tests keep to pinned memory.
+// pageable memory waits in the calling thread for the stream, and with it for the peers'
+// kernels that this rank's kernel meets: ranks as threads of one process would then wait on
+// each other in the driver.
 template <class T>
 struct Pinned {
   T* ptr = nullptr;
@@ -79,8 +80,6 @@ struct Stream {
 };
 
 RankOptions onDevice() {
-  // Device communicators are refused unless asked for (see LOOM_CUDA_EXPERIMENTAL).
-  ::setenv("LOOM_CUDA_EXPERIMENTAL", "1", 1);
   RankOptions o;
   o.device = 0;
   o.deadlineMs = 300000;
@@ -128,11 +127,11 @@ std::string runOnDevice(const std::vector<CollectiveCase>& cases, loomComm_t com
 
 struct Shape {
   int nranks;
-  bool staged;  // LOOM_CUDA_IPC=0
+  const char* protocol;  // LOOM_PROTO: simple or ll
 };
 
 std::string shapeName(const testing::TestParamInfo<Shape>& info) {
-  return std::to_string(info.param.nranks) + "ranks_" + (info.param.staged ? "staged" : "ipc");
+  return std::to_string(info.param.nranks) + "ranks_" + info.param.protocol;
 }
 
 class DeviceCollectives : public testing::TestWithParam<Shape> {};
@@ -141,25 +140,56 @@ class DeviceCollectives : public testing::TestWithParam<Shape> {};
 TEST_P(DeviceCollectives, MatchReferences) {
   SKIP_WITHOUT_DEVICE();
   const Shape shape = GetParam();
-  ::setenv("LOOM_CUDA_IPC", shape.staged ? "0" : "1", 1);
+  ScopedEnv protocol("LOOM_PROTO", shape.protocol);
   const bool full = std::getenv("LOOM_TEST_FULL") != nullptr && std::string(std::getenv("LOOM_TEST_FULL")) == "1";
   std::vector<CollectiveCase> cases = full ? fullCases(shape.nranks, 0) : sliceCases(shape.nranks, 0);
   runRanks(shape.nranks, kMode, [&](loomComm_t comm, int rank) {
     std::string wrong = runOnDevice(cases, comm, rank, shape.nranks);
     EXPECT_EQ(wrong, "") << "rank " << rank;
   }, onDevice());
-  ::unsetenv("LOOM_CUDA_IPC");
 }
 
 #ifdef LOOM_GPU_TEST_PROCESSES
 INSTANTIATE_TEST_SUITE_P(Processes, DeviceCollectives,
-                         testing::Values(Shape{2, false}, Shape{4, false}, Shape{2, true}), shapeName);
+                         testing::Values(Shape{1, "simple"}, Shape{2, "simple"}, Shape{3, "simple"}, Shape{4, "simple"},
+                                         Shape{2, "ll"}, Shape{4, "ll"}),
+                         shapeName);
 #else
 INSTANTIATE_TEST_SUITE_P(Threads, DeviceCollectives,
-                         testing::Values(Shape{1, false}, Shape{2, false}, Shape{3, false}, Shape{8, false},
-                                         Shape{2, true}, Shape{3, true}),
+                         testing::Values(Shape{1, "simple"}, Shape{2, "simple"}, Shape{3, "simple"}, Shape{4, "simple"},
+                                         Shape{8, "simple"}, Shape{2, "ll"}, Shape{3, "ll"}, Shape{4, "ll"}),
                          shapeName);
 #endif
+
+// 64 Mi elements (256 MiB of float32 per buffer), odd counts beside them, in place and out of
+// place, on 2 ranks: many FIFO turns per slice, every channel busy.
+TEST(DeviceLargeCalls, AllReduceAndAllGatherOf64MiElements) {
+  SKIP_WITHOUT_DEVICE();
+  std::vector<CollectiveCase> cases;
+  uint64_t seed = 6400;
+  for (size_t count : {size_t{64} << 20, (size_t{64} << 20) - 3}) {
+    for (bool inPlace : {false, true}) {
+      CollectiveCase c;
+      c.collective = Collective::kAllReduce;
+      c.type = loomFloat32;
+      c.op = loomSum;
+      c.count = count;
+      c.inPlace = inPlace;
+      c.seed = ++seed;
+      cases.push_back(c);
+    }
+  }
+  CollectiveCase gather;
+  gather.collective = Collective::kAllGather;
+  gather.type = loomBfloat16;
+  gather.count = (size_t{32} << 20) + 1;
+  gather.seed = ++seed;
+  cases.push_back(gather);
+  runRanks(2, kMode, [&](loomComm_t comm, int rank) {
+    std::string wrong = runOnDevice(cases, comm, rank, 2);
+    EXPECT_EQ(wrong, "") << "rank " << rank;
+  }, onDevice());
+}
 
 // Work before the call on the same stream (a slow host function, then the copy that writes
 // the input) must finish before the call reads its input, and work after it must see the
@@ -255,6 +285,78 @@ TEST(DeviceErrors, MismatchedCountsFailWithoutHanging) {
     EXPECT_NE(async, loomSuccess) << "rank " << rank << ": the mismatch went unnoticed";
     std::printf("rank %d: %s: %s\n", rank, loomGetErrorString(async), loomGetLastError(comm));
   }, options);
+}
+
+// Rank 1 never makes the call rank 0's kernel waits in: at the communicator's timeout the
+// watchdog stops the kernel, the stream completes, and the async error names the call.
+TEST(DeviceStops, AKernelWaitingForAPeerEndsAtTheTimeout) {
+  SKIP_WITHOUT_DEVICE();
+  RankOptions options = onDevice();
+  options.timeoutMs = 2000;
+  runRanks(2, kMode, [&](loomComm_t comm, int rank) {
+    cudaSetDevice(0);
+    DeviceBuffer buf(1 << 20);
+    Stream stream;
+    // One call together first: the ranks connect on it (a first call waits for its peers on
+    // the host, before any kernel starts).
+    LOOM_ASSERT_OK(loomAllReduce(buf.ptr, buf.ptr, 1 << 18, loomFloat32, loomSum, comm, stream.s), comm);
+    CUDA_ASSERT(cudaStreamSynchronize(stream.s));
+    if (rank == 1) {
+      // Never makes the second call, but stays alive (a process that exits is a dead peer).
+      std::this_thread::sleep_for(std::chrono::seconds(5));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    LOOM_ASSERT_OK(loomAllReduce(buf.ptr, buf.ptr, 1 << 18, loomFloat32, loomSum, comm, stream.s), comm);
+    CUDA_ASSERT(cudaStreamSynchronize(stream.s));
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 10.0);
+    // The watchdog reports within a few ms of the kernel's end.
+    loomResult_t async = loomSuccess;
+    for (int i = 0; i < 100 && async == loomSuccess; ++i) {
+      loomCommGetAsyncError(comm, &async);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(async, loomTimeout);
+    const std::string text = loomGetLastError(comm);
+    EXPECT_NE(text.find("call #2 loomAllReduce"), std::string::npos) << text;
+    EXPECT_NE(text.find("timed out"), std::string::npos) << text;
+    std::printf("rank 0 after %.2f s: %s\n", seconds, text.c_str());
+  }, options);
+}
+
+// loomCommAbort while rank 0's kernel waits for rank 1: the kernel exits and the stream
+// completes (abort frees the communicator, so the stream is all there is to look at).
+TEST(DeviceStops, AbortEndsAWaitingKernel) {
+  SKIP_WITHOUT_DEVICE();
+#ifdef LOOM_GPU_TEST_PROCESSES
+  std::printf("skipped: abort is local to a process; the threads build covers it\n");
+  GTEST_SKIP() << "abort is local to a process; the threads build covers it";
+#endif
+  ::setenv("LOOM_TIMEOUT_MS", "60000", 1);
+  std::vector<loomComm_t> comms(2);
+  const int devices[2] = {0, 0};
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, devices), nullptr);
+  ::unsetenv("LOOM_TIMEOUT_MS");
+  CUDA_ASSERT(cudaSetDevice(0));
+  DeviceBuffer a(1 << 20), b(1 << 20);
+  Stream s0, s1;
+  LOOM_ASSERT_OK(loomGroupStart(), nullptr);
+  LOOM_EXPECT_OK(loomAllReduce(a.ptr, a.ptr, 1 << 18, loomFloat32, loomSum, comms[0], s0.s), comms[0]);
+  LOOM_EXPECT_OK(loomAllReduce(b.ptr, b.ptr, 1 << 18, loomFloat32, loomSum, comms[1], s1.s), comms[1]);
+  LOOM_ASSERT_OK(loomGroupEnd(), nullptr);
+  CUDA_ASSERT(cudaStreamSynchronize(s0.s));
+  CUDA_ASSERT(cudaStreamSynchronize(s1.s));
+  LOOM_ASSERT_OK(loomAllReduce(a.ptr, a.ptr, 1 << 18, loomFloat32, loomSum, comms[0], s0.s), comms[0]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(cudaStreamQuery(s0.s), cudaErrorNotReady) << "the kernel should still wait for rank 1";
+  const auto start = std::chrono::steady_clock::now();
+  LOOM_EXPECT_OK(loomCommAbort(comms[0]), nullptr);
+  CUDA_ASSERT(cudaStreamSynchronize(s0.s));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 5.0);
+  std::printf("abort to a completed stream: %.3f s\n", seconds);
+  LOOM_EXPECT_OK(loomCommDestroy(comms[1]), nullptr);
 }
 
 }  // namespace

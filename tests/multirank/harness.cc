@@ -129,6 +129,7 @@ void runProcesses(int nranks, const std::function<void(int)>& body, int deadline
 void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>& body,
               const RankOptions& options) {
   if (mode == Mode::kThreads) {
+    ASSERT_FALSE(options.beforeInit) << "RankOptions::beforeInit needs ranks as processes";
     // loomCommInitAll takes no config: the same deadlines come through the environment.
     ::setenv("LOOM_TIMEOUT_MS", std::to_string(options.timeoutMs).c_str(), 1);
     ::setenv("LOOM_INIT_TIMEOUT_MS", std::to_string(options.initTimeoutMs).c_str(), 1);
@@ -168,6 +169,7 @@ void runRanks(int nranks, Mode mode, const std::function<void(loomComm_t, int)>&
         ::close(toChild[static_cast<size_t>(other)]);
         if (other != r) ::close(childEnds[static_cast<size_t>(other)]);
       }
+      if (options.beforeInit) options.beforeInit(r);
       loomUniqueId id;
       if (r == 0) {
         if (loomGetUniqueId(&id) != loomSuccess) {

@@ -38,6 +38,9 @@ struct RankOptions {
   int initTimeoutMs = 20000;  // config.initTimeoutMs
   int deadlineMs = 60000;     // the harness kills ranks that run longer
   int device = -1;            // config.device of every rank (-1: host memory)
+  // Processes only: runs in each rank's process before it makes its communicator (to give
+  // ranks their own environment, e.g. LOOM_HOSTID).
+  std::function<void(int rank)> beforeInit;
 };
 
 // body(comm, rank) runs on every rank concurrently; gtest failures inside it fail the

@@ -317,7 +317,7 @@ TEST(LoomPerf, BadArgumentsSayWhatIsWrong) {
 // graph. loom-perf itself finds out which: this process never initialises CUDA.
 TEST(LoomPerf, DeviceCudaRunsOrSaysWhyNot) {
   const std::string args = " allreduce -b 8 -e 1K -f 4 --device cuda -c 1 -t 2";
-  const Result r = run("LOOM_CUDA_EXPERIMENTAL=1 " + perf() + args);
+  const Result r = run(perf() + args);
   if (r.status == 2 && has(r.out, "loom-perf: --device cuda: this Loom was built without CUDA")) {
     std::printf("built without CUDA: checked the refusal only\n");
     return;
@@ -329,7 +329,7 @@ TEST(LoomPerf, DeviceCudaRunsOrSaysWhyNot) {
     return;
   }
   for (const char* graph : {"", " -G 2"}) {
-    const Result d = graph[0] ? run("LOOM_CUDA_EXPERIMENTAL=1 " + perf() + args + graph) : r;
+    const Result d = graph[0] ? run(perf() + args + graph) : r;
     EXPECT_EQ(d.status, 0) << graph << "\n" << d.out;
     EXPECT_TRUE(has(d.out, "device memory, a non-blocking CUDA stream per rank")) << d.out;
     EXPECT_EQ(countOf(d.out, "device  0 ["), 2u) << d.out;  // both ranks on GPU 0

@@ -297,6 +297,27 @@ TEST(CostModel, StreamingOnlyFromItsThreshold) {
   EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, size_t{1} << 30, p)));
 }
 
+// Device communicators: low latency wins small calls (its alpha) and simple large ones (its
+// bandwidth), at the size where ll.latency and the halved bandwidth balance; neither streaming
+// nor one-shot exists there, and hosts never run low latency.
+TEST(CostModel, LowLatencyOnlyOnDevicesAndOnlyWhileSmall) {
+  const CommProfile host = CommProfile::defaults(2, 1);
+  EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kLowLatency, 8, host)));
+  const CommProfile device = CommProfile::deviceDefaults(2, 1);
+  EXPECT_EQ(predict(Kind::kAllReduce, Algorithm::kRing, 8, device).protocol, Protocol::kLowLatency);
+  EXPECT_EQ(predict(Kind::kAllReduce, Algorithm::kRing, size_t{64} << 20, device).protocol, Protocol::kSimple);
+  EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kOneShot, Protocol::kSimple, 8, device)));
+  EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, size_t{1} << 30, device)));
+  // By hand, 2-rank ring allreduce: 2 hops of alpha, 2 x (bytes / 2) over the link.
+  const double bytes = 1 << 20;
+  const double ll = 2 * device.lowLatency.latencyUs + bytes / (device.lowLatency.gbps * 1e3);
+  EXPECT_NEAR(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kLowLatency, 1 << 20, device), ll, 1e-9);
+  // Across hosts the hops between hosts cost what they cost on the simple wire.
+  const CommProfile twoHosts = CommProfile::deviceDefaults(2, 2);
+  EXPECT_EQ(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kLowLatency, 1 << 20, twoHosts),
+            predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kSimple, 1 << 20, twoHosts));
+}
+
 TEST(CostModel, RankingIsFastestFirstAndHonoursTheMask) {
   const CommProfile p = CommProfile::defaults(8, 1);
   const std::vector<Prediction> all = rankAlgorithms(Kind::kAllReduce, 8, p);

@@ -111,11 +111,13 @@ TEST(ProtoSetting, ParsesNamesListsAndExclusion) {
   ASSERT_TRUE(parseProtocolSetting("simple", &p).isOk());
   EXPECT_TRUE(p.allows(Protocol::kSimple) && !p.allows(Protocol::kStreaming));
   ASSERT_TRUE(parseProtocolSetting("^simple", &p).isOk());
-  EXPECT_TRUE(!p.allows(Protocol::kSimple) && p.allows(Protocol::kStreaming));
+  EXPECT_TRUE(!p.allows(Protocol::kSimple) && p.allows(Protocol::kStreaming) && p.allows(Protocol::kLowLatency));
+  ASSERT_TRUE(parseProtocolSetting("ll", &p).isOk());
+  EXPECT_TRUE(!p.allows(Protocol::kSimple) && !p.allows(Protocol::kStreaming) && p.allows(Protocol::kLowLatency));
   Status bad = parseProtocolSetting("ll128", &p);
   EXPECT_EQ(bad.code(), loomInvalidArgument);
   EXPECT_NE(bad.message().find("unknown protocol \"ll128\""), std::string::npos) << bad.message();
-  bad = parseProtocolSetting("^simple,^streaming", &p);
+  bad = parseProtocolSetting("^simple,^streaming,^ll", &p);
   EXPECT_NE(bad.message().find("leaves no protocol"), std::string::npos) << bad.message();
 }
 

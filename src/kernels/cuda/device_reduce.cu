@@ -23,6 +23,8 @@
 // one launches only the blocks it needs.
 #include "kernels/cuda/device_reduce.h"
 
+#include "device/element_ops.h"
+
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -44,157 +46,15 @@ constexpr int kBlocksPerSm = 4;
 constexpr int kMaxDevices = 64;
 constexpr int kFallbackSms = 132;  // used only if the attribute query fails
 
-// ---- Element types: storage and compute -------------------------------------------------
+// ---- Jobs: what one output element is (device/element_ops.h has the arithmetic) ----------
 
-// float16 and bfloat16 are stored as bit patterns and computed in float32.
-struct Half {
-  uint16_t bits;
-};
-struct BFloat16 {
-  uint16_t bits;
-};
-
-template <class T>
-constexpr bool kWidened = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-template <class T>
-using ComputeT = std::conditional_t<kWidened<T>, float, T>;
-
-// Exact for every value (NaNs stay NaN; narrow() makes them canonical).
-template <class T>
-__device__ __forceinline__ ComputeT<T> widen(T v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return __half2float(__ushort_as_half(v.bits));
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    return __uint_as_float(static_cast<uint32_t>(v.bits) << 16);
-  } else {
-    return v;
-  }
-}
-
-// Rounds to the storage type once (nearest-even, overflow to ±inf, float16 denormals kept)
-// and writes any NaN as the canonical quiet NaN. bfloat16 uses the host's own formula
-// (kernels/float16.h); cvt.rn.f16.f32 is the IEEE rounding F16C does.
-template <class T>
-__device__ __forceinline__ T narrow(ComputeT<T> v) {
-  if constexpr (std::is_same_v<T, Half>) {
-    return Half{v != v ? uint16_t{0x7E00} : __half_as_ushort(__float2half_rn(v))};
-  } else if constexpr (std::is_same_v<T, BFloat16>) {
-    const uint32_t x = __float_as_uint(v);
-    if ((x & 0x7FFFFFFFu) > 0x7F800000u) return BFloat16{0x7FC0};
-    return BFloat16{static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16)};
-  } else if constexpr (std::is_same_v<T, float>) {
-    return v != v ? __uint_as_float(0x7FC00000u) : v;
-  } else if constexpr (std::is_same_v<T, double>) {
-    return v != v ? __longlong_as_double(0x7FF8000000000000ll) : v;
-  } else {
-    return v;
-  }
-}
-
-// ---- Operations, on the compute type ------------------------------------------------------
-// Float arithmetic goes through the _rn intrinsics: rounded IEEE operations that the compiler
-// may not fuse into an FMA, whatever -fmad says (the build also passes -fmad=false).
-
-__device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
-__device__ __forceinline__ double add(double a, double b) { return __dadd_rn(a, b); }
-__device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
-__device__ __forceinline__ double mul(double a, double b) { return __dmul_rn(a, b); }
-__device__ __forceinline__ float div(float a, float b) { return __fdiv_rn(a, b); }
-__device__ __forceinline__ double div(double a, double b) { return __ddiv_rn(a, b); }
-
-// Integer sum and prod wrap: computed in an unsigned type at least as wide as int, so that
-// no promotion to signed int can overflow.
-template <class C>
-using WrapT = std::conditional_t<(sizeof(C) < sizeof(unsigned)), unsigned, std::make_unsigned_t<C>>;
-
-// Float max/min: NaN if either input is; otherwise decided on values, with -0 < +0, so the
-// result has the same bits whichever input comes first.
-template <bool kMax, class C>
-__device__ __forceinline__ C floatExtreme(C a, C b) {
-  if (a != a || b != b) return a + b;  // a NaN; narrow() makes it canonical
-  if (a == b) {
-    // Equal values differ in bits only for the zeros: max takes +0, min -0.
-    const bool aNegative = signbit(a);
-    return kMax == aNegative ? b : a;
-  }
-  return (a > b) == kMax ? a : b;
-}
-
-struct Sum {
-  template <class C>
-  __device__ static C apply(C a, C b) {
-    if constexpr (std::is_integral_v<C>) {
-      return static_cast<C>(static_cast<WrapT<C>>(a) + static_cast<WrapT<C>>(b));
-    } else {
-      return add(a, b);
-    }
-  }
-};
-struct Prod {
-  template <class C>
-  __device__ static C apply(C a, C b) {
-    if constexpr (std::is_integral_v<C>) {
-      return static_cast<C>(static_cast<WrapT<C>>(a) * static_cast<WrapT<C>>(b));
-    } else {
-      return mul(a, b);
-    }
-  }
-};
-struct Max {
-  template <class C>
-  __device__ static C apply(C a, C b) {
-    if constexpr (std::is_integral_v<C>) {
-      return a > b ? a : b;
-    } else {
-      return floatExtreme<true>(a, b);
-    }
-  }
-};
-struct Min {
-  template <class C>
-  __device__ static C apply(C a, C b) {
-    if constexpr (std::is_integral_v<C>) {
-      return a < b ? a : b;
-    } else {
-      return floatExtreme<false>(a, b);
-    }
-  }
-};
-
-// x / divisor as host scale(): integers divide in 64 bits and truncate toward zero, floats
-// divide in their own precision (float16/bfloat16 in float32) and round once.
-template <class C>
-__device__ __forceinline__ C divide(C x, int divisor) {
-  if constexpr (std::is_integral_v<C>) {
-    using Wide = std::conditional_t<std::is_signed_v<C>, long long, unsigned long long>;
-    return static_cast<C>(static_cast<Wide>(x) / static_cast<Wide>(divisor));
-  } else {
-    return div(x, static_cast<C>(divisor));
-  }
-}
-
-// ---- Jobs: what one output element is --------------------------------------------------------
-
-// a op b, rounded to the type; with divisor > 0 then divided and rounded again, exactly as host
-// reduce() followed by scale() (float16/bfloat16: the sum is rounded before the division).
-template <class T, class Op>
-struct ReduceJob {
-  static constexpr int kInputs = 2;
-  int divisor;
-  __device__ T operator()(T a, T b) const {
-    T r = narrow<T>(Op::apply(widen(a), widen(b)));
-    if (divisor > 0) r = narrow<T>(divide(widen(r), divisor));
-    return r;
-  }
-};
-
-template <class T>
-struct ScaleJob {
-  static constexpr int kInputs = 1;
-  int divisor;
-  __device__ T operator()(T x, T) const { return narrow<T>(divide(widen(x), divisor)); }
-};
+using device::BFloat16;
+using device::Half;
+using device::ReduceJob;
+using device::ScaleJob;
+using device::Tag;
+using device::narrow;
+using device::widen;
 
 struct CopyJob {
   static constexpr int kInputs = 1;
@@ -354,40 +214,15 @@ int launch(const Buffers& io, size_t count, const Job& job, cudaStream_t stream)
 
 // ---- Dispatch on the run-time type and op -----------------------------------------------------
 
-template <class T>
-struct Tag {
-  using type = T;
-};
-
-// Returns f(Tag<T>{}) with T the storage type of `type`.
 template <class F>
 int byType(loomDataType_t type, F&& f) {
-  switch (type) {
-    case loomInt8: return f(Tag<int8_t>{});
-    case loomUint8: return f(Tag<uint8_t>{});
-    case loomInt32: return f(Tag<int32_t>{});
-    case loomUint32: return f(Tag<uint32_t>{});
-    case loomInt64: return f(Tag<int64_t>{});
-    case loomUint64: return f(Tag<uint64_t>{});
-    case loomFloat16: return f(Tag<Half>{});
-    case loomFloat32: return f(Tag<float>{});
-    case loomFloat64: return f(Tag<double>{});
-    case loomBfloat16: return f(Tag<BFloat16>{});
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return device::byType(type, static_cast<int>(cudaErrorInvalidValue), f);
 }
 
-// Returns f(Tag<Op>{}); loomAvg sums (the division is the divisor's business).
+// loomAvg sums (the division is the divisor's business).
 template <class F>
 int byOp(loomRedOp_t op, F&& f) {
-  switch (op) {
-    case loomSum:
-    case loomAvg: return f(Tag<Sum>{});
-    case loomProd: return f(Tag<Prod>{});
-    case loomMax: return f(Tag<Max>{});
-    case loomMin: return f(Tag<Min>{});
-    default: return static_cast<int>(cudaErrorInvalidValue);
-  }
+  return device::byOp(op, static_cast<int>(cudaErrorInvalidValue), f);
 }
 
 }  // namespace

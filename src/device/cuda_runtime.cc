@@ -1,0 +1,235 @@
+// The device runtime on a GPU (runtime.h): device memory from cudaMalloc, shared with peers of
+// other processes through CUDA IPC handles and with threads of this process by address;
+// pinned, mapped host memory for what the host watches; the plan kernel launched on the
+// caller's stream.
+//
+// Launches of one communicator must run one after another (its FIFO counters and step flags
+// are one set): on one stream they do; when a launch goes to another stream than the last,
+// that stream first waits for the last launch's event (a wait on the device, not the host).
+#include <cuda_runtime_api.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <vector>
+
+#include "core/cuda_call.h"
+#include "device/plan_kernel.h"
+#include "device/runtime.h"
+
+namespace loom::device {
+namespace {
+
+// Makes the communicator's device current for a scope, and puts the caller's back.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceScope() {
+    if (previous_ >= 0) cudaSetDevice(previous_);
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+
+ private:
+  int previous_ = -1;
+};
+
+static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(SharedHandle::data), "an IPC handle fits a SharedHandle");
+
+class CudaRuntime final : public DeviceRuntime {
+ public:
+  explicit CudaRuntime(int device) : device_(device) {}
+  ~CudaRuntime() override;
+  Status init();
+
+  const char* name() const override { return "cuda"; }
+  std::string describe() const override {
+    return format("CUDA device %d (%s, %d multiprocessors, %d plan-kernel blocks each)", device_, deviceName_.c_str(),
+                  multiprocessors_, blocksPerMultiprocessor_);
+  }
+  Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
+  Status openShared(const SharedHandle& handle, int peer, void** out) override;
+  Status allocHostMapped(size_t bytes, void** host, void** device) override;
+  Status allocDevice(size_t bytes, void** out) override;
+  Status writeWord(uint32_t* word, uint32_t value) override;
+  Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override;
+  Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) override;
+  Status finishLaunches(const LaunchStream&) override { return Status::ok(); }
+
+ private:
+  int device_;
+  std::string deviceName_;
+  int multiprocessors_ = 0;
+  int blocksPerMultiprocessor_ = 0;
+  std::vector<cuda::DevicePtr> deviceMemory_;
+  std::vector<cuda::PinnedPtr> pinned_;
+  std::vector<void*> opened_;  // peers' memory mapped through IPC
+  cuda::StreamPtr own_;        // for writeWord: never a stream of the caller's
+  uint32_t* words_ = nullptr;  // pinned staging for writeWord, one word per write
+  size_t wordsUsed_ = 0;
+  cuda::EventPtr lastLaunch_;
+  void* lastStream_ = nullptr;
+  bool launched_ = false;
+};
+
+constexpr size_t kStagedWords = 1024;
+
+Status CudaRuntime::init() {
+  DeviceScope scope(device_);
+  cudaDeviceProp prop{};
+  LOOM_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
+  deviceName_ = prop.name;
+  multiprocessors_ = prop.multiProcessorCount;
+  // Now, before any peer's kernel waits for this rank's (see loadPlanKernel).
+  LOOM_CUDA_TRY(static_cast<cudaError_t>(loadPlanKernel(&blocksPerMultiprocessor_)));
+  LOOM_TRY(cuda::makeStream(&own_));
+  LOOM_TRY(cuda::makeEvent(&lastLaunch_));
+  void* device = nullptr;
+  void* host = nullptr;
+  LOOM_TRY(allocHostMapped(kStagedWords * sizeof(uint32_t), &host, &device));
+  words_ = static_cast<uint32_t*>(host);
+  return Status::ok();
+}
+
+CudaRuntime::~CudaRuntime() {
+  DeviceScope scope(device_);
+  // Every launch of the communicator has finished (device_comm.cc waits, or leaks this runtime).
+  for (void* p : opened_) cudaIpcCloseMemHandle(p);
+}
+
+Status CudaRuntime::allocDevice(size_t bytes, void** out) {
+  DeviceScope scope(device_);
+  cuda::DevicePtr memory;
+  LOOM_TRY(cuda::allocDevice(bytes, &memory));
+  // On the runtime's own stream: cudaMemset would go on the legacy stream, which waits for the
+  // caller's streams, where a kernel may be waiting for this very rank.
+  LOOM_CUDA_TRY(cudaMemsetAsync(memory.get(), 0, bytes, own_.get()));
+  LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
+  *out = memory.get();
+  deviceMemory_.push_back(std::move(memory));
+  return Status::ok();
+}
+
+Status CudaRuntime::allocShared(size_t bytes, int, void** out, SharedHandle* handle) {
+  LOOM_TRY(allocDevice(bytes, out));
+  *handle = SharedHandle{};
+  handle->pid = static_cast<int32_t>(::getpid());
+  handle->bytes = static_cast<uint32_t>(bytes);
+  handle->address = reinterpret_cast<uint64_t>(*out);
+  cudaIpcMemHandle_t ipc;
+  LOOM_CUDA_TRY(cudaIpcGetMemHandle(&ipc, *out));
+  std::memcpy(handle->data, &ipc, sizeof ipc);
+  return Status::ok();
+}
+
+Status CudaRuntime::openShared(const SharedHandle& handle, int peer, void** out) {
+  if (handle.pid == ::getpid()) {
+    *out = reinterpret_cast<void*>(handle.address);
+    return Status::ok();
+  }
+  DeviceScope scope(device_);
+  cudaIpcMemHandle_t ipc;
+  std::memcpy(&ipc, handle.data, sizeof ipc);
+  cudaError_t e = cudaIpcOpenMemHandle(out, ipc, cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    return error(loomUnhandledCudaError,
+                 "cannot map rank %d's device memory (process %d) with cudaIpcOpenMemHandle: %s (GPUs without "
+                 "peer access to each other cannot share device memory)",
+                 peer, handle.pid, cudaGetErrorString(e));
+  }
+  opened_.push_back(*out);
+  return Status::ok();
+}
+
+Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
+  DeviceScope scope(device_);
+  cuda::PinnedPtr memory;
+  LOOM_TRY(cuda::allocPinned(bytes, &memory));
+  std::memset(memory.get(), 0, bytes);
+  LOOM_CUDA_TRY(cudaHostGetDevicePointer(device, memory.get(), 0));
+  *host = memory.get();
+  pinned_.push_back(std::move(memory));
+  return Status::ok();
+}
+
+// A copy from pinned memory on the runtime's own stream: it waits for no stream of the caller's,
+// and the word it copies from is not reused for kStagedWords writes (failures are rare).
+Status CudaRuntime::writeWord(uint32_t* word, uint32_t value) {
+  DeviceScope scope(device_);
+  uint32_t* staged = &words_[wordsUsed_++ % kStagedWords];
+  *staged = value;
+  LOOM_CUDA_TRY(cudaMemcpyAsync(word, staged, sizeof value, cudaMemcpyHostToDevice, own_.get()));
+  return Status::ok();
+}
+
+Status CudaRuntime::checkBuffer(const char* name, const void* ptr, size_t bytes) const {
+  if (bytes == 0) return Status::ok();
+  cudaPointerAttributes attr{};
+  cudaError_t err = cudaPointerGetAttributes(&attr, ptr);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    return error(loomInvalidArgument, "%s %p: not memory CUDA knows (%s)", name, ptr, cudaGetErrorString(err));
+  }
+  if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) {
+    return error(loomInvalidArgument, "%s %p is %s memory; a communicator on device %d takes device buffers", name, ptr,
+                 attr.type == cudaMemoryTypeHost ? "pinned host" : "pageable host", device_);
+  }
+  if (attr.type == cudaMemoryTypeDevice && attr.device != device_) {
+    return error(loomInvalidArgument, "%s %p is memory of device %d; this communicator's device is %d", name, ptr,
+                 attr.device, device_);
+  }
+  return Status::ok();
+}
+
+Status CudaRuntime::launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) {
+  DeviceScope scope(device_);
+  const long long resident = static_cast<long long>(multiprocessors_) * blocksPerMultiprocessor_;
+  if (static_cast<long long>(args.workers) > resident) {
+    return error(loomInvalidUsage,
+                 "this call's plan needs %u workers running at once, but device %d holds %lld plan-kernel blocks; "
+                 "use fewer channels (LOOM_CHANNELS)",
+                 args.workers, device_, resident);
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream.cuda);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  LOOM_CUDA_TRY(cudaStreamIsCapturing(s, &capture));
+  *captured = capture == cudaStreamCaptureStatusActive;
+  if (!*captured && launched_ && lastStream_ != stream.cuda) {
+    LOOM_CUDA_TRY(cudaStreamWaitEvent(s, lastLaunch_.get(), 0));
+  }
+  LOOM_CUDA_TRY(static_cast<cudaError_t>(launchPlanKernel(args, s)));
+  if (!*captured) {
+    LOOM_CUDA_TRY(cudaEventRecord(lastLaunch_.get(), s));
+    lastStream_ = stream.cuda;
+    launched_ = true;
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Status checkDeviceExists(int device) {
+  int count = 0;
+  const cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess && e != cudaErrorNoDevice && e != cudaErrorInsufficientDriver) {
+    return cuda::cudaFailure(e, "cudaGetDeviceCount", __FILE__, __LINE__);
+  }
+  if (device >= count) {
+    return error(loomInvalidUsage,
+                 "config.device=%d asks for a device communicator, but this process sees %d CUDA device(s)%s%s; "
+                 "use device=-1 for host memory, or LOOM_DEVICE_EMULATION=1 to run the device path on CPU threads",
+                 device, count, e != cudaSuccess ? ": " : "", e != cudaSuccess ? cudaGetErrorString(e) : "");
+  }
+  return Status::ok();
+}
+
+Status makeCudaRuntime(int device, std::unique_ptr<DeviceRuntime>* out) {
+  auto runtime = std::make_unique<CudaRuntime>(device);
+  LOOM_TRY(runtime->init());
+  *out = std::move(runtime);
+  return Status::ok();
+}
+
+}  // namespace loom::device

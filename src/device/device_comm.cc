@@ -1,0 +1,672 @@
+#include "device/device_comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <new>
+#include <set>
+#include <thread>
+
+#include "core/call_check.h"
+#include "core/communicator.h"
+#include "core/log.h"
+#include "core/p2p.h"
+#include "device/fifo_layout.h"
+#include "device/plan_lowering.h"
+#include "device/proxy.h"
+#include "device/runtime.h"
+#include "transport/peer_process.h"
+
+namespace loom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace device;
+
+constexpr uint32_t kConnectTag = 0x44455601;  // "DEV" 1: a peer's block handle
+constexpr uint32_t kFirstStepFlags = 4096;
+constexpr size_t kNotesKept = 256;  // descriptions of recent plans, for error messages
+
+// Scratch for plans (partial results of ring and tree steps, bytes that wait for writeAfter):
+// reset for each launch, since launches of a communicator run one after another, and grown,
+// never freed early.
+class DeviceArena : public ScratchSource {
+ public:
+  explicit DeviceArena(DeviceRuntime& runtime) : runtime_(runtime) {}
+  void reset() { block_ = offset_ = 0; }
+  char* get(size_t bytes) override {
+    bytes = (bytes + 255) & ~size_t{255};
+    while (block_ < blocks_.size() && offset_ + bytes > blocks_[block_].second) {
+      ++block_;
+      offset_ = 0;
+    }
+    if (block_ == blocks_.size()) {
+      const size_t size = std::max(bytes, size_t{16} << 20);
+      void* p = nullptr;
+      if (!runtime_.allocDevice(size, &p).isOk()) throw std::bad_alloc();
+      blocks_.emplace_back(static_cast<char*>(p), size);
+    }
+    char* p = blocks_[block_].first + offset_;
+    offset_ += bytes;
+    return p;
+  }
+
+ private:
+  DeviceRuntime& runtime_;
+  std::vector<std::pair<char*, size_t>> blocks_;
+  size_t block_ = 0, offset_ = 0;
+};
+
+// A plan too large for the kernel's parameter, in pinned memory the kernel reads. Free again
+// once the kernel has written the plan's id to `done`; kept for good when a CUDA graph
+// captured its launch.
+struct PlanSlot {
+  uint8_t* host = nullptr;
+  uint8_t* device = nullptr;
+  size_t capacity = 0;
+  uint64_t* doneHost = nullptr;
+  uint64_t* doneDevice = nullptr;
+  uint64_t id = 0;
+  bool kept = false;
+};
+
+// What an error message says of a plan: its calls and, per step, what it did with whom.
+struct PlanNote {
+  struct StepNote {
+    Step::Kind kind;
+    int peer;
+    size_t bytes;
+    uint32_t call;
+  };
+  std::vector<CallInfo> calls;
+  std::vector<StepNote> steps;
+  bool kept = false;
+};
+
+struct PeerState {
+  bool connected = false;
+  bool offHost = false;
+  uint8_t* block = nullptr;      // this rank's memory for the peer (device view)
+  uint8_t* hostBlock = nullptr;  // the same, host view (off-host peers: what the proxy reads)
+  uint8_t* peerBlock = nullptr;  // the peer's block for this rank, mapped (same host only)
+  transport::PeerProcess process;  // another process on this host: watched for exit
+};
+
+class DeviceCommImpl final : public DeviceComm {
+ public:
+  explicit DeviceCommImpl(Communicator* comm) : comm_(comm) {}
+  ~DeviceCommImpl() override;
+  Status init();
+
+  const char* runtimeName() const override { return runtime_->name(); }
+  bool hostStreams() const override { return std::strcmp(runtime_->name(), "emulated") == 0; }
+  Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override {
+    return runtime_->checkBuffer(name, ptr, bytes);
+  }
+  void abort() override;
+
+  Status prepare(const DeviceJob& job) override;
+  Status connectOut() override;
+  Status acceptIn() override;
+  Status launchPrepared(const DeviceJob& job) override;
+  Status finish(const DeviceJob& job) override;
+  std::mutex& launchLock() override { return launchMutex_; }
+
+ private:
+  size_t blockBytes(bool offHost) const {
+    const size_t channel = ChannelLayout::bytes(shape_) * (offHost ? 2 : 1);
+    return kBlockStatusBytes + channel * static_cast<size_t>(channels_);
+  }
+  int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
+  void fillConnections(int peer);
+  Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
+  void note(const Plan& plan, uint64_t id);
+  Status statusOf(const ErrorRecord& e, uint32_t abortReason);
+  // The first failure the kernel recorded, once, as the communicator's error.
+  Status reportRecordedFailure();
+  void stopRunningKernels(AbortReason reason, int peer);
+  void publishFailure();
+  void watch();
+  void inspect(Clock::time_point now);
+  bool launchesOutstanding() const;
+
+  Communicator* comm_;
+  std::unique_ptr<DeviceRuntime> runtime_;
+  FifoShape shape_{};
+  int channels_ = 1;
+  Control* control_ = nullptr;        // host view
+  Control* controlDevice_ = nullptr;  // kernel view
+  LaunchState* state_ = nullptr;
+  Connection* conns_ = nullptr;        // host view of the table
+  Connection* connsDevice_ = nullptr;  // kernel view
+  uint64_t* counters_ = nullptr;
+  uint64_t* stepFlags_ = nullptr;
+  size_t stepFlagCapacity_ = 0;
+  std::vector<PeerState> peers_;
+  std::unique_ptr<DeviceArena> arena_;
+  std::vector<PlanSlot> slots_;
+  std::unique_ptr<Proxy> proxy_;
+
+  std::mutex launchMutex_;
+  // Between prepare and finish, under launchMutex_.
+  std::vector<Plan> plans_;
+  std::vector<int> connecting_;
+  uint64_t nextPlanId_ = 0;
+  std::atomic<uint64_t> uncapturedLaunches_{0};  // launches counted in Control::hostLaunches
+
+  // Shared with the watchdog.
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<uint64_t, PlanNote> notes_;
+  bool reported_ = false;
+  bool published_ = false;
+  bool stopping_ = false;
+  std::thread watchdog_;
+  // The watchdog thread's own: the launch it is timing, since when, its last look at peers.
+  uint64_t watched_ = 0;
+  Clock::time_point watchedSince_, lastPeerCheck_;
+};
+
+Status DeviceCommImpl::init() {
+  const CommConfig& config = comm_->config();
+  LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, &runtime_));
+  channels_ = config.deviceChannels;
+  shape_.slots = 8;
+  shape_.slotBytes = static_cast<uint32_t>(config.deviceFifoBytes / shape_.slots / 256 * 256);
+  shape_.llSlots = 8;
+  shape_.llLines = 512;
+  const int n = comm_->nranks();
+  const size_t connections = static_cast<size_t>(n) * static_cast<size_t>(channels_) * 2;
+  void* host = nullptr;
+  void* device = nullptr;
+  LOOM_TRY(runtime_->allocHostMapped(sizeof(Control), &host, &device));
+  control_ = static_cast<Control*>(host);
+  controlDevice_ = static_cast<Control*>(device);
+  LOOM_TRY(runtime_->allocHostMapped(connections * sizeof(Connection), &host, &device));
+  conns_ = static_cast<Connection*>(host);
+  connsDevice_ = static_cast<Connection*>(device);
+  LOOM_TRY(runtime_->allocDevice(sizeof(LaunchState), &device));
+  state_ = static_cast<LaunchState*>(device);
+  LOOM_TRY(runtime_->allocDevice(connections * 2 * sizeof(uint64_t), &device));
+  counters_ = static_cast<uint64_t*>(device);
+  LOOM_TRY(runtime_->allocDevice(kFirstStepFlags * sizeof(uint64_t), &device));
+  stepFlags_ = static_cast<uint64_t*>(device);
+  stepFlagCapacity_ = kFirstStepFlags;
+  peers_.resize(static_cast<size_t>(n));
+  arena_ = std::make_unique<DeviceArena>(*runtime_);
+  LOOM_INFO("comm %016llx rank %d: device %d, %s; %d channel(s) per peer, FIFOs of %u x %u bytes (simple) and "
+            "%u x %llu bytes (low latency) per channel and direction",
+            static_cast<unsigned long long>(comm_->commId()), comm_->rank(), comm_->device(),
+            runtime_->describe().c_str(), channels_, shape_.slots, shape_.slotBytes, shape_.llSlots,
+            static_cast<unsigned long long>(shape_.llPayload()));
+  watchdog_ = std::thread([this] { watch(); });
+  return Status::ok();
+}
+
+bool DeviceCommImpl::launchesOutstanding() const {
+  return __atomic_load_n(&control_->hostLaunches, __ATOMIC_ACQUIRE) < uncapturedLaunches_.load() ||
+         __atomic_load_n(&control_->started, __ATOMIC_ACQUIRE) > __atomic_load_n(&control_->completed, __ATOMIC_ACQUIRE);
+}
+
+DeviceCommImpl::~DeviceCommImpl() {
+  if (runtime_ != nullptr) {
+    // Launches still queued or running use this memory: wait for them, then stop them.
+    const Clock::time_point limit = Clock::now() + std::chrono::milliseconds(comm_->config().timeoutMs);
+    std::unique_lock<std::mutex> launching(launchMutex_);
+    while (launchesOutstanding() && Clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (launchesOutstanding()) {
+      stopRunningKernels(kAbortedByUser, -1);
+      const Clock::time_point grace = Clock::now() + std::chrono::seconds(5);
+      while (launchesOutstanding() && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (launchesOutstanding()) {
+      // A stream that never reaches the launch would start it after the memory is gone.
+      LOOM_WARN("rank %d: destroying a device communicator whose launches have not finished after %lld ms; "
+                "its device memory is left allocated",
+                comm_->rank(), static_cast<long long>(comm_->config().timeoutMs));
+      (void)runtime_.release();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+  proxy_.reset();
+}
+
+void DeviceCommImpl::abort() {
+  stopRunningKernels(kAbortedByUser, -1);
+  changed_.notify_all();
+}
+
+void DeviceCommImpl::stopRunningKernels(AbortReason reason, int peer) {
+  if (reason == kAbortedPeerGone) __atomic_store_n(&control_->abortPeer, peer, __ATOMIC_RELAXED);
+  uint32_t running = kRunning;
+  __atomic_compare_exchange_n(&control_->abort, &running, static_cast<uint32_t>(reason), false, __ATOMIC_ACQ_REL,
+                              __ATOMIC_ACQUIRE);
+}
+
+// ---- Building and connecting ------------------------------------------------------------------
+
+Status DeviceCommImpl::prepare(const DeviceJob& job) {
+  arena_->reset();
+  plans_.clear();
+  connecting_.clear();
+  try {
+    if (job.barrier) {
+      Plan& plan = plans_.emplace_back();
+      plan.comm = comm_;
+      plan.deviceMemory = true;
+      plan.scratchSource = arena_.get();
+      appendBarrier(plan, comm_->rank(), comm_->nranks());
+    } else {
+      LOOM_TRY(group::buildPlans(job.calls, &plans_, arena_.get()));
+    }
+  } catch (const std::bad_alloc&) {
+    return error(loomSystemError, "out of device memory for a call's scratch on device %d", comm_->device());
+  }
+  LOOM_TRY(checkCalls(plans_));
+  std::set<int> needed;
+  for (const Plan& plan : plans_) {
+    for (const Step& s : plan.steps) {
+      if (s.peer != Step::kNone && !peers_[static_cast<size_t>(s.peer)].connected) needed.insert(s.peer);
+    }
+  }
+  connecting_.assign(needed.begin(), needed.end());
+  return Status::ok();
+}
+
+Status DeviceCommImpl::connectOut() {
+  const std::vector<PeerInfo>& info = comm_->bootstrap().peers();
+  const PeerInfo& self = info[static_cast<size_t>(comm_->rank())];
+  std::vector<int> remote;
+  for (int p : connecting_) {
+    PeerState& peer = peers_[static_cast<size_t>(p)];
+    const PeerInfo& them = info[static_cast<size_t>(p)];
+    peer.offHost = them.hostHash != self.hostHash;
+    if (peer.offHost) {
+      void* host = nullptr;
+      void* device = nullptr;
+      LOOM_TRY(runtime_->allocHostMapped(blockBytes(true), &host, &device));
+      peer.hostBlock = static_cast<uint8_t*>(host);
+      peer.block = static_cast<uint8_t*>(device);
+      remote.push_back(p);
+      continue;
+    }
+    SharedHandle handle;
+    void* block = nullptr;
+    LOOM_TRY(runtime_->allocShared(blockBytes(false), them.pid, &block, &handle));
+    peer.block = static_cast<uint8_t*>(block);
+    LOOM_TRY(comm_->bootstrap().send(p, kConnectTag, &handle, sizeof handle).withContext(
+        format("device connection to rank %d", p)));
+  }
+  if (!remote.empty()) {
+    LOOM_TRY(comm_->transport().connectOut(remote, Deadline::afterMs(comm_->config().timeoutMs)));
+  }
+  return Status::ok();
+}
+
+Status DeviceCommImpl::acceptIn() {
+  const std::vector<PeerInfo>& info = comm_->bootstrap().peers();
+  std::vector<int> remote;
+  for (int p : connecting_) {
+    if (peers_[static_cast<size_t>(p)].offHost) remote.push_back(p);
+  }
+  if (!remote.empty()) {
+    LOOM_TRY(comm_->transport().acceptIn(remote, Deadline::afterMs(comm_->config().timeoutMs)));
+    if (proxy_ == nullptr) proxy_ = std::make_unique<Proxy>(comm_);
+  }
+  for (int p : connecting_) {
+    PeerState& peer = peers_[static_cast<size_t>(p)];
+    const PeerInfo& them = info[static_cast<size_t>(p)];
+    if (!peer.offHost) {
+      SharedHandle handle;
+      LOOM_TRY(comm_->bootstrap().recv(p, kConnectTag, &handle, sizeof handle).withContext(
+          format("device connection from rank %d", p)));
+      void* mapped = nullptr;
+      LOOM_TRY(runtime_->openShared(handle, p, &mapped));
+      peer.peerBlock = static_cast<uint8_t*>(mapped);
+      if (them.pid != ::getpid()) peer.process.identify(them.pid, them.pidNamespace);
+    }
+    fillConnections(p);
+    if (peer.offHost) {
+      for (int c = 0; c < channels_; ++c) {
+        const size_t at = kBlockStatusBytes + static_cast<size_t>(c) * 2 * ChannelLayout::bytes(shape_);
+        proxy_->add(p, c, shape_, peer.hostBlock + at, peer.hostBlock + at + ChannelLayout::bytes(shape_));
+      }
+    }
+    peer.connected = true;
+    LOOM_INFO("comm %016llx rank %d: device connection to rank %d: %s, %d channel(s)",
+              static_cast<unsigned long long>(comm_->commId()), comm_->rank(), p,
+              peer.offHost ? "another host: local FIFOs bridged to sockets by the proxy thread"
+              : them.pid == ::getpid() ? "same process: the peer's memory by address"
+                                       : (std::strcmp(runtime_->name(), "cuda") == 0 ? "CUDA IPC" : "shared memory"),
+              channels_);
+  }
+  connecting_.clear();
+  return Status::ok();
+}
+
+// Points the table's entries for `peer` at the FIFOs (fifo_layout.h): a same-host peer's
+// receive side is in the receiver's block, head and llHead in the sender's; an off-host
+// peer's channel c is two local regions, incoming then outgoing.
+void DeviceCommImpl::fillConnections(int peer) {
+  PeerState& p = peers_[static_cast<size_t>(peer)];
+  const size_t channelBytes = ChannelLayout::bytes(shape_);
+  for (int c = 0; c < channels_; ++c) {
+    uint8_t *in, *out, *headsOut, *headsIn;
+    if (p.offHost) {
+      in = p.block + kBlockStatusBytes + static_cast<size_t>(c) * 2 * channelBytes;
+      out = in + channelBytes;
+      headsOut = out;  // the proxy moves the outgoing slots and frees them
+      headsIn = in;    // the proxy reads what the kernel freed
+    } else {
+      in = p.block + kBlockStatusBytes + static_cast<size_t>(c) * channelBytes;
+      out = p.peerBlock + kBlockStatusBytes + static_cast<size_t>(c) * channelBytes;
+      headsOut = in;   // the peer frees this rank's slots in this rank's block
+      headsIn = out;   // this rank frees the peer's slots in the peer's block
+    }
+    auto fill = [&](bool send, uint8_t* fifo, uint8_t* heads) {
+      const int index = connIndex(peer, c, send);
+      Connection& k = conns_[index];
+      k.tail = reinterpret_cast<uint64_t*>(fifo + ChannelLayout::kTailAt);
+      k.info = reinterpret_cast<SlotInfo*>(fifo + ChannelLayout::kInfoAt);
+      k.data = fifo + ChannelLayout::dataAt(shape_);
+      k.ll = reinterpret_cast<LLLine*>(fifo + ChannelLayout::llAt(shape_));
+      k.head = reinterpret_cast<uint64_t*>(heads + ChannelLayout::kHeadAt);
+      k.llHead = reinterpret_cast<uint64_t*>(heads + ChannelLayout::kLLHeadAt);
+      k.counters = counters_ + 2 * static_cast<size_t>(index);
+      k.peerStatus = p.offHost ? nullptr : reinterpret_cast<const uint32_t*>(p.peerBlock);
+      k.ownStatus = p.offHost ? nullptr : reinterpret_cast<uint32_t*>(p.block);
+      k.peer = peer;
+      k.shape = shape_;
+      k.ready = 1;
+    };
+    fill(true, out, headsOut);
+    fill(false, in, headsIn);
+  }
+}
+
+// ---- Launching --------------------------------------------------------------------------------
+
+Status DeviceCommImpl::placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args) {
+  if (plan.size() <= kInlinePlanBytes) {
+    std::memcpy(args->inlinePlan, plan.data(), plan.size());
+    return Status::ok();
+  }
+  PlanSlot* slot = nullptr;
+  for (PlanSlot& s : slots_) {
+    const bool free = !s.kept && (s.id == 0 || __atomic_load_n(s.doneHost, __ATOMIC_ACQUIRE) == s.id);
+    if (free && s.capacity >= plan.size()) {
+      slot = &s;
+      break;
+    }
+  }
+  if (slot == nullptr) {
+    PlanSlot s;
+    s.capacity = std::max<size_t>(plan.size(), 64 << 10);
+    void* host = nullptr;
+    void* device = nullptr;
+    LOOM_TRY(runtime_->allocHostMapped(s.capacity + 64, &host, &device));
+    s.host = static_cast<uint8_t*>(host);
+    s.device = static_cast<uint8_t*>(device);
+    s.doneHost = reinterpret_cast<uint64_t*>(s.host + s.capacity);
+    s.doneDevice = reinterpret_cast<uint64_t*>(s.device + s.capacity);
+    slots_.push_back(s);
+    slot = &slots_.back();
+  }
+  std::memcpy(slot->host, plan.data(), plan.size());
+  slot->id = id;
+  args->plan = reinterpret_cast<const PlanHeader*>(slot->device);
+  args->planDone = slot->doneDevice;
+  return Status::ok();
+}
+
+void DeviceCommImpl::note(const Plan& plan, uint64_t id) {
+  PlanNote n;
+  n.calls = plan.calls;
+  n.steps.reserve(plan.steps.size());
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    const Step& s = plan.steps[k];
+    n.steps.push_back({s.kind, s.peer, s.bytes, plan.callOf[k]});
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  notes_[id] = std::move(n);
+  while (notes_.size() > kNotesKept) {
+    auto oldest = std::find_if(notes_.begin(), notes_.end(), [](const auto& e) { return !e.second.kept; });
+    if (oldest == notes_.end()) break;
+    notes_.erase(oldest);
+  }
+}
+
+Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
+  for (Plan& plan : plans_) {
+    const uint64_t id = ++nextPlanId_;
+    ConnectionMap map;
+    map.channels = channels_;
+    map.nranks = comm_->nranks();
+    map.index = [this](int peer, int channel, bool send) { return connIndex(peer, channel, send); };
+    map.offHost = [this](int peer) { return peers_[static_cast<size_t>(peer)].offHost; };
+    std::vector<uint8_t> bytes;
+    LOOM_TRY(lowerPlan(plan, id, map, &bytes));
+    const PlanHeader& header = *reinterpret_cast<const PlanHeader*>(bytes.data());
+    if (header.workers == 0) continue;  // nothing to do on this rank (count 0 alone)
+    if (header.steps > stepFlagCapacity_) {
+      // A larger table; the old one stays, as a captured graph may still use it.
+      size_t capacity = stepFlagCapacity_;
+      while (capacity < header.steps) capacity *= 2;
+      void* flags = nullptr;
+      LOOM_TRY(runtime_->allocDevice(capacity * sizeof(uint64_t), &flags));
+      stepFlags_ = static_cast<uint64_t*>(flags);
+      stepFlagCapacity_ = capacity;
+    }
+    auto args = std::make_unique<LaunchArgs>();
+    std::memset(args.get(), 0, sizeof(LaunchArgs));
+    args->conns = connsDevice_;
+    args->connCount = static_cast<uint32_t>(static_cast<size_t>(comm_->nranks()) * channels_ * 2);
+    args->workers = header.workers;
+    args->rank = comm_->rank();
+    args->state = state_;
+    args->stepFlags = stepFlags_;
+    args->control = controlDevice_;
+    LOOM_TRY(placePlan(bytes, id, args.get()));
+    note(plan, id);
+    args->countsForHost = 1;
+    LaunchStream stream{job.cudaStream, job.hostStream};
+    bool captured = false;
+    LOOM_TRY(runtime_->launch(*args, stream, &captured));
+    if (captured) {
+      // Replays run this plan again and again: its memory and its note stay.
+      for (PlanSlot& s : slots_) {
+        if (s.id == id) s.kept = true;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      notes_[id].kept = true;
+    } else {
+      ++uncapturedLaunches_;
+    }
+    LOOM_TRACE("comm %016llx: plan %llu: %u steps, %u workers, %s%s", static_cast<unsigned long long>(comm_->commId()),
+               static_cast<unsigned long long>(id), header.steps, header.workers,
+               args->plan == nullptr ? "in the kernel's parameter" : "in pinned memory",
+               captured ? ", captured in a CUDA graph" : "");
+  }
+  changed_.notify_all();  // the watchdog watches more closely while launches run
+  return Status::ok();
+}
+
+Status DeviceCommImpl::finish(const DeviceJob& job) {
+  LOOM_TRY(runtime_->finishLaunches(LaunchStream{job.cudaStream, job.hostStream}));
+  if (job.cudaStream != nullptr || job.hostStream != nullptr || !hostStreams()) return Status::ok();
+  LOOM_TRY(reportRecordedFailure());
+  return comm_->usable();
+}
+
+// ---- Failures ---------------------------------------------------------------------------------
+
+Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
+  std::string where = format("device plan %llu", static_cast<unsigned long long>(e.plan));
+  CallInfo call;
+  bool known = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = notes_.find(e.plan);
+    if (it != notes_.end() && e.step < it->second.steps.size()) {
+      const PlanNote::StepNote& s = it->second.steps[e.step];
+      call = it->second.calls[s.call];
+      known = true;
+      const char* what = s.kind == Step::Kind::kSend ? "sending" : s.kind == Step::Kind::kCopy ? "copying" : "receiving";
+      where = s.peer >= 0 ? format("%s: step %u (%s %zu bytes %s rank %d)", call.describeNumbered().c_str(), e.step,
+                                   what, s.bytes, s.kind == Step::Kind::kSend ? "to" : "from", s.peer)
+                          : format("%s: step %u (a local copy)", call.describeNumbered().c_str(), e.step);
+    }
+  }
+  switch (e.kind) {
+    case kWrongHeader:
+      if (known) return checkCallInfo(e.header, call, e.peer).withContext(where);
+      return error(loomInvalidUsage, "%s: rank %d called a different collective (mismatched calls)", where.c_str(),
+                   e.peer);
+    case kWrongBytes:
+      return error(loomInvalidUsage, "%s: rank %d sent a piece of %llu bytes where this rank expects %llu (mismatched calls)",
+                   where.c_str(), e.peer, static_cast<unsigned long long>(e.got),
+                   static_cast<unsigned long long>(e.expected));
+    case kOutOfStep:
+      return error(loomInvalidUsage, "%s: rank %d's messages are out of step with this rank's (a call differs)",
+                   where.c_str(), e.peer);
+    case kPeerFailed: {
+      const int cause = static_cast<int>(e.got) - 1;
+      return error(loomRemoteError, "%s: rank %d gave up%s", where.c_str(), e.peer,
+                   cause != e.peer ? format(" because rank %d failed", cause).c_str() : "");
+    }
+    default: break;
+  }
+  switch (abortReason) {
+    case kAbortedTimeout:
+      return error(loomTimeout, "%s: timed out after %lld ms without progress (timeoutMs, LOOM_TIMEOUT_MS)", where.c_str(),
+                   static_cast<long long>(comm_->config().timeoutMs));
+    case kAbortedPeerGone: {
+      const int peer = __atomic_load_n(&control_->abortPeer, __ATOMIC_ACQUIRE);
+      return error(loomRemoteError, "%s: rank %d is gone (its process exited or its connection closed)",
+                   where.c_str(), peer);
+    }
+    default: return error(loomInvalidUsage, "%s: the communicator was aborted (loomCommAbort)", where.c_str());
+  }
+}
+
+Status DeviceCommImpl::reportRecordedFailure() {
+  const ErrorRecord& e = control_->error;
+  if (__atomic_load_n(&e.complete, __ATOMIC_ACQUIRE) == 0) return Status::ok();
+  ErrorRecord copy;
+  std::memcpy(&copy, &e, sizeof copy);
+  Status s = statusOf(copy, __atomic_load_n(&control_->abort, __ATOMIC_ACQUIRE));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (reported_) return s;
+    reported_ = true;
+  }
+  LOOM_WARN("rank %d: a call on device %d failed: %s", comm_->rank(), comm_->device(), s.message().c_str());
+  comm_->fail(s);
+  comm_->setLastError(s.message());
+  return s;
+}
+
+// The communicator failed outside a kernel (a failed connection, an abort): running kernels
+// stop, and peers waiting on this rank learn it from its status words.
+void DeviceCommImpl::publishFailure() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (published_) return;
+    published_ = true;
+  }
+  stopRunningKernels(kAbortedFailure, -1);
+  for (PeerState& p : peers_) {
+    if (p.connected && !p.offHost) {
+      Status s = runtime_->writeWord(reinterpret_cast<uint32_t*>(p.block), static_cast<uint32_t>(comm_->rank()) + 1);
+      if (!s.isOk()) LOOM_WARN("rank %d: telling peers of a failure: %s", comm_->rank(), s.message().c_str());
+    }
+  }
+}
+
+// The watchdog: looks closely (every 2 ms) while launches run, rarely otherwise (graph replays
+// start without the host knowing).
+void DeviceCommImpl::watch() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!stopping_) {
+    const auto period = launchesOutstanding() ? std::chrono::milliseconds(2) : std::chrono::milliseconds(100);
+    changed_.wait_for(lock, period);
+    if (stopping_) return;
+    lock.unlock();
+    inspect(Clock::now());
+    lock.lock();
+  }
+}
+
+void DeviceCommImpl::inspect(Clock::time_point now) {
+  static_cast<void>(reportRecordedFailure());
+  if (!comm_->usable().isOk()) publishFailure();
+  // A launch that runs past the timeout is stopped; so is one whose peer process is gone.
+  const uint64_t started = __atomic_load_n(&control_->started, __ATOMIC_ACQUIRE);
+  const uint64_t completed = __atomic_load_n(&control_->completed, __ATOMIC_ACQUIRE);
+  if (started <= completed) {
+    watched_ = 0;
+    return;
+  }
+  if (started != watched_) {
+    watched_ = started;
+    watchedSince_ = now;
+  }
+  if (now - watchedSince_ > std::chrono::milliseconds(comm_->config().timeoutMs)) {
+    stopRunningKernels(kAbortedTimeout, -1);
+  }
+  if (now - lastPeerCheck_ > std::chrono::milliseconds(100)) {
+    lastPeerCheck_ = now;
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      const PeerState& peer = peers_[p];
+      if (peer.connected && peer.process.identified() && !peer.process.alive()) {
+        stopRunningKernels(kAbortedPeerGone, static_cast<int>(p));
+      }
+    }
+    if (proxy_ != nullptr) {
+      const int gone = proxy_->failedPeer();
+      if (gone >= 0) stopRunningKernels(kAbortedPeerGone, gone);
+    }
+  }
+}
+
+}  // namespace
+
+Status DeviceComm::create(Communicator* comm, std::unique_ptr<DeviceComm>* out) {
+  auto impl = std::make_unique<DeviceCommImpl>(comm);
+  LOOM_TRY(impl->init());
+  *out = std::move(impl);
+  return Status::ok();
+}
+
+Status launchDeviceJobs(std::vector<DeviceJob>& jobs) {
+  // In address order, so that two groups over the same communicators cannot deadlock.
+  std::vector<DeviceComm*> comms;
+  for (DeviceJob& job : jobs) comms.push_back(&job.comm->deviceComm());
+  std::vector<size_t> order(jobs.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return comms[a] < comms[b]; });
+  std::vector<std::unique_lock<std::mutex>> locks;
+  for (size_t i : order) locks.emplace_back(comms[i]->launchLock());
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(comms[i]->prepare(jobs[i]));
+  for (DeviceComm* c : comms) LOOM_TRY(c->connectOut());
+  for (DeviceComm* c : comms) LOOM_TRY(c->acceptIn());
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(comms[i]->launchPrepared(jobs[i]));
+  Status first;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Status s = comms[i]->finish(jobs[i]);
+    if (first.isOk()) first = s;
+  }
+  return first;
+}
+
+}  // namespace loom

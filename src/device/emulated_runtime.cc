@@ -1,0 +1,212 @@
+// The CPU emulation of the device runtime (runtime.h): the plan interpreter runs on host
+// threads, one per worker, exactly as the kernel runs it on thread blocks. Memory is host
+// memory: shared memory files (LOOM_SHM_DIR) where a peer is another process, the heap where
+// it is a thread of this process.
+//
+// Launches of one communicator run one after another, as they do on a GPU: a launch waits for
+// the one before it to finish. The NULL stream completes a launch before the call returns
+// (finishLaunches); a Loom host stream runs it in turn with the stream's other work.
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/env.h"
+#include "core/host_stream.h"
+#include "device/host_worker.h"
+#include "device/interpreter.h"
+#include "device/runtime.h"
+#include "transport/shm_segment.h"
+
+namespace loom::device {
+namespace {
+
+struct FreeDeleter {
+  void operator()(void* p) const { std::free(p); }
+};
+
+class EmulatedRuntime final : public DeviceRuntime {
+ public:
+  ~EmulatedRuntime() override;
+
+  const char* name() const override { return "emulated"; }
+  std::string describe() const override {
+    return "emulated device (LOOM_DEVICE_EMULATION=1): the plan kernel runs on CPU threads over host memory";
+  }
+  Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
+  Status openShared(const SharedHandle& handle, int peer, void** out) override;
+  Status allocHostMapped(size_t bytes, void** host, void** device) override {
+    LOOM_TRY(allocHeap(bytes, host));
+    *device = *host;
+    return Status::ok();
+  }
+  Status allocDevice(size_t bytes, void** out) override { return allocHeap(bytes, out); }
+  Status writeWord(uint32_t* word, uint32_t value) override {
+    __atomic_store_n(word, value, __ATOMIC_RELEASE);
+    return Status::ok();
+  }
+  Status checkBuffer(const char*, const void*, size_t) const override { return Status::ok(); }
+  Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) override;
+  Status finishLaunches(const LaunchStream& stream) override;
+
+ private:
+  // One launch: its arguments (a copy, as a kernel's parameter is) and its workers' progress.
+  struct Launch {
+    LaunchArgs args;
+    uint32_t unfinished = 0;
+    bool done = false;
+  };
+
+  Status allocHeap(size_t bytes, void** out);
+  // Queues the launch; pool threads take its workers once the launch before it is done.
+  std::shared_ptr<Launch> start(const LaunchArgs& args);
+  void wait(const std::shared_ptr<Launch>& launch);
+  void serve(uint32_t index);
+
+  std::vector<std::unique_ptr<void, FreeDeleter>> heap_;
+  std::vector<transport::ShmSegment> segments_;
+
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<std::shared_ptr<Launch>> queue_;  // front: the running launch
+  uint64_t generation_ = 0;                    // counts launches that reached the front
+  std::vector<std::thread> pool_;
+  bool stopping_ = false;
+};
+
+EmulatedRuntime::~EmulatedRuntime() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  for (std::thread& t : pool_) t.join();
+}
+
+Status EmulatedRuntime::allocHeap(size_t bytes, void** out) {
+  const size_t size = (bytes + 4095) / 4096 * 4096;
+  void* p = std::aligned_alloc(4096, size == 0 ? 4096 : size);
+  if (p == nullptr) return error(loomSystemError, "out of memory for %zu bytes of emulated device memory", bytes);
+  std::memset(p, 0, size == 0 ? 4096 : size);
+  heap_.emplace_back(p);
+  *out = p;
+  return Status::ok();
+}
+
+Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) {
+  *handle = SharedHandle{};
+  handle->pid = static_cast<int32_t>(::getpid());
+  handle->bytes = static_cast<uint32_t>(bytes);
+  if (peerPid == ::getpid()) {
+    LOOM_TRY(allocHeap(bytes, out));
+  } else {
+    transport::ShmSegment segment;
+    LOOM_TRY(transport::ShmSegment::create(env::getOrDefault("LOOM_SHM_DIR"), bytes, "emulated device FIFO", &segment));
+    if (segment.name().size() >= sizeof handle->data) {
+      return error(loomInvalidArgument, "LOOM_SHM_DIR is too long for an emulated device handle (%s)",
+                   segment.name().c_str());
+    }
+    std::memcpy(handle->data, segment.name().c_str(), segment.name().size() + 1);
+    *out = segment.data();
+    segments_.push_back(std::move(segment));
+  }
+  handle->address = reinterpret_cast<uint64_t>(*out);
+  return Status::ok();
+}
+
+Status EmulatedRuntime::openShared(const SharedHandle& handle, int peer, void** out) {
+  if (handle.pid == ::getpid()) {
+    *out = reinterpret_cast<void*>(handle.address);
+    return Status::ok();
+  }
+  char name[sizeof handle.data + 1] = {};
+  std::memcpy(name, handle.data, sizeof handle.data);
+  transport::ShmSegment segment;
+  LOOM_TRY(transport::ShmSegment::open(name, handle.bytes, &segment).withContext(
+      format("mapping rank %d's emulated device memory", peer)));
+  segment.unlink();  // mapped on both sides: a crash from now on leaves no file behind
+  *out = segment.data();
+  segments_.push_back(std::move(segment));
+  return Status::ok();
+}
+
+std::shared_ptr<EmulatedRuntime::Launch> EmulatedRuntime::start(const LaunchArgs& args) {
+  auto launch = std::make_shared<Launch>();
+  launch->args = args;
+  launch->unfinished = args.workers;
+  std::lock_guard<std::mutex> lock(mutex_);
+  while (pool_.size() < args.workers) {
+    const uint32_t index = static_cast<uint32_t>(pool_.size());
+    pool_.emplace_back([this, index] { serve(index); });
+  }
+  queue_.push_back(launch);
+  if (queue_.size() == 1) ++generation_;
+  changed_.notify_all();
+  return launch;
+}
+
+void EmulatedRuntime::wait(const std::shared_ptr<Launch>& launch) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return launch->done; });
+}
+
+void EmulatedRuntime::serve(uint32_t index) {
+  uint64_t ran = 0;  // the generation this thread last worked on
+  std::unique_lock<std::mutex> lock(mutex_);
+  for (;;) {
+    changed_.wait(lock, [&] {
+      return stopping_ || (!queue_.empty() && generation_ != ran && index < queue_.front()->args.workers);
+    });
+    if (stopping_) return;
+    ran = generation_;
+    std::shared_ptr<Launch> launch = queue_.front();
+    lock.unlock();
+    HostWorker worker(nullptr, 0);
+    runWorker(launch->args, index, worker);
+    lock.lock();
+    if (--launch->unfinished == 0) {
+      launch->done = true;
+      queue_.pop_front();
+      if (!queue_.empty()) ++generation_;
+      changed_.notify_all();
+    }
+  }
+}
+
+Status EmulatedRuntime::launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) {
+  *captured = false;
+  if (args.workers == 0) return Status::ok();
+  if (stream.host == nullptr) {
+    start(args);
+    return Status::ok();
+  }
+  // In the stream's order: started when the stream reaches it, finished before its next work.
+  stream.host->enqueue([this, args] {
+    wait(start(args));
+    return Status::ok();
+  });
+  return Status::ok();
+}
+
+Status EmulatedRuntime::finishLaunches(const LaunchStream& stream) {
+  if (stream.host != nullptr) return Status::ok();
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.empty(); });
+  return Status::ok();
+}
+
+}  // namespace
+
+Status makeEmulatedRuntime(std::unique_ptr<DeviceRuntime>* out) {
+  *out = std::make_unique<EmulatedRuntime>();
+  return Status::ok();
+}
+
+}  // namespace loom::device

@@ -1,0 +1,195 @@
+// The plan interpreter: what one worker of the plan kernel does. The same source runs in the
+// CUDA kernel (plan_kernel.cu, a worker per thread block) and in the CPU emulation
+// (emulated_runtime.cc, a worker per thread), templated on the memory-ordering policy W
+// (worker_context.h lists what W supplies).
+//
+// A worker runs its queue's steps in plan order (plan_format.h). Before a step it waits for
+// the step named by `after`; when a step is done its flag becomes this launch's number, which
+// the workers waiting on it see. Failures stop the whole rank (Control::abort) and tell its
+// peers (the rank's status word); every worker still finishes the launch, so the caller's
+// stream always moves on.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "device/data_moves.h"
+#include "device/element_ops.h"
+#include "device/fifo.h"
+#include "device/hd.h"
+#include "device/plan_format.h"
+#include "device/worker_context.h"
+
+namespace loom::device {
+
+// What a receive does with the bytes that arrive: simple pieces come as a range of FIFO
+// memory that the worker's threads share (range), low-latency ones as 8-byte words, each on
+// the thread that polled it (word). `at` is the offset in the step.
+
+template <class W>
+struct CopyOut {
+  W& w;
+  uint8_t* dst;
+  LOOM_HD void range(uint64_t at, const uint8_t* fifo, uint64_t n) { copyBytes<true>(w, dst + at, fifo, n); }
+  LOOM_HD void word(uint64_t at, uint64_t v, uint64_t n) { memcpy(dst + at, &v, n); }
+};
+
+template <class T, class W>
+struct ScaleOut {
+  W& w;
+  uint8_t* dst;
+  int divisor;
+  LOOM_HD void range(uint64_t at, const uint8_t* fifo, uint64_t n) {
+    elementwise<T, true, false>(w, dst + at, fifo, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
+  }
+  LOOM_HD void word(uint64_t at, uint64_t v, uint64_t n) {
+    for (uint64_t e = 0; e < n; e += sizeof(T)) {
+      T x;
+      memcpy(&x, reinterpret_cast<const uint8_t*>(&v) + e, sizeof x);
+      const T r = ScaleJob<T>{divisor}(x, x);
+      memcpy(dst + at + e, &r, sizeof r);
+    }
+  }
+};
+
+// dst = src op incoming, reduced as it arrives (the reduction fused into the receive).
+template <class T, class Op, class W>
+struct ReduceInto {
+  W& w;
+  uint8_t* dst;
+  const uint8_t* src;
+  int divisor;
+  LOOM_HD void range(uint64_t at, const uint8_t* fifo, uint64_t n) {
+    elementwise<T, false, true>(w, dst + at, src + at, fifo, n / sizeof(T), ReduceJob<T, Op>{divisor});
+  }
+  LOOM_HD void word(uint64_t at, uint64_t v, uint64_t n) {
+    for (uint64_t e = 0; e < n; e += sizeof(T)) {
+      T own, in;
+      memcpy(&own, src + at + e, sizeof own);
+      memcpy(&in, reinterpret_cast<const uint8_t*>(&v) + e, sizeof in);
+      const T r = ReduceJob<T, Op>{divisor}(own, in);
+      memcpy(dst + at + e, &r, sizeof r);
+    }
+  }
+};
+
+// Receives a step's bytes into `consume` over its connection and wire, then stores the end's
+// counter back for the next step (or launch).
+template <class W, class Consumer>
+LOOM_HD_CALLED bool receive(const Ctx<W>& ctx, const Connection& c, const DeviceStep& s, const uint8_t* header,
+                     Consumer& consume) {
+  const int wire = s.wire == Wire::kSimple ? 0 : 1;
+  uint64_t done = c.counters[wire];
+  const bool ok = s.wire == Wire::kSimple ? recvSimple(ctx, c, s.bytes, header, consume, &done)
+                                          : recvLowLatency(ctx, c, s.bytes, header, consume, &done);
+  ctx.w.sync();
+  if (ctx.w.thread() == 0) c.counters[wire] = done;
+  return ok;
+}
+
+template <class W>
+LOOM_HD_CALLED bool send(const Ctx<W>& ctx, const Connection& c, const DeviceStep& s, const uint8_t* header) {
+  const int wire = s.wire == Wire::kSimple ? 0 : 1;
+  uint64_t done = c.counters[wire];
+  const auto* src = static_cast<const uint8_t*>(s.src);
+  const bool ok = s.wire == Wire::kSimple ? sendSimple(ctx, c, src, s.bytes, header, &done)
+                                          : sendLowLatency(ctx, c, src, s.bytes, header, &done);
+  ctx.w.sync();
+  if (ctx.w.thread() == 0) c.counters[wire] = done;
+  return ok;
+}
+
+// Whether step `index` is done in this launch, the same answer on every thread.
+template <class W>
+LOOM_HD bool isDone(const Ctx<W>& ctx, int32_t index) {
+  bool done = false;
+  if (ctx.w.thread() == 0) done = ctx.w.acquire(&ctx.args.stepFlags[index]) >= ctx.launch;
+  return ctx.w.syncAny(done);
+}
+
+template <class W>
+LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& call) {
+  W& w = ctx.w;
+  auto* dst = static_cast<uint8_t*>(s.dst);
+  const auto* src = static_cast<const uint8_t*>(s.src);
+  const loomDataType_t type = static_cast<loomDataType_t>(call.type);
+  const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
+  const int divisor = (s.flags & kStepFinalize) != 0 ? call.divisor : 0;
+  const uint8_t* header = (s.flags & kStepHeader) != 0 ? call.header : nullptr;
+  const Connection* c = s.conn >= 0 ? &ctx.args.conns[s.conn] : nullptr;
+  switch (s.kind) {
+    case StepKind::kCopy:
+      if (divisor == 0) {
+        copyBytes<false>(w, dst, src, s.bytes);
+        return true;
+      }
+      return byType(type, false, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        elementwise<T, false, false>(w, dst, src, nullptr, s.bytes / sizeof(T), ScaleJob<T>{divisor});
+        return true;
+      });
+    case StepKind::kSend: return send(ctx, *c, s, header);
+    case StepKind::kRecv:
+      if (divisor == 0) {
+        CopyOut<W> out{w, dst};
+        return receive(ctx, *c, s, header, out);
+      }
+      return byType(type, false, [&](auto tag) {
+        ScaleOut<typename decltype(tag)::type, W> out{w, dst, divisor};
+        return receive(ctx, *c, s, header, out);
+      });
+    case StepKind::kRecvReduce:
+      return byType(type, false, [&](auto tag) {
+        using T = typename decltype(tag)::type;
+        return byOp(op, false, [&](auto opTag) {
+          using Op = typename decltype(opTag)::type;
+          if (s.writeAfter < 0 || isDone(ctx, s.writeAfter)) {
+            ReduceInto<T, Op, W> into{w, dst, src, divisor};
+            return receive(ctx, *c, s, header, into);
+          }
+          // The destination may not be written yet (a peer may still be reading it): the bytes
+          // wait in scratch, so the sender is not held up, and are reduced once it may.
+          auto* scratch = static_cast<uint8_t*>(s.scratch);
+          CopyOut<W> park{w, scratch};
+          if (!receive(ctx, *c, s, header, park)) return false;
+          if (!waitAtLeast(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr)) return false;
+          elementwise<T, false, false>(w, dst, src, scratch, s.bytes / sizeof(T), ReduceJob<T, Op>{divisor});
+          return true;
+        });
+      });
+  }
+  return false;
+}
+
+// Runs worker `worker` of the launch described by args, on every thread of the worker.
+template <class W>
+LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
+  const PlanView plan = args.view();
+  Ctx<W> ctx{w, args, args.state->launches + 1, worker};
+  if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) {
+    w.release(&args.control->started, ctx.launch);
+  }
+  const WorkerRange range = plan.worker(worker);
+  for (uint32_t k = 0; k < range.count; ++k) {
+    const uint32_t index = plan.order(range.first + k);
+    const DeviceStep& s = plan.step(index);
+    ctx.step = index;
+    ctx.peer = s.conn >= 0 ? args.conns[s.conn].peer : -1;
+    if (s.after >= 0 && !waitAtLeast(ctx, &args.stepFlags[s.after], ctx.launch, nullptr)) break;
+    if (!runStep(ctx, s, plan.call(s.call))) break;
+    w.sync();
+    if (w.thread() == 0) w.release(&args.stepFlags[index], ctx.launch);
+  }
+  // The last worker to finish ends the launch: the next one gets the next number.
+  w.sync();
+  if (w.thread() == 0 && w.fetchAdd32(&args.state->workersDone, 1) == args.workers - 1) {
+    args.state->workersStarted = 0;
+    args.state->workersDone = 0;
+    w.release(&args.state->launches, ctx.launch);
+    if (args.planDone != nullptr) w.release(args.planDone, plan.header->id);
+    if (args.countsForHost != 0) w.release(&args.control->hostLaunches, w.acquire(&args.control->hostLaunches) + 1);
+    w.release(&args.control->completed, ctx.launch);
+  }
+}
+
+}  // namespace loom::device

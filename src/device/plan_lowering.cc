@@ -1,0 +1,110 @@
+#include "device/plan_lowering.h"
+
+#include <cstring>
+#include <new>
+
+namespace loom::device {
+namespace {
+
+size_t alignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+StepKind kindOf(Step::Kind kind) {
+  switch (kind) {
+    case Step::Kind::kSend: return StepKind::kSend;
+    case Step::Kind::kRecv: return StepKind::kRecv;
+    case Step::Kind::kRecvReduce: return StepKind::kRecvReduce;
+    default: return StepKind::kCopy;
+  }
+}
+
+}  // namespace
+
+Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std::vector<uint8_t>* out) {
+  const size_t nsteps = plan.steps.size(), ncalls = plan.calls.size();
+  std::vector<DeviceCall> calls(ncalls);
+  for (size_t i = 0; i < ncalls; ++i) {
+    const CallInfo& info = plan.calls[i];
+    calls[i].type = static_cast<uint8_t>(info.type);
+    calls[i].op = static_cast<uint8_t>(info.op);
+    calls[i].divisor = connections.nranks;
+    encodeCallInfo(info, calls[i].header);
+  }
+
+  // Workers in order of their first step.
+  std::vector<DeviceStep> steps(nsteps);
+  std::vector<int> workerOfConn;  // connection index -> worker, -1: none yet
+  std::vector<std::vector<uint32_t>> queues;
+  int localWorker = -1;
+  for (size_t k = 0; k < nsteps; ++k) {
+    const Step& s = plan.steps[k];
+    const CallInfo& call = plan.callOfStep(k);
+    if (s.kind == Step::Kind::kOneShot) {
+      return error(loomInternalError, "%s: a one-shot step reached a device plan (the board is host memory)",
+                   call.describe().c_str());
+    }
+    DeviceStep& d = steps[k];
+    d.kind = kindOf(s.kind);
+    d.call = plan.callOf[k];
+    d.after = s.after;
+    d.writeAfter = s.writeAfter;
+    d.bytes = s.bytes;
+    d.src = s.src;
+    d.dst = s.dst;
+    d.scratch = nullptr;
+    d.flags = static_cast<uint8_t>((s.header ? kStepHeader : 0) |
+                                   (s.finalize && call.op == loomAvg ? kStepFinalize : 0));
+    d.wire = Wire::kSimple;
+    d.conn = -1;
+    int* worker = &localWorker;
+    if (s.peer != Step::kNone) {
+      const bool send = s.kind == Step::Kind::kSend;
+      d.conn = connections.index(s.peer, s.channel % connections.channels, send);
+      if (call.lowLatency && !connections.offHost(s.peer)) d.wire = Wire::kLowLatency;
+      if (static_cast<size_t>(d.conn) >= workerOfConn.size()) workerOfConn.resize(static_cast<size_t>(d.conn) + 1, -1);
+      worker = &workerOfConn[static_cast<size_t>(d.conn)];
+    }
+    if (s.kind == Step::Kind::kRecvReduce && s.writeAfter != Step::kNone) {
+      try {
+        d.scratch = plan.scratch(s.bytes);
+      } catch (const std::bad_alloc&) {
+        return error(loomSystemError, "%s: out of device memory for %zu bytes of scratch", call.describe().c_str(),
+                     s.bytes);
+      }
+    }
+    if (*worker < 0) {
+      *worker = static_cast<int>(queues.size());
+      queues.emplace_back();
+    }
+    queues[static_cast<size_t>(*worker)].push_back(static_cast<uint32_t>(k));
+  }
+
+  std::vector<WorkerRange> workers;
+  std::vector<uint32_t> order;
+  order.reserve(nsteps);
+  for (const std::vector<uint32_t>& q : queues) {
+    workers.push_back({static_cast<uint32_t>(order.size()), static_cast<uint32_t>(q.size())});
+    order.insert(order.end(), q.begin(), q.end());
+  }
+
+  PlanHeader h{};
+  h.id = id;
+  h.calls = static_cast<uint32_t>(ncalls);
+  h.steps = static_cast<uint32_t>(nsteps);
+  h.workers = static_cast<uint32_t>(workers.size());
+  h.callsAt = static_cast<uint32_t>(alignUp(sizeof(PlanHeader), 16));
+  h.stepsAt = static_cast<uint32_t>(alignUp(h.callsAt + ncalls * sizeof(DeviceCall), 16));
+  h.workersAt = static_cast<uint32_t>(alignUp(h.stepsAt + nsteps * sizeof(DeviceStep), 16));
+  h.orderAt = static_cast<uint32_t>(alignUp(h.workersAt + workers.size() * sizeof(WorkerRange), 16));
+  const size_t total = alignUp(h.orderAt + order.size() * sizeof(uint32_t), 16);
+  if (total > UINT32_MAX) return error(loomInvalidUsage, "a device plan of %zu steps is too large", nsteps);
+  h.bytes = static_cast<uint32_t>(total);
+  out->assign(total, 0);
+  std::memcpy(out->data(), &h, sizeof h);
+  std::memcpy(out->data() + h.callsAt, calls.data(), ncalls * sizeof(DeviceCall));
+  std::memcpy(out->data() + h.stepsAt, steps.data(), nsteps * sizeof(DeviceStep));
+  std::memcpy(out->data() + h.workersAt, workers.data(), workers.size() * sizeof(WorkerRange));
+  std::memcpy(out->data() + h.orderAt, order.data(), order.size() * sizeof(uint32_t));
+  return Status::ok();
+}
+
+}  // namespace loom::device

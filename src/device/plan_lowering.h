@@ -1,0 +1,33 @@
+// Lowering: a rank's Plan (algorithms/plan.h: steps over pointers, peers and channels) as the
+// flat plan the kernel reads (plan_format.h). Steps keep their index, so `after` and
+// `writeAfter` carry over unchanged; each step gets the connection it uses, its wire and its
+// flags, and the steps are dealt to workers: one per connection (peer, channel, direction) and
+// one for the local copies, each in plan order, which are the host executor's queues.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "algorithms/plan.h"
+#include "core/status.h"
+#include "device/plan_format.h"
+
+namespace loom::device {
+
+// What the lowering needs to know of the communicator's connections.
+struct ConnectionMap {
+  int channels = 1;  // connections per peer and direction; plan channel c uses c % channels
+  int nranks = 1;    // the divisor of a loomAvg
+  // Index in the connection table of (peer, channel, send or receive).
+  std::function<int(int peer, int channel, bool send)> index;
+  // Whether the peer is on another host: its connections carry only the simple wire.
+  std::function<bool(int peer)> offHost;
+};
+
+// Flattens `plan` into *out (PlanHeader first), numbered `id`. A recvReduce with writeAfter
+// gets scratch from plan.scratch() for bytes that arrive before it may write. A one-shot step
+// (host memory only) is loomInternalError.
+Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std::vector<uint8_t>* out);
+
+}  // namespace loom::device

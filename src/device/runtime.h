@@ -1,0 +1,83 @@
+// Where a device communicator's memory lives and how its plan kernel starts: the CUDA
+// runtime on a GPU (cuda_runtime.cc), or the CPU emulation (emulated_runtime.cc), which runs
+// the very same plan interpreter on host threads over host memory so that CI tests the
+// device protocol without a GPU. The device communicator (device_comm.h) sees only this.
+//
+// Every allocation lives as long as the runtime: device memory is never freed while
+// communicators run (freeing on a GPU waits for the whole device, where another rank's kernel
+// may be waiting for this one).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "device/plan_format.h"
+
+namespace loom {
+class HostStream;
+}
+
+namespace loom::device {
+
+// What a peer needs to reach memory this rank shares with it.
+struct SharedHandle {
+  int32_t pid = 0;        // the owner's process
+  uint32_t bytes = 0;
+  uint64_t address = 0;   // in the owner's process (enough for a peer in the same process)
+  uint8_t data[96] = {};  // the runtime's own: a CUDA IPC handle, a shared-memory file name
+};
+
+// The stream a call was made on: a CUDA stream on a GPU; in the emulation NULL (the call
+// completes before it returns) or a Loom host stream.
+struct LaunchStream {
+  void* cuda = nullptr;
+  HostStream* host = nullptr;
+};
+
+class DeviceRuntime {
+ public:
+  virtual ~DeviceRuntime() = default;
+
+  // "cuda" or "emulated", and a sentence for the INFO log.
+  virtual const char* name() const = 0;
+  virtual std::string describe() const = 0;
+
+  // Memory a peer may map, zeroed. `peerPid`: the process that will open it.
+  virtual Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) = 0;
+  // A peer's shared memory in this process (mapped once per handle). `peer` names it in errors.
+  virtual Status openShared(const SharedHandle& handle, int peer, void** out) = 0;
+  // Memory the host and the kernel both reach (pinned and mapped on a GPU), zeroed: *host is
+  // the host's address, *device the kernel's.
+  virtual Status allocHostMapped(size_t bytes, void** host, void** device) = 0;
+  // Memory only the kernel uses (and the host through writeWord), zeroed.
+  virtual Status allocDevice(size_t bytes, void** out) = 0;
+  // Stores `value` at `word` (allocShared or allocDevice memory) from the host, without
+  // waiting for any stream of the caller's.
+  virtual Status writeWord(uint32_t* word, uint32_t value) = 0;
+
+  // loomInvalidArgument unless [ptr, ptr + bytes) is memory the kernel may use as a buffer.
+  virtual Status checkBuffer(const char* name, const void* ptr, size_t bytes) const = 0;
+
+  // Starts the plan kernel on `stream` once what is before it there has finished; returns
+  // without waiting. *captured: the launch became part of a CUDA graph being captured (it
+  // then runs once per replay).
+  virtual Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) = 0;
+  // For a stream whose work completes within the call (the emulation's NULL stream): waits
+  // for the launches started on it. Elsewhere returns at once.
+  virtual Status finishLaunches(const LaunchStream& stream) = 0;
+};
+
+// The runtime for a device communicator on `device`: the emulation when LOOM_DEVICE_EMULATION
+// is 1, else CUDA.
+Status makeRuntime(int device, bool emulated, std::unique_ptr<DeviceRuntime>* out);
+// Whether this process can run a device communicator on `device` (not the emulation): a
+// clear error when the build lacks CUDA or the device is not there, asked before a
+// communicator reaches its root.
+Status checkDeviceExists(int device);
+Status makeEmulatedRuntime(std::unique_ptr<DeviceRuntime>* out);
+Status makeCudaRuntime(int device, std::unique_ptr<DeviceRuntime>* out);  // builds with CUDA only
+
+}  // namespace loom::device

@@ -1,0 +1,123 @@
+// Device communicators in the CPU emulation (LOOM_DEVICE_EMULATION=1): the plan kernel's own
+// source (src/device/interpreter.h, fifo.h) runs on host threads over host memory, and every
+// collective must match the references of the multi-rank suite (collective_reference.h), as
+// threads and as processes, for each forced algorithm and wire (LOOM_PROTO simple or ll),
+// with one, two or eight channels and FIFOs small enough to wrap around within a call. This
+// is what keeps the device path honest between GPU sessions (docs/TESTING.md).
+//
+// By default a slice runs (each configuration sees every collective x type x op once, with
+// rotating counts, roots and in-place); LOOM_TEST_FULL=1 runs the full matrix.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "multirank/collective_reference.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::CaseOutcome;
+using loomtest::CollectiveCase;
+using loomtest::Mode;
+using loomtest::ScopedEnv;
+
+bool fullMatrix() {
+  const char* full = std::getenv("LOOM_TEST_FULL");
+  return full != nullptr && std::string(full) == "1";
+}
+
+struct Config {
+  Mode mode;
+  int nranks;
+  std::string algo;      // LOOM_ALGO; "" = the tuner's choice
+  std::string protocol;  // LOOM_PROTO; "" = the tuner's choice
+  std::string channels;  // LOOM_CHANNELS; "" = the default (8)
+  std::string fifoBytes; // LOOM_DEVICE_FIFO_BYTES; "" = the default
+  unsigned rotation = 0;
+};
+
+std::string configName(const Config& c) {
+  auto part = [](const std::string& value, const char* unset) { return value.empty() ? std::string(unset) : value; };
+  return loomtest::modeName(c.mode) + "_" + std::to_string(c.nranks) + "_" + part(c.algo, "defaultalgo") + "_" +
+         part(c.protocol, "defaultproto") + "_ch" + part(c.channels, "default") +
+         (c.fifoBytes.empty() ? "" : "_fifo" + c.fifoBytes);
+}
+
+const char* const kAlgos[] = {"", "ring", "tree", "rd", "pairwise"};
+
+// Every mode x rank count x algorithm, the wire alternating between simple and ll, channels
+// rotating through 1, 2 and 8, and every other configuration on 16 KiB FIFOs (the smallest:
+// slots of 2 KiB, so most calls wrap around the ring of slots several times).
+std::vector<Config> configs(bool full) {
+  std::vector<Config> out;
+  unsigned rotation = 0;
+  const char* const channels[] = {"1", "2", ""};
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    for (int nranks : {1, 2, 3, 4, 5, 8}) {
+      for (const char* algo : kAlgos) {
+        for (const char* protocol : {"simple", "ll"}) {
+          if (!full && (rotation % 2 == 0) != (std::string(protocol) == "simple")) {
+            ++rotation;
+            continue;
+          }
+          const char* fifo = rotation % 2 == 0 ? "16384" : "";
+          out.push_back({mode, nranks, algo, protocol, channels[rotation % 3], fifo, rotation});
+          ++rotation;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+constexpr int kMaxReportedPerRank = 5;
+
+void runCases(const std::vector<CollectiveCase>& cases, loomComm_t comm, int rank, int nranks) {
+  int wrong = 0;
+  for (const CollectiveCase& c : cases) {
+    CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, nranks);
+    if (!outcome.error.empty() && ++wrong <= kMaxReportedPerRank) ADD_FAILURE() << "rank " << rank << ": " << outcome.error;
+    if (outcome.callFailed) {
+      ADD_FAILURE() << "rank " << rank << ": stopped at the failed call: " << loomGetLastError(comm);
+      return;
+    }
+  }
+  if (wrong > kMaxReportedPerRank) {
+    ADD_FAILURE() << "rank " << rank << ": " << wrong << " of " << cases.size() << " cases were wrong";
+  }
+}
+
+loomtest::RankOptions emulatedDevice(bool full) {
+  loomtest::RankOptions options;
+  options.device = 0;
+  options.timeoutMs = 60000;
+  options.deadlineMs = full ? 1800000 : 300000;
+  return options;
+}
+
+class EmulatedDeviceCollectives : public testing::TestWithParam<Config> {};
+
+TEST_P(EmulatedDeviceCollectives, EveryCollectiveTypeAndOpAgainstTheReference) {
+  const Config& config = GetParam();
+  const bool full = fullMatrix();
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_ALGO", config.algo).set("LOOM_PROTO", config.protocol).set("LOOM_CHANNELS", config.channels);
+  env.set("LOOM_DEVICE_FIFO_BYTES", config.fifoBytes);
+  const std::vector<CollectiveCase> cases = full ? loomtest::fullCases(config.nranks, config.rotation)
+                                                 : loomtest::sliceCases(config.nranks, config.rotation);
+  const auto start = std::chrono::steady_clock::now();
+  loomtest::runRanks(config.nranks, config.mode,
+                     [&](loomComm_t comm, int rank) { runCases(cases, comm, rank, config.nranks); },
+                     emulatedDevice(full));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %zu cases in %.1f s\n", configName(config).c_str(), cases.size(), seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Matrix, EmulatedDeviceCollectives, testing::ValuesIn(configs(fullMatrix())),
+                         [](const auto& info) { return configName(info.param); });
+
+}  // namespace

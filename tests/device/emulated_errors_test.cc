@@ -1,0 +1,221 @@
+// Failures of device communicators, in the CPU emulation (LOOM_DEVICE_EMULATION=1), which runs
+// the plan kernel's own code: calls the ranks disagree on, a timeout and loomCommAbort while a
+// kernel waits, a peer process that dies mid-call, and ranks on different hosts (LOOM_HOSTID),
+// whose FIFOs a proxy thread bridges over sockets. Each must end in a clear error on every
+// rank that waited, never a hang or a wrong result.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multirank/collective_reference.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::CaseOutcome;
+using loomtest::CollectiveCase;
+using loomtest::Mode;
+using loomtest::ScopedEnv;
+
+loomtest::RankOptions emulated(int timeoutMs) {
+  loomtest::RankOptions options;
+  options.device = 0;
+  options.timeoutMs = timeoutMs;
+  options.deadlineMs = 120000;
+  return options;
+}
+
+bool contains(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
+
+double secondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+class EmulatedDeviceErrors : public testing::TestWithParam<Mode> {};
+
+// Counts that differ: the receiver of the short piece names both sizes; its peer, waiting
+// on it, learns that it failed. Every rank's call returns an error.
+TEST_P(EmulatedDeviceErrors, MismatchedCountsFailOnEveryRank) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<float> buf(4096, 1.0f);
+    const size_t count = rank == 0 ? 1000 : 2000;
+    const loomResult_t r = loomAllReduce(buf.data(), buf.data(), count, loomFloat32, loomSum, comm, nullptr);
+    EXPECT_NE(r, loomSuccess) << "rank " << rank << ": the mismatch went unnoticed";
+    const std::string text = loomGetLastError(comm);
+    EXPECT_TRUE(contains(text, "loomAllReduce")) << text;
+    EXPECT_TRUE(contains(text, "mismatched calls") || contains(text, "gave up because rank")) << text;
+    loomResult_t async = loomSuccess;
+    EXPECT_EQ(loomCommGetAsyncError(comm, &async), loomSuccess);
+    EXPECT_NE(async, loomSuccess);
+    std::printf("rank %d: %s\n", rank, text.c_str());
+  }, emulated(20000));
+}
+
+// The same count of another type: the call headers differ, and the error says how.
+TEST_P(EmulatedDeviceErrors, MismatchedTypesAreNamed) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<int32_t> buf(1024, 1);
+    const loomDataType_t type = rank == 0 ? loomInt32 : loomFloat32;
+    EXPECT_NE(loomAllReduce(buf.data(), buf.data(), buf.size(), type, loomSum, comm, nullptr), loomSuccess);
+    const std::string text = loomGetLastError(comm);
+    EXPECT_TRUE(contains(text, "mismatched calls") || contains(text, "gave up because rank")) << text;
+    std::printf("rank %d: %s\n", rank, text.c_str());
+  }, emulated(20000));
+}
+
+// LOOM_CHECK=1 catches the mismatch on the host, before any kernel starts.
+TEST_P(EmulatedDeviceErrors, TheCheckerNamesTheFieldBeforeLaunching) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_CHECK", "1");
+  loomtest::runRanks(3, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<float> buf(64, 1.0f);
+    const loomRedOp_t op = rank == 2 ? loomMax : loomSum;
+    EXPECT_EQ(loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, op, comm, nullptr), loomInvalidUsage);
+    const std::string text = loomGetLastError(comm);
+    EXPECT_TRUE(contains(text, "op")) << text;
+  }, emulated(20000));
+}
+
+// Rank 1 makes the first call with rank 0 (they connect on it) but not the second: rank 0's
+// kernel waits until the watchdog stops it at the timeout, and the error names the call,
+// the step and the peer.
+TEST_P(EmulatedDeviceErrors, AWaitingKernelEndsAtTheTimeout) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::runRanks(2, GetParam(), [&](loomComm_t comm, int rank) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, comm, nullptr), comm);
+    if (rank == 1) {
+      // Stays alive (an exited process is a dead peer, another test) without calling.
+      std::this_thread::sleep_for(std::chrono::seconds(4));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const loomResult_t r = loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, comm, nullptr);
+    const double seconds = secondsSince(start);
+    EXPECT_EQ(r, loomTimeout) << loomGetLastError(comm);
+    const std::string text = loomGetLastError(comm);
+    EXPECT_TRUE(contains(text, "call #2 loomAllReduce")) << text;
+    EXPECT_TRUE(contains(text, "rank 1")) << text;
+    EXPECT_TRUE(contains(text, "timed out")) << text;
+    EXPECT_LT(seconds, 3.0) << text;
+    std::printf("rank 0 after %.2f s: %s\n", seconds, text.c_str());
+  }, emulated(1000));
+}
+
+// loomCommAbort from another thread while rank 0's call waits inside its kernel for rank 1:
+// the call returns the abort error at once, and the communicator is freed after it left.
+TEST(EmulatedDeviceAbort, AbortEndsACallWaitingInItsKernel) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_TIMEOUT_MS", "60000");
+  std::vector<loomComm_t> comms(2);
+  const int devices[2] = {0, 0};
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, devices), nullptr);
+  std::vector<float> a(1 << 16, 1.0f), b(1 << 16, 2.0f);
+  // Together first, so that the ranks are connected (a first call connects on the host).
+  LOOM_ASSERT_OK(loomGroupStart(), nullptr);
+  LOOM_EXPECT_OK(loomAllReduce(a.data(), a.data(), a.size(), loomFloat32, loomSum, comms[0], nullptr), comms[0]);
+  LOOM_EXPECT_OK(loomAllReduce(b.data(), b.data(), b.size(), loomFloat32, loomSum, comms[1], nullptr), comms[1]);
+  LOOM_ASSERT_OK(loomGroupEnd(), nullptr);
+  ASSERT_EQ(a[0], 3.0f);
+  loomResult_t result = loomSuccess;
+  std::string message;
+  std::thread blocked([&] {
+    result = loomAllReduce(a.data(), a.data(), a.size(), loomFloat32, loomSum, comms[0], nullptr);
+    message = loomGetLastError(nullptr);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto start = std::chrono::steady_clock::now();
+  LOOM_EXPECT_OK(loomCommAbort(comms[0]), nullptr);
+  blocked.join();
+  EXPECT_LT(secondsSince(start), 2.0);
+  EXPECT_EQ(result, loomInvalidUsage);
+  EXPECT_TRUE(contains(message, "loomAllReduce") && contains(message, "aborted")) << message;
+  std::printf("the blocked call: %s\n", message.c_str());
+  LOOM_EXPECT_OK(loomCommDestroy(comms[1]), nullptr);
+}
+
+// Rank 2's process exits in the middle of the ranks' second call: ranks 0 and 1 end with an
+// error naming it (or naming the rank that gave up because of it) long before the timeout.
+TEST(EmulatedDevicePeers, AProcessThatDiesMidCallLeavesErrorsNotHangs) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::runRanks(3, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, comm, nullptr), comm);
+    if (rank == 2) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::fflush(nullptr);
+      ::_exit(0);  // dies without a word, as a crashed process does
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const loomResult_t r = loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, comm, nullptr);
+    const double seconds = secondsSince(start);
+    EXPECT_EQ(r, loomRemoteError) << loomGetLastError(comm);
+    const std::string text = loomGetLastError(comm);
+    EXPECT_TRUE(contains(text, "rank 2") || contains(text, "because rank 2")) << text;
+    EXPECT_LT(seconds, 10.0) << text;
+    std::printf("rank %d after %.2f s: %s\n", rank, seconds, text.c_str());
+  }, emulated(60000));
+}
+
+// Ranks 0-1 and 2-3 on two "hosts": FIFOs to the other host are bridged by each rank's proxy
+// thread over sockets, the rest stay in shared memory. Every collective must match the
+// references on both wires (ll only runs within a host: between hosts the proxy carries it
+// on the simple wire).
+class EmulatedDeviceAcrossHosts : public testing::TestWithParam<const char*> {};
+
+TEST_P(EmulatedDeviceAcrossHosts, EveryCollectiveAgainstTheReference) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_PROTO", GetParam()).set("LOOM_CHANNELS", "2").set("LOOM_DEVICE_FIFO_BYTES", "16384");
+  constexpr int kRanks = 4;
+  const std::vector<CollectiveCase> cases = loomtest::sliceCases(kRanks, 3);
+  loomtest::RankOptions options = emulated(30000);
+  options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank < 2 ? "hostA" : "hostB", 1); };
+  loomtest::runRanks(kRanks, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    int wrong = 0;
+    for (const CollectiveCase& c : cases) {
+      const CaseOutcome outcome = loomtest::runCollectiveCase(c, comm, rank, kRanks);
+      if (!outcome.error.empty() && ++wrong <= 5) ADD_FAILURE() << "rank " << rank << ": " << outcome.error;
+      if (outcome.callFailed) return;
+    }
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Wires, EmulatedDeviceAcrossHosts, testing::Values("simple", "ll"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// A rank on the other host whose process exits: the proxy's socket closes, and the ranks
+// waiting on it end with an error.
+TEST(EmulatedDevicePeers, ARankOnAnotherHostThatDiesLeavesErrors) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::RankOptions options = emulated(60000);
+  options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank == 0 ? "hostA" : "hostB", 1); };
+  loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    std::vector<float> buf(1 << 16, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, comm, nullptr), comm);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      std::fflush(nullptr);
+      ::_exit(0);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const loomResult_t r = loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, comm, nullptr);
+    const double seconds = secondsSince(start);
+    EXPECT_EQ(r, loomRemoteError) << loomGetLastError(comm);
+    const std::string text = loomGetLastError(comm);
+    EXPECT_TRUE(contains(text, "rank 1")) << text;
+    EXPECT_LT(seconds, 10.0) << text;
+    std::printf("rank 0 after %.2f s: %s\n", seconds, text.c_str());
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, EmulatedDeviceErrors, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
+}  // namespace
