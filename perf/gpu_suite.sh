@@ -46,6 +46,10 @@ if [[ -z $prebuilt ]]; then
       strip -o "$bundle/$p" "$builddir/$p" || exit 1
     done
     cp -L /usr/local/cuda/lib64/libcudart.so.13 "$bundle/" || exit 1
+    if [[ -x $builddir/perf/loom-nccl-bench ]]; then
+      strip -o "$bundle/perf/loom-nccl-bench" "$builddir/perf/loom-nccl-bench" || exit 1
+      cp -L /usr/local/cuda/lib64/libnccl.so.2 "$bundle/" || exit 1
+    fi
     echo "gpu_suite.sh: bundle in $bundle ($(du -sh "$bundle" | cut -f1))"
     exit 0
   fi
@@ -93,6 +97,20 @@ done
 # CUDA graph of 20 calls (the issue's targets: 10 and 5 µs).
 run latency-loop timeout -k 10 60 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
 run latency-graph timeout -k 10 60 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 20 -w 5 -G 100
+# NCCL on the same calls (perf/nccl_bench): one rank alone, and 2 ranks, which NCCL refuses on
+# one GPU (exit 3, its words in the log); beside them Loom's one rank.
+if [[ -x $bin/perf/loom-nccl-bench ]]; then
+  for ranks in 1 2; do
+    echo "=== nccl-${ranks}ranks"
+    timeout -k 10 180 "$bin/perf/loom-nccl-bench" -n "$ranks" -b 8 -e 1G -f 4 -i 10 2>&1 | tee "$out/nccl-${ranks}ranks.log"
+  done
+  echo "=== nccl-latency-graph"
+  timeout -k 10 60 "$bin/perf/loom-nccl-bench" -n 1 -b 8 -e 8 -i 20 -G 100 2>&1 | tee "$out/nccl-latency-graph.log"
+  run allreduce-1thread timeout -k 10 180 "$bin/perf/loom-perf" allreduce --device cuda -t 1 -b 8 -e 1G -f 4 \
+    -n 10 -w 3 -c 1
+else
+  echo "gpu_suite.sh: no loom-nccl-bench (NCCL not found at build time): no NCCL figures" | tee "$out/nccl.log"
+fi
 # Each wire forced, 8 B to 1 MiB, so the cost model's constants can be fitted (docs/TUNING.md).
 for proto in simple ll; do
   run "allreduce-2threads-$proto" env LOOM_PROTO=$proto timeout -k 10 120 "$bin/perf/loom-perf" allreduce \

@@ -3,9 +3,11 @@
 #include <cstring>
 #include <functional>
 
+#include "core/communicator.h"
 #include "core/host_stream.h"
 #include "core/registry.h"
 #include "ddp/stream_ops.h"
+#include "device/device_comm.h"
 #include "kernels/reduce.h"
 
 namespace loom::ddp {
@@ -78,7 +80,10 @@ Status makeOpsFor(loomComm_t comm, loomStream_t stream, std::unique_ptr<StreamOp
   if (loomCommDevice(comm, &device) != loomSuccess) {
     return error(loomInvalidArgument, "comm: %s", loomGetLastError(nullptr));
   }
-  return device >= 0 ? makeCudaOps(device, stream, out) : makeHostOps(stream, out);
+  // An emulated device communicator (LOOM_DEVICE_EMULATION=1) works on host memory and Loom's
+  // host streams, as a host one does.
+  const bool hostMemory = device < 0 || static_cast<Communicator*>(static_cast<void*>(comm))->deviceComm().hostStreams();
+  return hostMemory ? makeHostOps(stream, out) : makeCudaOps(device, stream, out);
 }
 
 }  // namespace loom::ddp

@@ -89,7 +89,8 @@ struct PlanNote {
 };
 
 struct PeerState {
-  bool connected = false;
+  // Set (release) once the fields below are; the watchdog reads them after seeing it.
+  std::atomic<bool> connected{false};
   bool offHost = false;
   uint8_t* block = nullptr;      // this rank's memory for the peer (device view)
   uint8_t* hostBlock = nullptr;  // the same, host view (off-host peers: what the proxy reads)
@@ -197,7 +198,7 @@ Status DeviceCommImpl::init() {
   LOOM_TRY(runtime_->allocDevice(kFirstStepFlags * sizeof(uint64_t), &device));
   stepFlags_ = static_cast<uint64_t*>(device);
   stepFlagCapacity_ = kFirstStepFlags;
-  peers_.resize(static_cast<size_t>(n));
+  peers_ = std::vector<PeerState>(static_cast<size_t>(n));
   arena_ = std::make_unique<DeviceArena>(*runtime_);
   LOOM_INFO("comm %016llx rank %d: device %d, %s; %d channel(s) per peer, FIFOs of %u x %u bytes (simple) and "
             "%u x %llu bytes (low latency) per channel and direction",
@@ -276,7 +277,7 @@ Status DeviceCommImpl::prepare(const DeviceJob& job) {
   std::set<int> needed;
   for (const Plan& plan : plans_) {
     for (const Step& s : plan.steps) {
-      if (s.peer != Step::kNone && !peers_[static_cast<size_t>(s.peer)].connected) needed.insert(s.peer);
+      if (s.peer != Step::kNone && !peers_[static_cast<size_t>(s.peer)].connected.load(std::memory_order_acquire)) needed.insert(s.peer);
     }
   }
   connecting_.assign(needed.begin(), needed.end());
@@ -342,7 +343,7 @@ Status DeviceCommImpl::acceptIn() {
         proxy_->add(p, c, shape_, peer.hostBlock + at, peer.hostBlock + at + ChannelLayout::bytes(shape_));
       }
     }
-    peer.connected = true;
+    peer.connected.store(true, std::memory_order_release);
     LOOM_INFO("comm %016llx rank %d: device connection to rank %d: %s, %d channel(s)",
               static_cast<unsigned long long>(comm_->commId()), comm_->rank(), p,
               peer.offHost ? "another host: local FIFOs bridged to sockets by the proxy thread"
@@ -586,7 +587,7 @@ void DeviceCommImpl::publishFailure() {
   }
   stopRunningKernels(kAbortedFailure, -1);
   for (PeerState& p : peers_) {
-    if (p.connected && !p.offHost) {
+    if (p.connected.load(std::memory_order_acquire) && !p.offHost) {
       Status s = runtime_->writeWord(reinterpret_cast<uint32_t*>(p.block), static_cast<uint32_t>(comm_->rank()) + 1);
       if (!s.isOk()) LOOM_WARN("rank %d: telling peers of a failure: %s", comm_->rank(), s.message().c_str());
     }
@@ -628,7 +629,7 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
     lastPeerCheck_ = now;
     for (size_t p = 0; p < peers_.size(); ++p) {
       const PeerState& peer = peers_[p];
-      if (peer.connected && peer.process.identified() && !peer.process.alive()) {
+      if (peer.connected.load(std::memory_order_acquire) && peer.process.identified() && !peer.process.alive()) {
         stopRunningKernels(kAbortedPeerGone, static_cast<int>(p));
       }
     }

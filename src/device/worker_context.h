@@ -54,7 +54,9 @@ struct Ctx {
     // Peers waiting on this rank stop too, and name the rank whose failure started it all.
     int32_t cause = args.rank;
     if (kind == kPeerFailed) cause = static_cast<int32_t>(got) - 1;
-    if (kind == kStopped && w.acquire32(&control->abort) == kAbortedPeerGone) cause = control->abortPeer;
+    if (kind == kStopped && w.acquire32(&control->abort) == kAbortedPeerGone) {
+      cause = static_cast<int32_t>(w.acquire32(reinterpret_cast<const uint32_t*>(&control->abortPeer)));
+    }
     // Every peer watches its own copy of this rank's status (a rare path: a plain loop).
     for (uint32_t i = 0; i < args.connCount; ++i) {
       const Connection& c = args.conns[i];

@@ -17,6 +17,7 @@
 
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "device/sanitizer.h"
 
 namespace {
 
@@ -103,6 +104,7 @@ class EmulatedDeviceCollectives : public testing::TestWithParam<Config> {};
 
 TEST_P(EmulatedDeviceCollectives, EveryCollectiveTypeAndOpAgainstTheReference) {
   const Config& config = GetParam();
+  SKIP_PROCESSES_UNDER_TSAN(config.mode == Mode::kProcesses);
   const bool full = fullMatrix();
   ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
   env.set("LOOM_ALGO", config.algo).set("LOOM_PROTO", config.protocol).set("LOOM_CHANNELS", config.channels);

@@ -14,6 +14,7 @@
 
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "device/sanitizer.h"
 
 namespace {
 
@@ -171,6 +172,7 @@ TEST(EmulatedDevicePeers, AProcessThatDiesMidCallLeavesErrorsNotHangs) {
 class EmulatedDeviceAcrossHosts : public testing::TestWithParam<const char*> {};
 
 TEST_P(EmulatedDeviceAcrossHosts, EveryCollectiveAgainstTheReference) {
+  SKIP_PROCESSES_UNDER_TSAN(true);
   ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
   env.set("LOOM_PROTO", GetParam()).set("LOOM_CHANNELS", "2").set("LOOM_DEVICE_FIFO_BYTES", "16384");
   constexpr int kRanks = 4;
