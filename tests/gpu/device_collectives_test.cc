@@ -141,7 +141,7 @@ TEST_P(DeviceCollectives, MatchReferences) {
   SKIP_WITHOUT_DEVICE();
   const Shape shape = GetParam();
   ScopedEnv protocol("LOOM_PROTO", shape.protocol);
-  const bool full = std::getenv("LOOM_TEST_FULL") != nullptr && std::string(std::getenv("LOOM_TEST_FULL")) == "1";
+  const bool full = fullMatrix();
   std::vector<CollectiveCase> cases = full ? fullCases(shape.nranks, 0) : sliceCases(shape.nranks, 0);
   runRanks(shape.nranks, kMode, [&](loomComm_t comm, int rank) {
     std::string wrong = runOnDevice(cases, comm, rank, shape.nranks);

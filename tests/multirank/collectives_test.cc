@@ -32,10 +32,7 @@ using loomtest::CollectiveRun;
 using loomtest::Mode;
 using loomtest::ScopedEnv;
 
-bool fullMatrix() {
-  const char* full = std::getenv("LOOM_TEST_FULL");
-  return full != nullptr && std::string(full) == "1";
-}
+using loomtest::fullMatrix;
 
 struct Config {
   Mode mode;
