@@ -199,7 +199,9 @@ Status CudaRuntime::launch(const LaunchArgs& args, const LaunchStream& stream, b
   if (!*captured && launched_ && lastStream_ != stream.cuda) {
     LOOM_CUDA_TRY(cudaStreamWaitEvent(s, lastLaunch_.get(), 0));
   }
-  LOOM_CUDA_TRY(static_cast<cudaError_t>(launchPlanKernel(args, s)));
+  LaunchArgs launched = args;
+  launched.countsForHost = *captured ? 0 : 1;
+  LOOM_CUDA_TRY(static_cast<cudaError_t>(launchPlanKernel(launched, s)));
   if (!*captured) {
     LOOM_CUDA_TRY(cudaEventRecord(lastLaunch_.get(), s));
     lastStream_ = stream.cuda;

@@ -479,7 +479,6 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     args->control = controlDevice_;
     LOOM_TRY(placePlan(bytes, id, args.get()));
     note(plan, id);
-    args->countsForHost = 1;
     LaunchStream stream{job.cudaStream, job.hostStream};
     bool captured = false;
     LOOM_TRY(runtime_->launch(*args, stream, &captured));

@@ -140,6 +140,7 @@ Status EmulatedRuntime::openShared(const SharedHandle& handle, int peer, void** 
 std::shared_ptr<EmulatedRuntime::Launch> EmulatedRuntime::start(const LaunchArgs& args) {
   auto launch = std::make_shared<Launch>();
   launch->args = args;
+  launch->args.countsForHost = 1;  // nothing is captured here
   launch->unfinished = args.workers;
   std::lock_guard<std::mutex> lock(mutex_);
   while (pool_.size() < args.workers) {

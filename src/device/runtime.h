@@ -63,7 +63,8 @@ class DeviceRuntime {
 
   // Starts the plan kernel on `stream` once what is before it there has finished; returns
   // without waiting. *captured: the launch became part of a CUDA graph being captured (it
-  // then runs once per replay).
+  // then runs once per replay). The runtime sets args.countsForHost: 1 for a launch that runs
+  // once, 0 for a captured one, whose replays the host does not count.
   virtual Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) = 0;
   // For a stream whose work completes within the call (the emulation's NULL stream): waits
   // for the launches started on it. Elsewhere returns at once.
