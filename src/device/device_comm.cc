@@ -88,6 +88,9 @@ struct PlanNote {
   bool kept = false;
 };
 
+// How long a launch may still run after a peer went away before the watchdog stops it.
+constexpr std::chrono::milliseconds kPeerGoneGrace(1000);
+
 struct PeerState {
   // Set (release) once the fields below are; the watchdog reads them after seeing it.
   std::atomic<bool> connected{false};
@@ -171,6 +174,7 @@ class DeviceCommImpl final : public DeviceComm {
   // The watchdog thread's own: the launch it is timing, since when, its last look at peers.
   uint64_t watched_ = 0;
   Clock::time_point watchedSince_, lastPeerCheck_;
+  Clock::time_point goneSince_;  // when a peer was first seen gone (epoch: none is)
 };
 
 Status DeviceCommImpl::init() {
@@ -217,6 +221,7 @@ bool DeviceCommImpl::launchesOutstanding() const {
 DeviceCommImpl::~DeviceCommImpl() {
   if (runtime_ != nullptr) {
     // Launches still queued or running use this memory: wait for them, then stop them.
+    // Then what they sent to other hosts leaves before the proxy stops.
     const Clock::time_point limit = Clock::now() + std::chrono::milliseconds(comm_->config().timeoutMs);
     std::unique_lock<std::mutex> launching(launchMutex_);
     while (launchesOutstanding() && Clock::now() < limit) std::this_thread::sleep_for(std::chrono::milliseconds(1));
@@ -232,6 +237,7 @@ DeviceCommImpl::~DeviceCommImpl() {
                 comm_->rank(), static_cast<long long>(comm_->config().timeoutMs));
       (void)runtime_.release();
     }
+    if (proxy_ != nullptr) proxy_->drain(std::chrono::milliseconds(comm_->config().timeoutMs));
   }
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -626,15 +632,20 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
   }
   if (now - lastPeerCheck_ > std::chrono::milliseconds(100)) {
     lastPeerCheck_ = now;
-    for (size_t p = 0; p < peers_.size(); ++p) {
+    int gone = -1;
+    for (size_t p = 0; p < peers_.size() && gone < 0; ++p) {
       const PeerState& peer = peers_[p];
       if (peer.connected.load(std::memory_order_acquire) && peer.process.identified() && !peer.process.alive()) {
-        stopRunningKernels(kAbortedPeerGone, static_cast<int>(p));
+        gone = static_cast<int>(p);
       }
     }
-    if (proxy_ != nullptr) {
-      const int gone = proxy_->failedPeer();
-      if (gone >= 0) stopRunningKernels(kAbortedPeerGone, gone);
+    if (gone < 0 && proxy_ != nullptr) gone = proxy_->failedPeer();
+    if (gone >= 0 && goneSince_ == Clock::time_point()) goneSince_ = now;
+    // A peer that did its part and left (its process exited, its sockets closed) fails nothing:
+    // what it sent is already here. Only a launch still running a while after it went, or
+    // after it started, waits for the peer in vain.
+    if (gone >= 0 && now - std::max(goneSince_, watchedSince_) >= kPeerGoneGrace) {
+      stopRunningKernels(kAbortedPeerGone, gone);
     }
   }
 }

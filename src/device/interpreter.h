@@ -116,7 +116,10 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
   const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
   const int divisor = (s.flags & kStepFinalize) != 0 ? call.divisor : 0;
   const uint8_t* header = (s.flags & kStepHeader) != 0 ? call.header : nullptr;
-  const Connection* c = s.conn >= 0 ? &ctx.args.conns[s.conn] : nullptr;
+  // The connection table is host-mapped memory (a PCIe read on a GPU): read once per step.
+  Connection local{};
+  if (s.conn >= 0) local = ctx.args.conns[s.conn];
+  const Connection* c = s.conn >= 0 ? &local : nullptr;
   switch (s.kind) {
     case StepKind::kCopy:
       if (divisor == 0) {
@@ -172,11 +175,13 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
   const WorkerRange range = plan.worker(worker);
   for (uint32_t k = 0; k < range.count; ++k) {
     const uint32_t index = plan.order(range.first + k);
-    const DeviceStep& s = plan.step(index);
+    // Copies: a plan too large for the kernel's parameter is in host-mapped memory.
+    const DeviceStep s = plan.step(index);
+    const DeviceCall call = plan.call(s.call);
     ctx.step = index;
     ctx.peer = s.conn >= 0 ? args.conns[s.conn].peer : -1;
     if (s.after >= 0 && !waitAtLeast(ctx, &args.stepFlags[s.after], ctx.launch, nullptr)) break;
-    if (!runStep(ctx, s, plan.call(s.call))) break;
+    if (!runStep(ctx, s, call)) break;
     w.sync();
     if (w.thread() == 0) w.release(&args.stepFlags[index], ctx.launch);
   }

@@ -54,6 +54,25 @@ void Proxy::add(int peer, int channel, const FifoShape& shape, uint8_t* in, uint
   wire->in.push_back(Fifo{channel, in});
 }
 
+bool Proxy::sendsPending() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& w : wires_) {
+    if (w->failed) continue;
+    if (w->sending != kNone) return true;
+    for (const Fifo& f : w->out) {
+      if (loadAcquire(f.region + ChannelLayout::kTailAt) > f.moved) return true;
+    }
+  }
+  return false;
+}
+
+void Proxy::drain(std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (sendsPending() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
 void Proxy::fail(Wire& w, const char* what, const std::string& message) {
   w.failed = true;
   int none = -1;

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -45,8 +46,12 @@ class Proxy {
   // Carries channel `channel` to `peer`: `in` and `out` are its incoming and outgoing FIFO
   // regions (ChannelLayout, host view). The links to the peer must exist.
   void add(int peer, int channel, const FifoShape& shape, uint8_t* in, uint8_t* out);
-  // A peer whose link failed (it is gone), or -1.
+  // A peer whose link failed or closed (it is gone), or -1.
   int failedPeer() const { return failedPeer_.load(std::memory_order_acquire); }
+  // Waits (up to `limit`) until every slot the kernel filled has left on its link, or the link
+  // failed: the communicator's kernels have finished, and what they sent must reach peers
+  // that are still running before this rank closes its sockets.
+  void drain(std::chrono::milliseconds limit);
 
  private:
   struct Frame {
@@ -78,6 +83,7 @@ class Proxy {
   static constexpr size_t kNone = ~size_t{0};
 
   void serve();
+  bool sendsPending();
   bool pumpOut(Wire& w);
   bool pumpIn(Wire& w);
   void fail(Wire& w, const char* what, const std::string& message);

@@ -217,6 +217,38 @@ TEST(EmulatedDevicePeers, ARankOnAnotherHostThatDiesLeavesErrors) {
   }, options);
 }
 
+// A rank that sends and then leaves at once (destroys its communicator, exits) while its
+// peer has not even started to receive: what it sent still arrives whole, on one host (the
+// FIFO is the receiver's memory) and across hosts (the proxy sends what is left before the
+// sockets close), and the peer's watchdog does not mistake the clean exit for a failure.
+class EmulatedDeviceDepartures : public testing::TestWithParam<bool> {};
+
+TEST_P(EmulatedDeviceDepartures, ASenderThatLeavesRightAfterSendingStillDelivers) {
+  const bool twoHosts = GetParam();
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_DEVICE_FIFO_BYTES", "65536");
+  loomtest::RankOptions options = emulated(20000);
+  if (twoHosts) options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank == 0 ? "hostA" : "hostB", 1); };
+  // Across hosts several times the FIFO, so that most of it is still on its way when the
+  // sender leaves; on one host what fits the FIFO (a larger send would wait for the receiver).
+  const size_t count = twoHosts ? (1 << 20) : (8 << 10);
+  loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    std::vector<int32_t> buf(count);
+    if (rank == 0) {
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int32_t>(i * 7 + 1);
+      LOOM_ASSERT_OK(loomSend(buf.data(), count, loomInt32, 1, comm, nullptr), comm);
+      return;  // the harness destroys the communicator and the process exits
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    LOOM_ASSERT_OK(loomRecv(buf.data(), count, loomInt32, 0, comm, nullptr), comm);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(buf[i], static_cast<int32_t>(i * 7 + 1)) << "element " << i;
+    // Later calls with no peer left to answer are another matter (a timeout or "gone").
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Hosts, EmulatedDeviceDepartures, testing::Values(false, true),
+                         [](const auto& info) { return std::string(info.param ? "two_hosts" : "one_host"); });
+
 INSTANTIATE_TEST_SUITE_P(Modes, EmulatedDeviceErrors, testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
