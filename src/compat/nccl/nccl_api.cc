@@ -1,0 +1,813 @@
+// libnccl.so.2: every function of CUDA's nccl.h (NCCL 2.28), served by Loom. The header
+// itself is included, so the compiler holds each definition to NCCL's declaration.
+//
+// Buffers follow the communicator: one made where a CUDA device exists is a device
+// communicator on the current device (as NCCL's); one made where none exists is a host
+// communicator, whose calls take host buffers and a NULL stream and return when done
+// (docs/COMPAT_NCCL.md). What Loom cannot serve returns ncclInvalidUsage with a message.
+#include <nccl.h>
+
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algorithms/plan.h"
+#include "compat/nccl/nccl_environment.h"
+#include "compat/nccl/premul_sum.h"
+#include "compat/nccl/shim_comm.h"
+#include "core/log.h"
+#include "core/status.h"
+#include "loom/loom.h"
+
+static_assert(sizeof(ncclUniqueId) == sizeof(loomUniqueId), "unique ids travel unchanged");
+static_assert(static_cast<int>(ncclNumOps) == static_cast<int>(loomNumOps), "built-in ops are Loom's");
+static_assert(static_cast<int>(ncclBfloat16) == static_cast<int>(loomBfloat16), "types 0..9 are Loom's");
+
+#define NCCL_API extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+using loom::Status;
+using loom::nccl::CommUse;
+using loom::nccl::PreMulSum;
+using loom::nccl::ShimRegistry;
+
+thread_local std::string tLastError;
+
+// Calls between ncclGroupStart and ncclGroupEnd on this thread, and the communicators
+// created inside the group (NCCL lets one thread create several ranks that way; each is
+// created on its own thread and ncclGroupEnd waits for all).
+thread_local int tGroupDepth = 0;
+thread_local std::vector<ncclComm*> tGroupInits;
+
+// Loom's results are NCCL's numbers; a deadline that passed is a peer that did not answer.
+ncclResult_t toNccl(loomResult_t code) {
+  return code == loomTimeout ? ncclRemoteError : static_cast<ncclResult_t>(code);
+}
+
+// A C caller may pass any int where an enum is expected; read the bits, not the enum.
+template <typename Enum>
+int enumBits(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+}
+
+// The message Loom recorded for the call that just failed on this thread.
+Status fromLoom(loomResult_t code) {
+  return code == loomSuccess ? Status::ok() : Status(code, loomGetLastError(nullptr));
+}
+
+ncclResult_t report(const Status& s, ncclComm* comm, const char* call) {
+  if (s.isOk()) return ncclSuccess;
+  tLastError = std::string(call) + ": " + s.message();
+  if (comm != nullptr) comm->setLastError(tLastError);
+  LOOM_WARN("%s (%s)", tLastError.c_str(), loomGetErrorString(s.code()));
+  return toNccl(s.code());
+}
+
+// The frame of every call on a communicator: the environment translated, the handle
+// checked and held while the call runs, the error recorded for ncclGetLastError.
+template <typename Body>
+ncclResult_t withComm(ncclComm_t comm, const char* call, Body body) {
+  loom::nccl::applyNcclEnvironment();
+  if (comm == nullptr) return report(loom::error(loomInvalidArgument, "comm is NULL"), nullptr, call);
+  if (!ShimRegistry::instance().acquire(comm)) {
+    return report(loom::error(loomInvalidUsage, "comm %p is not a live communicator (destroyed, or never created)",
+                              static_cast<void*>(comm)),
+                  nullptr, call);
+  }
+  CommUse use(comm);
+  return report(body(*comm), comm, call);
+}
+
+// Whether the communicator may run calls: created, and (for collectives) not finalized.
+Status ready(const ncclComm& comm, bool forCollective = false) {
+  const loomResult_t state = comm.initState();
+  if (state == loomInProgress) {
+    return loom::error(loomInvalidUsage,
+                       "the communicator is still being created (non-blocking): poll ncclCommGetAsyncError until "
+                       "it returns ncclSuccess");
+  }
+  if (state != loomSuccess) {
+    return loom::error(state, "the creation of this communicator failed: %s",
+                       const_cast<ncclComm&>(comm).lastError());
+  }
+  if (forCollective && comm.finalized()) {
+    return loom::error(loomInvalidUsage, "the communicator was finalized (ncclCommFinalize); only Destroy remains");
+  }
+  return Status::ok();
+}
+
+// The device of a new communicator, as NCCL takes it: the current CUDA device, or -1 (host
+// memory) where CUDA finds none.
+int currentDevice() {
+  int count = 0;
+  int device = -1;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || cudaGetDevice(&device) != cudaSuccess) {
+    cudaGetLastError();  // leave no sticky error for the application to find
+    return -1;
+  }
+  return device;
+}
+
+// float8 is the one NCCL type Loom lacks; any other value is Loom's to judge.
+Status checkType(ncclDataType_t type) {
+  const int bits = enumBits(type);
+  if (bits == ncclFloat8e4m3 || bits == ncclFloat8e5m2) {
+    return loom::error(loomInvalidArgument, "datatype %d (%s) is not supported by Loom", bits,
+                       bits == ncclFloat8e4m3 ? "ncclFloat8e4m3" : "ncclFloat8e5m2");
+  }
+  return Status::ok();
+}
+
+// A host communicator's calls complete before they return; it has no stream to order on.
+Status checkStream(const ncclComm& comm, cudaStream_t stream) {
+  if (comm.device() < 0 && stream != nullptr) {
+    return loom::error(loomInvalidArgument,
+                       "stream %p: this communicator has no CUDA device (host buffers), so its calls take a NULL "
+                       "stream and complete before they return",
+                       static_cast<void*>(stream));
+  }
+  return Status::ok();
+}
+
+Status checkCollective(const ncclComm& comm, ncclDataType_t type, cudaStream_t stream) {
+  LOOM_TRY(ready(comm, true));
+  LOOM_TRY(checkType(type));
+  return checkStream(comm, stream);
+}
+
+// Runs a reducing collective with a Loom op. An op from ncclRedOpCreatePreMulSum becomes a
+// sum over the input multiplied first into scratch (sendCount elements of sendbuff).
+template <typename Run>
+Status withOp(ncclComm& comm, const void* sendbuff, size_t sendCount, ncclDataType_t type, ncclRedOp_t op,
+              Run run) {
+  const int bits = enumBits(op);
+  if (bits >= 0 && bits < ncclNumOps) return fromLoom(run(sendbuff, static_cast<loomRedOp_t>(bits)));
+  PreMulSum preMul;
+  LOOM_TRY(comm.preMulSumOps().find(bits, &preMul));
+  if (comm.device() >= 0) {
+    return loom::error(loomInvalidUsage,
+                       "op %d (ncclRedOpCreatePreMulSum) runs on host communicators only so far; this one is on "
+                       "device %d",
+                       bits, comm.device());
+  }
+  if (enumBits(type) != preMul.type) {
+    return loom::error(loomInvalidArgument, "op %d was created for datatype %d, the call's datatype is %d", bits,
+                       preMul.type, enumBits(type));
+  }
+  if (sendbuff == nullptr && sendCount > 0) {
+    return loom::error(loomInvalidArgument, "sendbuff is NULL with %zu elements to send", sendCount);
+  }
+  std::vector<unsigned char> scaled;
+  loom::nccl::preMultiply(preMul, sendbuff, sendCount, &scaled);
+  return fromLoom(run(scaled.data(), loomSum));
+}
+
+int countOf(const ncclComm& comm) {
+  int n = 0;
+  (void)loomCommCount(comm.loom(), &n);
+  return n;
+}
+
+int rankOf(const ncclComm& comm) {
+  int r = 0;
+  (void)loomCommUserRank(comm.loom(), &r);
+  return r;
+}
+
+Status checkRoot(const ncclComm& comm, int root) {
+  const int n = countOf(comm);
+  if (root < 0 || root >= n) return loom::error(loomInvalidArgument, "root %d is out of range [0, %d)", root, n);
+  return Status::ok();
+}
+
+// Sends and receives launched together, as Gather and Scatter are made of. Every call is
+// made even after one fails, so the group always closes; the first failure is returned.
+class P2PGroup {
+ public:
+  P2PGroup() { first_ = loomGroupStart(); }
+  void send(const void* buf, size_t count, ncclDataType_t type, int peer, loomComm_t comm, cudaStream_t stream) {
+    keep(loomSend(buf, count, static_cast<loomDataType_t>(enumBits(type)), peer, comm, stream));
+  }
+  void recv(void* buf, size_t count, ncclDataType_t type, int peer, loomComm_t comm, cudaStream_t stream) {
+    keep(loomRecv(buf, count, static_cast<loomDataType_t>(enumBits(type)), peer, comm, stream));
+  }
+  Status end() {
+    if (first_ != loomSuccess) {
+      Status failed = fromLoom(first_);
+      (void)loomGroupEnd();
+      return failed;
+    }
+    return fromLoom(loomGroupEnd());
+  }
+
+ private:
+  void keep(loomResult_t r) {
+    if (first_ == loomSuccess) first_ = r;
+  }
+  loomResult_t first_;
+};
+
+// ncclConfig_t as far as its `size` says the caller's version has it: NCCL's rule, so a
+// program built against an older nccl.h passes its smaller struct.
+struct SharedConfig {
+  bool blocking = true;
+  std::string commName;
+};
+
+#define NCCL_CONFIG_HAS(config, field) \
+  ((config)->size >= offsetof(ncclConfig_t, field) + sizeof((config)->field))
+
+Status readConfig(const ncclConfig_t* config, SharedConfig* out) {
+  if (config == nullptr) return Status::ok();
+  if (config->magic != 0xcafebeef || config->size < offsetof(ncclConfig_t, blocking) + sizeof(int)) {
+    return loom::error(loomInvalidArgument,
+                       "config was not initialised with NCCL_CONFIG_INITIALIZER (magic %#x, size %zu)",
+                       config->magic, config->size);
+  }
+  if (config->blocking != NCCL_CONFIG_UNDEF_INT) out->blocking = config->blocking != 0;
+  if (NCCL_CONFIG_HAS(config, commName) && config->commName != nullptr) out->commName = config->commName;
+  return Status::ok();
+}
+
+// Creates one rank of a communicator into a new shim communicator. Non-blocking (config's
+// blocking = 0, or inside a group) returns loomInProgress with *out set.
+Status createRank(ncclComm_t* out, int nranks, const ncclUniqueId& id, int rank, const ncclConfig_t* config) {
+  if (out == nullptr) return loom::error(loomInvalidArgument, "comm (the output pointer) is NULL");
+  *out = nullptr;
+  SharedConfig shared;
+  LOOM_TRY(readConfig(config, &shared));
+  loomUniqueId loomId;
+  std::memcpy(&loomId, &id, sizeof loomId);
+  ncclComm* comm = ShimRegistry::instance().create();
+  comm->setDevice(currentDevice());
+  const bool blocking = shared.blocking && tGroupDepth == 0;
+  const int device = comm->device();
+  const loomResult_t result =
+      comm->init(blocking, [nranks, loomId, rank, device, name = shared.commName](loomComm_t* created) {
+        loomConfig_t c = LOOM_CONFIG_INITIALIZER;
+        c.device = device;
+        c.commName = name.empty() ? nullptr : name.c_str();
+        return loomCommInitRankConfig(created, nranks, loomId, rank, &c);
+      });
+  if (result != loomSuccess && result != loomInProgress) {
+    Status failed = fromLoom(result);
+    ShimRegistry::instance().remove(comm);
+    return failed;
+  }
+  *out = comm;
+  if (result == loomInProgress && tGroupDepth > 0) {
+    // As in NCCL, a blocking communicator created inside a group is ready at ncclGroupEnd,
+    // which waits for it; this call has succeeded.
+    tGroupInits.push_back(comm);
+    if (shared.blocking) return Status::ok();
+  }
+  return Status(result, result == loomInProgress ? "the communicator is being created" : "");
+}
+
+ncclResult_t reportCreate(const Status& s, ncclComm_t comm, const char* call) {
+  return s.code() == loomInProgress ? ncclInProgress : report(s, comm, call);
+}
+
+Status unsupported(const char* what) {
+  return loom::error(loomInvalidUsage, "%s is not supported by Loom's NCCL library yet", what);
+}
+
+}  // namespace
+
+// ---- Version, ids, errors ----------------------------------------------------------------
+
+NCCL_API ncclResult_t ncclGetVersion(int* version) {
+  loom::nccl::applyNcclEnvironment();
+  if (version == nullptr) return report(loom::error(loomInvalidArgument, "version is NULL"), nullptr, "ncclGetVersion");
+  *version = NCCL_VERSION_CODE;  // the ABI implemented, not Loom's own version
+  return ncclSuccess;
+}
+
+NCCL_API ncclResult_t ncclGetUniqueId(ncclUniqueId* uniqueId) {
+  loom::nccl::applyNcclEnvironment();
+  if (uniqueId == nullptr) {
+    return report(loom::error(loomInvalidArgument, "uniqueId is NULL"), nullptr, "ncclGetUniqueId");
+  }
+  return report(fromLoom(loomGetUniqueId(reinterpret_cast<loomUniqueId*>(uniqueId))), nullptr, "ncclGetUniqueId");
+}
+
+NCCL_API const char* ncclGetErrorString(ncclResult_t result) {
+  const int bits = enumBits(result);
+  return bits >= 0 && bits < ncclNumResults ? loomGetErrorString(static_cast<loomResult_t>(bits))
+                                            : "unknown result code";
+}
+
+NCCL_API const char* ncclGetLastError(ncclComm_t comm) {
+  if (comm != nullptr && ShimRegistry::instance().acquire(comm)) {
+    CommUse use(comm);
+    return comm->lastError();
+  }
+  return tLastError.c_str();
+}
+
+// Deprecated in NCCL and without meaning here: Loom reads LOOM_DEBUG at its first log line.
+NCCL_API void ncclResetDebugInit() {}
+
+// ---- Communicators -----------------------------------------------------------------------
+
+NCCL_API ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank,
+                                             ncclConfig_t* config) {
+  loom::nccl::applyNcclEnvironment();
+  Status s = createRank(comm, nranks, commId, rank, config);
+  return reportCreate(s, comm != nullptr ? *comm : nullptr, "ncclCommInitRankConfig");
+}
+
+NCCL_API ncclResult_t ncclCommInitRank(ncclComm_t* comm, int nranks, ncclUniqueId commId, int rank) {
+  loom::nccl::applyNcclEnvironment();
+  Status s = createRank(comm, nranks, commId, rank, nullptr);
+  return reportCreate(s, comm != nullptr ? *comm : nullptr, "ncclCommInitRank");
+}
+
+// Every rank holds all nId ids; the first one's root serves them all (the others' roots,
+// if their processes made them, give up at the init deadline unused).
+NCCL_API ncclResult_t ncclCommInitRankScalable(ncclComm_t* newcomm, int nranks, int myrank, int nId,
+                                               ncclUniqueId* commIds, ncclConfig_t* config) {
+  loom::nccl::applyNcclEnvironment();
+  if (nId < 1 || commIds == nullptr) {
+    return report(loom::error(loomInvalidArgument, "nId %d must be at least 1 and commIds not NULL", nId), nullptr,
+                  "ncclCommInitRankScalable");
+  }
+  Status s = createRank(newcomm, nranks, commIds[0], myrank, config);
+  return reportCreate(s, newcomm != nullptr ? *newcomm : nullptr, "ncclCommInitRankScalable");
+}
+
+NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* devlist) {
+  loom::nccl::applyNcclEnvironment();
+  auto run = [&]() -> Status {
+    if (comms == nullptr) return loom::error(loomInvalidArgument, "comms is NULL");
+    if (ndev < 1) return loom::error(loomInvalidArgument, "ndev %d must be at least 1", ndev);
+    // NCCL's NULL devlist means devices 0..ndev-1; with no device, host communicators.
+    std::vector<int> devices;
+    if (devlist == nullptr && currentDevice() >= 0) {
+      for (int i = 0; i < ndev; ++i) devices.push_back(i);
+      devlist = devices.data();
+    }
+    std::vector<loomComm_t> created(static_cast<size_t>(ndev), nullptr);
+    LOOM_TRY(fromLoom(loomCommInitAll(created.data(), ndev, devlist)));
+    for (int i = 0; i < ndev; ++i) {
+      ncclComm* comm = ShimRegistry::instance().create();
+      int device = -1;
+      (void)loomCommDevice(created[static_cast<size_t>(i)], &device);
+      comm->setDevice(device);
+      (void)comm->init(true, [handle = created[static_cast<size_t>(i)]](loomComm_t* out) {
+        *out = handle;
+        return loomSuccess;
+      });
+      comms[i] = comm;
+    }
+    return Status::ok();
+  };
+  return report(run(), nullptr, "ncclCommInitAll");
+}
+
+// Runs to completion even on a non-blocking communicator (NCCL allows ncclSuccess there).
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                    ncclConfig_t* config) {
+  return withComm(comm, "ncclCommSplit", [&](ncclComm& parent) -> Status {
+    LOOM_TRY(ready(parent, true));
+    if (newcomm == nullptr) return loom::error(loomInvalidArgument, "newcomm is NULL");
+    *newcomm = nullptr;
+    SharedConfig shared;
+    LOOM_TRY(readConfig(config, &shared));
+    loomConfig_t c = LOOM_CONFIG_INITIALIZER;
+    c.device = parent.device();
+    c.commName = shared.commName.empty() ? nullptr : shared.commName.c_str();
+    loomComm_t child = nullptr;
+    LOOM_TRY(fromLoom(loomCommSplit(parent.loom(), color, key, &child, &c)));
+    if (child == nullptr) return Status::ok();  // NCCL_SPLIT_NOCOLOR
+    ncclComm* wrapped = ShimRegistry::instance().create();
+    wrapped->setDevice(parent.device());
+    (void)wrapped->init(true, [child](loomComm_t* out) {
+      *out = child;
+      return loomSuccess;
+    });
+    *newcomm = wrapped;
+    return Status::ok();
+  });
+}
+
+NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t* newcomm, ncclConfig_t*, int) {
+  if (newcomm != nullptr) *newcomm = nullptr;
+  return withComm(comm, "ncclCommShrink", [&](ncclComm&) { return unsupported("ncclCommShrink"); });
+}
+
+NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
+  return withComm(comm, "ncclCommRevoke", [&](ncclComm&) { return unsupported("ncclCommRevoke"); });
+}
+
+// Host calls have completed when they return and device calls are ordered on the caller's
+// streams, so nothing is left to flush: later collectives are refused.
+NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
+  return withComm(comm, "ncclCommFinalize", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    c.finalize();
+    return Status::ok();
+  });
+}
+
+namespace {
+
+ncclResult_t endComm(ncclComm_t comm, bool abort, const char* call) {
+  loom::nccl::applyNcclEnvironment();
+  if (comm == nullptr) return ncclSuccess;  // as NCCL
+  if (!ShimRegistry::instance().acquire(comm)) {
+    return report(loom::error(loomInvalidUsage, "comm %p is not a live communicator (destroyed, or never created)",
+                              static_cast<void*>(comm)),
+                  nullptr, call);
+  }
+  Status s;
+  {
+    CommUse use(comm);
+    s = fromLoom(comm->destroy(abort));
+  }
+  ShimRegistry::instance().remove(comm);
+  return report(s, nullptr, call);
+}
+
+}  // namespace
+
+NCCL_API ncclResult_t ncclCommDestroy(ncclComm_t comm) { return endComm(comm, false, "ncclCommDestroy"); }
+
+NCCL_API ncclResult_t ncclCommAbort(ncclComm_t comm) { return endComm(comm, true, "ncclCommAbort"); }
+
+NCCL_API ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t* asyncError) {
+  return withComm(comm, "ncclCommGetAsyncError", [&](ncclComm& c) -> Status {
+    if (asyncError == nullptr) return loom::error(loomInvalidArgument, "asyncError is NULL");
+    const loomResult_t state = c.initState();
+    if (state != loomSuccess) {
+      *asyncError = toNccl(state);  // ncclInProgress while a non-blocking creation runs
+      return Status::ok();
+    }
+    loomResult_t loomError = loomSuccess;
+    LOOM_TRY(fromLoom(loomCommGetAsyncError(c.loom(), &loomError)));
+    *asyncError = toNccl(loomError);
+    return Status::ok();
+  });
+}
+
+NCCL_API ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
+  return withComm(comm, "ncclCommCount", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    return fromLoom(loomCommCount(c.loom(), count));
+  });
+}
+
+// -1 for a host communicator (made where CUDA found no device).
+NCCL_API ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int* device) {
+  return withComm(comm, "ncclCommCuDevice", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    return fromLoom(loomCommDevice(c.loom(), device));
+  });
+}
+
+NCCL_API ncclResult_t ncclCommUserRank(const ncclComm_t comm, int* rank) {
+  return withComm(comm, "ncclCommUserRank", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    return fromLoom(loomCommUserRank(c.loom(), rank));
+  });
+}
+
+// ---- Memory and registration -------------------------------------------------------------
+
+// Device memory where CUDA has a device; page-aligned host memory where it has none (the
+// memory a host communicator works on).
+NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
+  loom::nccl::applyNcclEnvironment();
+  auto run = [&]() -> Status {
+    if (ptr == nullptr) return loom::error(loomInvalidArgument, "ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) return loom::error(loomInvalidArgument, "size is 0");
+    if (currentDevice() >= 0) {
+      const cudaError_t err = cudaMalloc(ptr, size);
+      if (err != cudaSuccess) {
+        cudaGetLastError();
+        return loom::error(loomUnhandledCudaError, "cudaMalloc(%zu): %s", size, cudaGetErrorString(err));
+      }
+      return Status::ok();
+    }
+    constexpr size_t kPage = 4096;
+    if (size > SIZE_MAX - kPage) return loom::error(loomInvalidArgument, "size %zu is too large", size);
+    *ptr = std::aligned_alloc(kPage, (size + kPage - 1) / kPage * kPage);
+    if (*ptr == nullptr) return loom::error(loomSystemError, "no host memory for %zu bytes", size);
+    return Status::ok();
+  };
+  return report(run(), nullptr, "ncclMemAlloc");
+}
+
+NCCL_API ncclResult_t ncclMemFree(void* ptr) {
+  loom::nccl::applyNcclEnvironment();
+  if (ptr == nullptr) return ncclSuccess;
+  if (currentDevice() < 0) {
+    std::free(ptr);
+    return ncclSuccess;
+  }
+  const cudaError_t err = cudaFree(ptr);
+  if (err == cudaSuccess) return ncclSuccess;
+  cudaGetLastError();
+  return report(loom::error(loomUnhandledCudaError, "cudaFree(%p): %s", ptr, cudaGetErrorString(err)), nullptr,
+                "ncclMemFree");
+}
+
+// Accepted and checked: Loom's data path does not use registrations yet, so they change
+// nothing but what Deregister accepts.
+NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
+  return withComm(comm, "ncclCommRegister", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    if (handle == nullptr) return loom::error(loomInvalidArgument, "handle is NULL");
+    if (buff == nullptr || size == 0) {
+      return loom::error(loomInvalidArgument, "buff %p, size %zu: nothing to register", buff, size);
+    }
+    *handle = c.addRegistration(buff, size);
+    return Status::ok();
+  });
+}
+
+NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
+  return withComm(comm, "ncclCommDeregister", [&](ncclComm& c) -> Status {
+    if (!c.removeRegistration(handle)) {
+      return loom::error(loomInvalidArgument, "handle %p is not a registration of this communicator", handle);
+    }
+    return Status::ok();
+  });
+}
+
+NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void*, size_t, ncclWindow_t* win, int) {
+  if (win != nullptr) *win = nullptr;
+  return withComm(comm, "ncclCommWindowRegister", [&](ncclComm&) { return unsupported("symmetric memory windows"); });
+}
+
+NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
+  return withComm(comm, "ncclCommWindowDeregister",
+                  [&](ncclComm&) { return unsupported("symmetric memory windows"); });
+}
+
+// ---- Reduction operations ----------------------------------------------------------------
+
+NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
+                                               ncclScalarResidence_t residence, ncclComm_t comm) {
+  return withComm(comm, "ncclRedOpCreatePreMulSum", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    if (op == nullptr) return loom::error(loomInvalidArgument, "op is NULL");
+    if (scalar == nullptr) return loom::error(loomInvalidArgument, "scalar is NULL");
+    LOOM_TRY(checkType(datatype));
+    const int type = enumBits(datatype);
+    if (type < 0 || type >= loomNumTypes) {
+      return loom::error(loomInvalidArgument, "datatype %d is not an ncclDataType_t", type);
+    }
+    const int where = enumBits(residence);
+    if (where != ncclScalarDevice && where != ncclScalarHostImmediate) {
+      return loom::error(loomInvalidArgument, "residence %d is not an ncclScalarResidence_t", where);
+    }
+    int created = 0;
+    LOOM_TRY(c.preMulSumOps().create(static_cast<loomDataType_t>(type), scalar, where == ncclScalarHostImmediate,
+                                      &created));
+    const ncclRedOp_t value = static_cast<ncclRedOp_t>(created);
+    std::memcpy(op, &value, sizeof value);
+    return Status::ok();
+  });
+}
+
+NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
+  return withComm(comm, "ncclRedOpDestroy", [&](ncclComm& c) -> Status {
+    const int bits = enumBits(op);
+    if (bits >= 0 && bits < ncclNumOps) {
+      return loom::error(loomInvalidArgument, "op %d is a built-in ncclRedOp_t, not a created one", bits);
+    }
+    return c.preMulSumOps().destroy(bits);
+  });
+}
+
+// ---- Collectives -------------------------------------------------------------------------
+
+namespace {
+
+loomDataType_t loomType(ncclDataType_t type) { return static_cast<loomDataType_t>(enumBits(type)); }
+
+}  // namespace
+
+NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclAllReduce", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return withOp(c, sendbuff, count, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
+      return loomAllReduce(send, recvbuff, count, loomType(datatype), loomOp, c.loom(), stream);
+    });
+  });
+}
+
+NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                 ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclReduce", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return withOp(c, sendbuff, count, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
+      return loomReduce(send, recvbuff, count, loomType(datatype), loomOp, root, c.loom(), stream);
+    });
+  });
+}
+
+NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                                        cudaStream_t stream) {
+  return withComm(comm, "ncclReduceScatter", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    size_t sendCount = 0;
+    if (__builtin_mul_overflow(recvcount, static_cast<size_t>(countOf(c)), &sendCount)) {
+      return loom::error(loomInvalidArgument, "recvcount %zu times %d ranks overflows size_t", recvcount,
+                         countOf(c));
+    }
+    return withOp(c, sendbuff, sendCount, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
+      return loomReduceScatter(send, recvbuff, recvcount, loomType(datatype), loomOp, c.loom(), stream);
+    });
+  });
+}
+
+NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                    int root, ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclBroadcast", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return fromLoom(loomBroadcast(sendbuff, recvbuff, count, loomType(datatype), root, c.loom(), stream));
+  });
+}
+
+NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
+                                cudaStream_t stream) {
+  return withComm(comm, "ncclBcast", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return fromLoom(loomBroadcast(buff, buff, count, loomType(datatype), root, c.loom(), stream));
+  });
+}
+
+NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclAllGather", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return fromLoom(loomAllGather(sendbuff, recvbuff, sendcount, loomType(datatype), c.loom(), stream));
+  });
+}
+
+NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                   ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclAlltoAll", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return fromLoom(loomAllToAll(sendbuff, recvbuff, count, loomType(datatype), c.loom(), stream));
+  });
+}
+
+// Root receives block r (count elements) of its recvbuff from rank r; in place when root's
+// sendbuff is its own block, as NCCL defines it.
+NCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                 int root, ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclGather", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkRoot(c, root));
+    const size_t block = count * loom::typeSize(loomType(datatype));
+    const int me = rankOf(c);
+    P2PGroup group;
+    if (me == root) {
+      char* base = static_cast<char*>(recvbuff);
+      const bool inPlace = recvbuff != nullptr && sendbuff == base + me * block;
+      for (int r = 0; r < countOf(c); ++r) {
+        if (r == me && inPlace) continue;
+        group.recv(base == nullptr ? nullptr : base + r * block, count, datatype, r, c.loom(), stream);
+      }
+      if (!inPlace) group.send(sendbuff, count, datatype, root, c.loom(), stream);
+    } else {
+      group.send(sendbuff, count, datatype, root, c.loom(), stream);
+    }
+    return group.end();
+  });
+}
+
+// Rank r receives block r (count elements) of root's sendbuff; in place when root's
+// recvbuff is its own block.
+NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
+                                  int root, ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclScatter", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkRoot(c, root));
+    const size_t block = count * loom::typeSize(loomType(datatype));
+    const int me = rankOf(c);
+    P2PGroup group;
+    if (me == root) {
+      const char* base = static_cast<const char*>(sendbuff);
+      const bool inPlace = sendbuff != nullptr && recvbuff == base + me * block;
+      for (int r = 0; r < countOf(c); ++r) {
+        if (r == me && inPlace) continue;
+        group.send(base == nullptr ? nullptr : base + r * block, count, datatype, r, c.loom(), stream);
+      }
+      if (!inPlace) group.recv(recvbuff, count, datatype, root, c.loom(), stream);
+    } else {
+      group.recv(recvbuff, count, datatype, root, c.loom(), stream);
+    }
+    return group.end();
+  });
+}
+
+NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
+                               ncclComm_t comm, cudaStream_t stream) {
+  return withComm(comm, "ncclSend", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return fromLoom(loomSend(sendbuff, count, loomType(datatype), peer, c.loom(), stream));
+  });
+}
+
+NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
+                               cudaStream_t stream) {
+  return withComm(comm, "ncclRecv", [&](ncclComm& c) -> Status {
+    LOOM_TRY(checkCollective(c, datatype, stream));
+    return fromLoom(loomRecv(recvbuff, count, loomType(datatype), peer, c.loom(), stream));
+  });
+}
+
+// ---- Groups ------------------------------------------------------------------------------
+
+NCCL_API ncclResult_t ncclGroupStart() {
+  loom::nccl::applyNcclEnvironment();
+  ++tGroupDepth;
+  return report(fromLoom(loomGroupStart()), nullptr, "ncclGroupStart");
+}
+
+// The outermost End launches the recorded calls and waits for the communicators created
+// inside the group.
+NCCL_API ncclResult_t ncclGroupEnd() {
+  loom::nccl::applyNcclEnvironment();
+  if (tGroupDepth == 0) {
+    return report(loom::error(loomInvalidUsage, "ncclGroupEnd without ncclGroupStart"), nullptr, "ncclGroupEnd");
+  }
+  Status s = fromLoom(loomGroupEnd());
+  if (--tGroupDepth > 0) return report(s, nullptr, "ncclGroupEnd");
+  std::vector<ncclComm*> created;
+  created.swap(tGroupInits);
+  for (ncclComm* comm : created) {
+    const loomResult_t result = comm->waitInit();
+    if (result != loomSuccess && s.isOk()) s = Status(result, comm->lastError());
+  }
+  return report(s, nullptr, "ncclGroupEnd");
+}
+
+NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
+  loom::nccl::applyNcclEnvironment();
+  return report(unsupported("ncclGroupSimulateEnd (the group stays open: end it with ncclGroupEnd)"), nullptr,
+                "ncclGroupSimulateEnd");
+}
+
+// ---- Profiling names ---------------------------------------------------------------------
+// NCCL exports every function a second time as pnccl*, for profilers that interpose on the
+// nccl* names; here both names are the same code.
+
+#define LOOM_PNCCL(name) NCCL_API decltype(name) p##name __attribute__((alias(#name)));
+LOOM_PNCCL(ncclGetVersion)
+LOOM_PNCCL(ncclGetUniqueId)
+LOOM_PNCCL(ncclGetErrorString)
+LOOM_PNCCL(ncclGetLastError)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+LOOM_PNCCL(ncclResetDebugInit)
+#pragma GCC diagnostic pop
+LOOM_PNCCL(ncclCommInitRankConfig)
+LOOM_PNCCL(ncclCommInitRank)
+LOOM_PNCCL(ncclCommInitRankScalable)
+LOOM_PNCCL(ncclCommInitAll)
+LOOM_PNCCL(ncclCommSplit)
+LOOM_PNCCL(ncclCommShrink)
+LOOM_PNCCL(ncclCommRevoke)
+LOOM_PNCCL(ncclCommFinalize)
+LOOM_PNCCL(ncclCommDestroy)
+LOOM_PNCCL(ncclCommAbort)
+LOOM_PNCCL(ncclCommGetAsyncError)
+LOOM_PNCCL(ncclCommCount)
+LOOM_PNCCL(ncclCommCuDevice)
+LOOM_PNCCL(ncclCommUserRank)
+LOOM_PNCCL(ncclMemAlloc)
+LOOM_PNCCL(ncclMemFree)
+LOOM_PNCCL(ncclCommRegister)
+LOOM_PNCCL(ncclCommDeregister)
+LOOM_PNCCL(ncclCommWindowRegister)
+LOOM_PNCCL(ncclCommWindowDeregister)
+LOOM_PNCCL(ncclRedOpCreatePreMulSum)
+LOOM_PNCCL(ncclRedOpDestroy)
+LOOM_PNCCL(ncclAllReduce)
+LOOM_PNCCL(ncclReduce)
+LOOM_PNCCL(ncclReduceScatter)
+LOOM_PNCCL(ncclBroadcast)
+LOOM_PNCCL(ncclBcast)
+LOOM_PNCCL(ncclAllGather)
+LOOM_PNCCL(ncclAlltoAll)
+LOOM_PNCCL(ncclGather)
+LOOM_PNCCL(ncclScatter)
+LOOM_PNCCL(ncclSend)
+LOOM_PNCCL(ncclRecv)
+LOOM_PNCCL(ncclGroupStart)
+LOOM_PNCCL(ncclGroupEnd)
+LOOM_PNCCL(ncclGroupSimulateEnd)
