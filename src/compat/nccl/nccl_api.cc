@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
+#include "compat/nccl/cuda_memory.h"
 #include "compat/nccl/nccl_environment.h"
 #include "compat/nccl/premul_sum.h"
 #include "compat/nccl/shim_comm.h"
@@ -31,6 +32,7 @@ namespace {
 
 using loom::Status;
 using loom::nccl::CommUse;
+using loom::nccl::currentDevice;
 using loom::nccl::PreMulSum;
 using loom::nccl::ShimRegistry;
 
@@ -100,18 +102,6 @@ Status ready(const ncclComm& comm, bool forCollective = false) {
     return loom::error(loomInvalidUsage, "the communicator was finalized (ncclCommFinalize); only Destroy remains");
   }
   return Status::ok();
-}
-
-// The device of a new communicator, as NCCL takes it: the current CUDA device, or -1 (host
-// memory) where CUDA finds none.
-int currentDevice() {
-  int count = 0;
-  int device = -1;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 || cudaGetDevice(&device) != cudaSuccess) {
-    cudaGetLastError();  // leave no sticky error for the application to find
-    return -1;
-  }
-  return device;
 }
 
 // float8 is the one NCCL type Loom lacks; any other value is Loom's to judge.
@@ -488,19 +478,7 @@ NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
     if (ptr == nullptr) return loom::error(loomInvalidArgument, "ptr is NULL");
     *ptr = nullptr;
     if (size == 0) return loom::error(loomInvalidArgument, "size is 0");
-    if (currentDevice() >= 0) {
-      const cudaError_t err = cudaMalloc(ptr, size);
-      if (err != cudaSuccess) {
-        cudaGetLastError();
-        return loom::error(loomUnhandledCudaError, "cudaMalloc(%zu): %s", size, cudaGetErrorString(err));
-      }
-      return Status::ok();
-    }
-    constexpr size_t kPage = 4096;
-    if (size > SIZE_MAX - kPage) return loom::error(loomInvalidArgument, "size %zu is too large", size);
-    *ptr = std::aligned_alloc(kPage, (size + kPage - 1) / kPage * kPage);
-    if (*ptr == nullptr) return loom::error(loomSystemError, "no host memory for %zu bytes", size);
-    return Status::ok();
+    return loom::nccl::allocate(ptr, size);
   };
   return report(run(), nullptr, "ncclMemAlloc");
 }
@@ -508,15 +486,7 @@ NCCL_API ncclResult_t ncclMemAlloc(void** ptr, size_t size) {
 NCCL_API ncclResult_t ncclMemFree(void* ptr) {
   loom::nccl::applyNcclEnvironment();
   if (ptr == nullptr) return ncclSuccess;
-  if (currentDevice() < 0) {
-    std::free(ptr);
-    return ncclSuccess;
-  }
-  const cudaError_t err = cudaFree(ptr);
-  if (err == cudaSuccess) return ncclSuccess;
-  cudaGetLastError();
-  return report(loom::error(loomUnhandledCudaError, "cudaFree(%p): %s", ptr, cudaGetErrorString(err)), nullptr,
-                "ncclMemFree");
+  return report(loom::nccl::release(ptr), nullptr, "ncclMemFree");
 }
 
 // Accepted and checked: Loom's data path does not use registrations yet, so they change
