@@ -1,10 +1,13 @@
 #include "core/collective.h"
 
+#include <algorithm>
+
 #include "algorithms/algorithm.h"
 #include "algorithms/select.h"
 #include "core/communicator.h"
 #include "core/log.h"
 #include "core/one_shot.h"
+#include "device/device_comm.h"
 
 namespace loom {
 namespace {
@@ -35,6 +38,27 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
     case CallInfo::Kind::kAllToAll: return pairwiseAllToAll(args, plan);
     default: return;
   }
+}
+
+// Connections (peer and direction) per channel that one rank's plan of `algorithm` may use:
+// a ring sends to one neighbour and receives from the other; a rank of a double binary tree
+// has up to three neighbours in each tree, both ways; the others may touch every peer.
+int connectionsPerChannel(Algorithm algorithm, int nranks) {
+  if (nranks <= 1) return 1;
+  if (algorithm == Algorithm::kRing) return 2;
+  if (algorithm == Algorithm::kTree) return 2 * std::min(6, nranks - 1);
+  return 2 * (nranks - 1);
+}
+
+// A device plan runs one worker (a thread block) per connection and channel, plus one for
+// local copies, and every rank's workers must be resident at once on the device they share:
+// the channels are as many as fit the communicator's block budget (device_comm.h).
+int deviceChannels(Communicator& comm, Algorithm algorithm) {
+  const int configured = comm.config().deviceChannels;
+  const int budget = comm.deviceComm().blockBudget();
+  if (budget <= 0) return configured;
+  const int fit = (budget - 1) / connectionsPerChannel(algorithm, comm.nranks());
+  return std::clamp(fit, 1, configured);
 }
 
 }  // namespace
@@ -117,7 +141,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.sliceBytes = plan.deviceMemory ? config.deviceSliceBytes : config.sliceBytes;
   // Several channels only pay when each gets a few slices' worth. A device communicator's links
   // are its FIFO connections, one set per channel.
-  int links = plan.deviceMemory ? config.deviceChannels : comm.transport().linksPerPeer();
+  int links = plan.deviceMemory ? deviceChannels(comm, choice.algorithm) : comm.transport().linksPerPeer();
   args.channels = config.channels > 0                                          ? config.channels
                   : bytes >= static_cast<size_t>(links) * 2 * args.sliceBytes ? links
                                                                                : 1;

@@ -118,6 +118,11 @@ const std::vector<Variable>& variables() {
        "instead of a GPU: the same FIFO protocol and plan interpreter, built as host code (docs/ARCHITECTURE.md, "
        "'Device communicators'). Buffers are then host memory and streams are Loom host streams (NULL: the call "
        "completes before it returns). For tests and debugging without a GPU; builds without CUDA accept it too."},
+      {"LOOM_DEVICE_EMULATION_BLOCKS", "0", kData,
+       "With LOOM_DEVICE_EMULATION=1: how many plan-kernel workers the emulated device runs at once, shared by "
+       "every emulated communicator of the process, as a GPU holds only so many resident thread blocks (a worker "
+       "waits for a free one before it starts). 0: no limit. Tests use it to check that device plans fit the GPU "
+       "they share (docs/ARCHITECTURE.md, 'Device communicators')."},
       {"LOOM_DEVICE_FIFO_BYTES", "4194304", kData,
        "Bytes of each simple-wire FIFO of a device communicator, per channel, peer and direction (8 slots of an "
        "eighth each; 16384 or more). A pair of ranks that exchange data holds two per channel."},

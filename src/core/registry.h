@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,6 +37,23 @@ class HandleSet {
   std::atomic<uint64_t> generation_{0};
 };
 
+// Slots that threads take and give back, at most `capacity` taken at once (0: no limit).
+// The emulated device's resident thread blocks. Thread-safe.
+class SlotPool {
+ public:
+  // The first non-zero capacity set is kept: one device, one size.
+  void setCapacity(int capacity);
+  int capacity() const;
+  void take();  // waits for a free slot
+  void give();
+
+ private:
+  mutable std::mutex mutex_;
+  std::condition_variable freed_;
+  int capacity_ = 0;
+  int taken_ = 0;
+};
+
 class Registry {
  public:
   static Registry& instance();
@@ -57,6 +75,10 @@ class Registry {
   // failure is not kept, so the next communicator tries again.
   Status hostGraph(const std::string& topoFile, const topo::Graph** out, topo::Source* source);
 
+  // The emulated device's resident blocks, shared by the process's emulated communicators
+  // (LOOM_DEVICE_EMULATION_BLOCKS).
+  SlotPool& emulatedDeviceBlocks() { return emulatedDeviceBlocks_; }
+
  private:
   Registry();
   ~Registry();
@@ -73,6 +95,7 @@ class Registry {
   std::vector<std::unique_ptr<BootstrapRoot>> roots_;
   std::mutex graphsMutex_;
   std::map<std::string, std::pair<std::unique_ptr<topo::Graph>, topo::Source>> graphs_;
+  SlotPool emulatedDeviceBlocks_;
 };
 
 }  // namespace loom

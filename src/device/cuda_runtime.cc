@@ -49,6 +49,8 @@ class CudaRuntime final : public DeviceRuntime {
     return format("CUDA device %d (%s, %d multiprocessors, %d plan-kernel blocks each)", device_, deviceName_.c_str(),
                   multiprocessors_, blocksPerMultiprocessor_);
   }
+  int residentBlocks() const override { return multiprocessors_ * blocksPerMultiprocessor_; }
+  std::string deviceKey() const override { return busId_; }
   Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
   Status allocHostMapped(size_t bytes, void** host, void** device) override;
@@ -61,6 +63,7 @@ class CudaRuntime final : public DeviceRuntime {
  private:
   int device_;
   std::string deviceName_;
+  std::string busId_;  // the same GPU has the same one in every process, whatever its ordinal
   int multiprocessors_ = 0;
   int blocksPerMultiprocessor_ = 0;
   std::vector<cuda::DevicePtr> deviceMemory_;
@@ -82,6 +85,9 @@ Status CudaRuntime::init() {
   LOOM_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
   deviceName_ = prop.name;
   multiprocessors_ = prop.multiProcessorCount;
+  char busId[32] = {};
+  LOOM_CUDA_TRY(cudaDeviceGetPCIBusId(busId, sizeof busId, device_));
+  busId_ = busId;
   // Now, before any peer's kernel waits for this rank's (see loadPlanKernel).
   LOOM_CUDA_TRY(static_cast<cudaError_t>(loadPlanKernel(&blocksPerMultiprocessor_)));
   LOOM_TRY(cuda::makeStream(&own_));

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <new>
 #include <set>
@@ -113,6 +114,7 @@ class DeviceCommImpl final : public DeviceComm {
     return runtime_->checkBuffer(name, ptr, bytes);
   }
   void abort() override;
+  int blockBudget() const override { return blockBudget_; }
 
   Status prepare(const DeviceJob& job) override;
   Status connectOut() override;
@@ -127,6 +129,7 @@ class DeviceCommImpl final : public DeviceComm {
     return kBlockStatusBytes + channel * static_cast<size_t>(channels_);
   }
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
+  Status agreeOnBlockBudget();
   void fillConnections(int peer);
   Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
   void note(const Plan& plan, uint64_t id);
@@ -143,6 +146,7 @@ class DeviceCommImpl final : public DeviceComm {
   std::unique_ptr<DeviceRuntime> runtime_;
   FifoShape shape_{};
   int channels_ = 1;
+  int blockBudget_ = 0;
   Control* control_ = nullptr;        // host view
   Control* controlDevice_ = nullptr;  // kernel view
   LaunchState* state_ = nullptr;
@@ -180,6 +184,7 @@ class DeviceCommImpl final : public DeviceComm {
 Status DeviceCommImpl::init() {
   const CommConfig& config = comm_->config();
   LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, &runtime_));
+  LOOM_TRY(agreeOnBlockBudget());
   channels_ = config.deviceChannels;
   shape_.slots = 8;
   shape_.slotBytes = static_cast<uint32_t>(config.deviceFifoBytes / shape_.slots / 256 * 256);
@@ -210,6 +215,41 @@ Status DeviceCommImpl::init() {
             runtime_->describe().c_str(), channels_, shape_.slots, shape_.slotBytes, shape_.llSlots,
             static_cast<unsigned long long>(shape_.llPayload()));
   watchdog_ = std::thread([this] { watch(); });
+  return Status::ok();
+}
+
+// Ranks whose plan kernels share a device wait on each other's workers, so all of their workers
+// must be resident at once: a worker left waiting for a free block while the blocks are held by
+// workers waiting for it is a hang. Ranks of one host naming the same device key share it (also
+// across processes: under MPS their blocks share the SMs).
+Status DeviceCommImpl::agreeOnBlockBudget() {
+  struct Entry {
+    uint64_t hostHash;
+    uint64_t deviceKey;
+    int32_t residentBlocks;
+    int32_t unused;
+  };
+  const std::vector<PeerInfo>& peers = comm_->bootstrap().peers();
+  std::vector<Entry> all(static_cast<size_t>(comm_->nranks()));
+  all[static_cast<size_t>(comm_->rank())] = {peers[static_cast<size_t>(comm_->rank())].hostHash,
+                                             std::hash<std::string>{}(runtime_->deviceKey()),
+                                             runtime_->residentBlocks(), 0};
+  LOOM_TRY(comm_->bootstrap().allGather(all.data(), sizeof(Entry)).withContext("device residency exchange"));
+  int sharersOfMine = 0;
+  for (const Entry& e : all) {
+    if (e.residentBlocks <= 0) continue;
+    int sharers = 0;
+    for (const Entry& o : all) sharers += o.hostHash == e.hostHash && o.deviceKey == e.deviceKey;
+    const int budget = std::max(1, e.residentBlocks / sharers);
+    blockBudget_ = blockBudget_ == 0 ? budget : std::min(blockBudget_, budget);
+    if (&e == &all[static_cast<size_t>(comm_->rank())]) sharersOfMine = sharers;
+  }
+  if (blockBudget_ > 0) {
+    LOOM_INFO("comm %016llx rank %d: %d rank(s) share this device (%d resident plan-kernel blocks); each rank's "
+              "launch may use %d",
+              static_cast<unsigned long long>(comm_->commId()), comm_->rank(), sharersOfMine,
+              runtime_->residentBlocks(), blockBudget_);
+  }
   return Status::ok();
 }
 
@@ -465,6 +505,12 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     LOOM_TRY(lowerPlan(plan, id, map, &bytes));
     const PlanHeader& header = *reinterpret_cast<const PlanHeader*>(bytes.data());
     if (header.workers == 0) continue;  // nothing to do on this rank (count 0 alone)
+    if (blockBudget_ > 0 && header.workers > static_cast<uint32_t>(blockBudget_)) {
+      return error(loomInvalidUsage,
+                   "this call's plan needs %u workers running at once, but with the ranks that share the device "
+                   "each may have %d (its resident blocks divided among them); use fewer channels (LOOM_CHANNELS)",
+                   header.workers, blockBudget_);
+    }
     if (header.steps > stepFlagCapacity_) {
       // A larger table; the old one stays, as a captured graph may still use it.
       size_t capacity = stepFlagCapacity_;

@@ -50,6 +50,12 @@ class DeviceComm {
   virtual Status checkBuffer(const char* name, const void* ptr, size_t bytes) const = 0;
   // loomCommAbort: running kernels give up their waits and end; later calls fail.
   virtual void abort() = 0;
+  // How many workers (thread blocks) one rank's launch may have, so that the launches of all
+  // the communicator's ranks that share a device can be resident at once, as they must be to
+  // wait on each other: the smallest of (resident blocks / ranks sharing the device) over the
+  // devices. The same on every rank; 0: no limit (the emulation without
+  // LOOM_DEVICE_EMULATION_BLOCKS).
+  virtual int blockBudget() const = 0;
 
   // The phases of launchDeviceJobs, one communicator's part each.
   virtual Status prepare(const DeviceJob& job) = 0;  // plans, LOOM_CHECK's exchange

@@ -20,6 +20,7 @@
 
 #include "core/env.h"
 #include "core/host_stream.h"
+#include "core/registry.h"
 #include "device/host_worker.h"
 #include "device/interpreter.h"
 #include "device/runtime.h"
@@ -38,8 +39,12 @@ class EmulatedRuntime final : public DeviceRuntime {
 
   const char* name() const override { return "emulated"; }
   std::string describe() const override {
-    return "emulated device (LOOM_DEVICE_EMULATION=1): the plan kernel runs on CPU threads over host memory";
+    const int blocks = Registry::instance().emulatedDeviceBlocks().capacity();
+    return "emulated device (LOOM_DEVICE_EMULATION=1): the plan kernel runs on CPU threads over host memory" +
+           (blocks > 0 ? format(", %d resident blocks", blocks) : std::string());
   }
+  int residentBlocks() const override { return Registry::instance().emulatedDeviceBlocks().capacity(); }
+  std::string deviceKey() const override { return "emulated"; }
   Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
   Status allocHostMapped(size_t bytes, void** host, void** device) override {
@@ -169,8 +174,13 @@ void EmulatedRuntime::serve(uint32_t index) {
     ran = generation_;
     std::shared_ptr<Launch> launch = queue_.front();
     lock.unlock();
+    // A worker holds one of the device's resident blocks from its start to its end, as a
+    // thread block does on a GPU.
+    SlotPool& blocks = Registry::instance().emulatedDeviceBlocks();
+    blocks.take();
     HostWorker worker(nullptr, 0);
     runWorker(launch->args, index, worker);
+    blocks.give();
     lock.lock();
     if (--launch->unfinished == 0) {
       launch->done = true;
@@ -206,6 +216,9 @@ Status EmulatedRuntime::finishLaunches(const LaunchStream& stream) {
 }  // namespace
 
 Status makeEmulatedRuntime(std::unique_ptr<DeviceRuntime>* out) {
+  long long blocks = 0;
+  LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION_BLOCKS", 0, 1 << 20, &blocks));
+  Registry::instance().emulatedDeviceBlocks().setCapacity(static_cast<int>(blocks));
   *out = std::make_unique<EmulatedRuntime>();
   return Status::ok();
 }

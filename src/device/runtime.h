@@ -44,6 +44,11 @@ class DeviceRuntime {
   // "cuda" or "emulated", and a sentence for the INFO log.
   virtual const char* name() const = 0;
   virtual std::string describe() const = 0;
+  // How many plan-kernel workers (thread blocks) the device runs at once, for all the ranks
+  // that share it (0: no limit), and a name for the device that is the same in every process
+  // of the host that uses it (the PCI bus id of a GPU).
+  virtual int residentBlocks() const = 0;
+  virtual std::string deviceKey() const = 0;
 
   // Memory a peer may map, zeroed. `peerPid`: the process that will open it.
   virtual Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) = 0;
