@@ -41,8 +41,9 @@ build() {
     BUILDDIR="$(realpath "$out")/bin" || die "make failed"
   for t in "${tests[@]}"; do
     # The loader must find Loom's library, not a real NCCL: check it as the run will see it.
-    LD_LIBRARY_PATH=$shim_dir ldd "$out/bin/$t" | grep -q "$shim_dir/libnccl.so.2" ||
-      die "$t does not resolve libnccl.so.2 to $shim_dir"
+    local resolved
+    resolved=$(LD_LIBRARY_PATH=$shim_dir ldd "$out/bin/$t" | grep 'libnccl.so.2 =>')
+    [[ $resolved == *"$shim_dir/libnccl.so.2"* ]] || die "$t resolves ${resolved:-nothing}, not $shim_dir/libnccl.so.2"
   done
   echo "nccl_tests.sh: built ${tests[*]} in $out/bin (${mpi[0]}); libnccl.so.2 -> $shim_dir"
 }
