@@ -130,6 +130,7 @@ class DeviceCommImpl final : public DeviceComm {
   }
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   Status agreeOnBlockBudget();
+  int failureCause() const;
   void fillConnections(int peer);
   Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
   void note(const Plan& plan, uint64_t id);
@@ -147,6 +148,7 @@ class DeviceCommImpl final : public DeviceComm {
   FifoShape shape_{};
   int channels_ = 1;
   int blockBudget_ = 0;
+  std::mutex stopMutex_;  // the callers of stopRunningKernels: watchdog, proxy, loomCommAbort
   Control* control_ = nullptr;        // host view
   Control* controlDevice_ = nullptr;  // kernel view
   LaunchState* state_ = nullptr;
@@ -179,6 +181,7 @@ class DeviceCommImpl final : public DeviceComm {
   uint64_t watched_ = 0;
   Clock::time_point watchedSince_, lastPeerCheck_;
   Clock::time_point goneSince_;  // when a peer was first seen gone (epoch: none is)
+  int firstGone_ = -1;           // and which
 };
 
 Status DeviceCommImpl::init() {
@@ -293,11 +296,13 @@ void DeviceCommImpl::abort() {
   changed_.notify_all();
 }
 
+// The first reason stands: a later one (another peer gone, an abort) must not change the peer
+// a stopped kernel names, so the peer is written only by the caller that sets the reason.
 void DeviceCommImpl::stopRunningKernels(AbortReason reason, int peer) {
+  std::lock_guard<std::mutex> lock(stopMutex_);
+  if (__atomic_load_n(&control_->abort, __ATOMIC_ACQUIRE) != kRunning) return;
   if (reason == kAbortedPeerGone) __atomic_store_n(&control_->abortPeer, peer, __ATOMIC_RELAXED);
-  uint32_t running = kRunning;
-  __atomic_compare_exchange_n(&control_->abort, &running, static_cast<uint32_t>(reason), false, __ATOMIC_ACQ_REL,
-                              __ATOMIC_ACQUIRE);
+  __atomic_store_n(&control_->abort, static_cast<uint32_t>(reason), __ATOMIC_RELEASE);
 }
 
 // ---- Building and connecting ------------------------------------------------------------------
@@ -628,8 +633,22 @@ Status DeviceCommImpl::reportRecordedFailure() {
   return s;
 }
 
-// The communicator failed outside a kernel (a failed connection, an abort): running kernels
-// stop, and peers waiting on this rank learn it from its status words.
+// The rank whose failure started this rank's, as a failing kernel names it to the peers
+// (worker_context.h): the status words publishFailure writes must say the same, or a peer
+// that reads them after this store learns only that this rank gave up, not why.
+int DeviceCommImpl::failureCause() const {
+  const ErrorRecord& e = control_->error;
+  if (__atomic_load_n(&e.complete, __ATOMIC_ACQUIRE) != 0) {
+    if (e.kind == kPeerFailed) return static_cast<int>(e.got) - 1;
+    if (e.kind == kStopped && __atomic_load_n(&control_->abort, __ATOMIC_ACQUIRE) == kAbortedPeerGone) {
+      return __atomic_load_n(&control_->abortPeer, __ATOMIC_ACQUIRE);
+    }
+  }
+  return comm_->rank();
+}
+
+// The communicator failed outside a kernel (a failed connection, an abort), or a kernel
+// failed: running kernels stop, and peers waiting on this rank learn it from its status words.
 void DeviceCommImpl::publishFailure() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -637,9 +656,10 @@ void DeviceCommImpl::publishFailure() {
     published_ = true;
   }
   stopRunningKernels(kAbortedFailure, -1);
+  const uint32_t status = static_cast<uint32_t>(failureCause()) + 1;
   for (PeerState& p : peers_) {
     if (p.connected.load(std::memory_order_acquire) && !p.offHost) {
-      Status s = runtime_->writeWord(reinterpret_cast<uint32_t*>(p.block), static_cast<uint32_t>(comm_->rank()) + 1);
+      Status s = runtime_->writeWord(reinterpret_cast<uint32_t*>(p.block), status);
       if (!s.isOk()) LOOM_WARN("rank %d: telling peers of a failure: %s", comm_->rank(), s.message().c_str());
     }
   }
@@ -686,12 +706,16 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
       }
     }
     if (gone < 0 && proxy_ != nullptr) gone = proxy_->failedPeer();
-    if (gone >= 0 && goneSince_ == Clock::time_point()) goneSince_ = now;
+    if (gone >= 0 && goneSince_ == Clock::time_point()) {
+      goneSince_ = now;
+      firstGone_ = gone;
+    }
     // A peer that did its part and left (its process exited, its sockets closed) fails nothing:
     // what it sent is already here. Only a launch still running a while after it went, or
-    // after it started, waits for the peer in vain.
+    // after it started, waits for the peer in vain. The one named is the first seen gone: the
+    // others may have left since, having failed because of it.
     if (gone >= 0 && now - std::max(goneSince_, watchedSince_) >= kPeerGoneGrace) {
-      stopRunningKernels(kAbortedPeerGone, gone);
+      stopRunningKernels(kAbortedPeerGone, firstGone_);
     }
   }
 }
