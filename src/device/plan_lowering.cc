@@ -8,6 +8,12 @@ namespace {
 
 size_t alignUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
+// An empty vector's data() may be null, which memcpy must not be given even for 0 bytes.
+template <typename T>
+void appendAt(std::vector<uint8_t>* out, size_t at, const std::vector<T>& items) {
+  if (!items.empty()) std::memcpy(out->data() + at, items.data(), items.size() * sizeof(T));
+}
+
 StepKind kindOf(Step::Kind kind) {
   switch (kind) {
     case Step::Kind::kSend: return StepKind::kSend;
@@ -100,10 +106,10 @@ Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std:
   h.bytes = static_cast<uint32_t>(total);
   out->assign(total, 0);
   std::memcpy(out->data(), &h, sizeof h);
-  std::memcpy(out->data() + h.callsAt, calls.data(), ncalls * sizeof(DeviceCall));
-  std::memcpy(out->data() + h.stepsAt, steps.data(), nsteps * sizeof(DeviceStep));
-  std::memcpy(out->data() + h.workersAt, workers.data(), workers.size() * sizeof(WorkerRange));
-  std::memcpy(out->data() + h.orderAt, order.data(), order.size() * sizeof(uint32_t));
+  appendAt(out, h.callsAt, calls);
+  appendAt(out, h.stepsAt, steps);
+  appendAt(out, h.workersAt, workers);
+  appendAt(out, h.orderAt, order);
   return Status::ok();
 }
 

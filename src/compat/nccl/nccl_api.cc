@@ -105,7 +105,7 @@ Status ready(const ncclComm& comm, bool forCollective = false) {
 }
 
 // float8 is the one NCCL type Loom lacks; any other value is Loom's to judge.
-Status checkType(ncclDataType_t type) {
+Status checkType(const ncclDataType_t& type) {
   const int bits = enumBits(type);
   if (bits == ncclFloat8e4m3 || bits == ncclFloat8e5m2) {
     return loom::error(loomInvalidArgument, "datatype %d (%s) is not supported by Loom", bits,
@@ -125,7 +125,7 @@ Status checkStream(const ncclComm& comm, cudaStream_t stream) {
   return Status::ok();
 }
 
-Status checkCollective(const ncclComm& comm, ncclDataType_t type, cudaStream_t stream) {
+Status checkCollective(const ncclComm& comm, const ncclDataType_t& type, cudaStream_t stream) {
   LOOM_TRY(ready(comm, true));
   LOOM_TRY(checkType(type));
   return checkStream(comm, stream);
@@ -134,7 +134,7 @@ Status checkCollective(const ncclComm& comm, ncclDataType_t type, cudaStream_t s
 // Runs a reducing collective with a Loom op. An op from ncclRedOpCreatePreMulSum becomes a
 // sum over the input multiplied first into scratch (sendCount elements of sendbuff).
 template <typename Run>
-Status withOp(ncclComm& comm, const void* sendbuff, size_t sendCount, ncclDataType_t type, ncclRedOp_t op,
+Status withOp(ncclComm& comm, const void* sendbuff, size_t sendCount, const ncclDataType_t& type, const ncclRedOp_t& op,
               Run run) {
   const int bits = enumBits(op);
   if (bits >= 0 && bits < ncclNumOps) return fromLoom(run(sendbuff, static_cast<loomRedOp_t>(bits)));
@@ -181,10 +181,10 @@ Status checkRoot(const ncclComm& comm, int root) {
 class P2PGroup {
  public:
   P2PGroup() { first_ = loomGroupStart(); }
-  void send(const void* buf, size_t count, ncclDataType_t type, int peer, loomComm_t comm, cudaStream_t stream) {
+  void send(const void* buf, size_t count, const ncclDataType_t& type, int peer, loomComm_t comm, cudaStream_t stream) {
     keep(loomSend(buf, count, static_cast<loomDataType_t>(enumBits(type)), peer, comm, stream));
   }
-  void recv(void* buf, size_t count, ncclDataType_t type, int peer, loomComm_t comm, cudaStream_t stream) {
+  void recv(void* buf, size_t count, const ncclDataType_t& type, int peer, loomComm_t comm, cudaStream_t stream) {
     keep(loomRecv(buf, count, static_cast<loomDataType_t>(enumBits(type)), peer, comm, stream));
   }
   Status end() {
@@ -562,7 +562,9 @@ NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
 
 namespace {
 
-loomDataType_t loomType(ncclDataType_t type) { return static_cast<loomDataType_t>(enumBits(type)); }
+// Enum parameters travel by reference and are read as bits: a C caller may pass any int, and
+// loading an enum object that holds a value outside its enumerators is undefined.
+loomDataType_t loomType(const ncclDataType_t& type) { return static_cast<loomDataType_t>(enumBits(type)); }
 
 }  // namespace
 
