@@ -24,6 +24,7 @@ PACKAGES=(
   iproute2
   graphviz
   clang libclang-rt-14-dev
+  python3-torch libtorch-dev pybind11-dev python3-setuptools
 )
 
 say() { echo "setup.sh: $*"; }
@@ -110,3 +111,10 @@ fi
 # --- build -------------------------------------------------------------------
 say "ninja -C $builddir"
 ninja -C "$builddir"
+
+# The torch.distributed backend is built only where /usr/bin/python3 imports torch: say which.
+if [[ -f $builddir/src/compat/torch/loom_torch.stamp ]]; then
+  say "loom_torch (backend \"loom\" for torch.distributed) built: PYTHONPATH=$builddir/python"
+else
+  say "loom_torch not built: $(grep -ho 'loom_torch: not built[^\"]*' "$builddir/meson-logs/meson-log.txt" | tail -1)"
+fi

@@ -1,0 +1,15 @@
+// The Python module loom_torch._C: the creator torch.distributed calls for backend "loom".
+#include <pybind11/chrono.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/extension.h>
+
+#include "compat/torch/process_group_loom.h"
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "Loom's torch.distributed backend (loom_torch registers it as 'loom')";
+  // The ProcessGroup type is torch's own (registered by torch.distributed), so the returned
+  // object is a torch.distributed.ProcessGroup.
+  m.def("create_process_group", &loom::torch_backend::ProcessGroupLoom::create, pybind11::arg("store"),
+        pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
+        pybind11::call_guard<pybind11::gil_scoped_release>());
+}

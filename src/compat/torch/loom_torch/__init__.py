@@ -1,0 +1,21 @@
+"""Loom as a torch.distributed backend.
+
+    import loom_torch                      # registers the backend "loom"
+    torch.distributed.init_process_group("loom", ...)
+
+Every operation of a process group runs on Loom (docs/COMPAT_TORCH.md); CPU tensors.
+"""
+import torch.distributed as dist
+
+from . import _C
+
+__all__ = ["create_process_group"]
+
+
+def create_process_group(store, rank, size, timeout):
+    """The creator torch.distributed calls for init_process_group("loom") and new_group."""
+    return _C.create_process_group(store, rank, size, timeout)
+
+
+if "LOOM" not in dist.Backend._plugins:
+    dist.Backend.register_backend("loom", create_process_group)

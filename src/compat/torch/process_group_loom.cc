@@ -1,0 +1,662 @@
+// ProcessGroupLoom: each torch.distributed operation as Loom calls on a worker thread.
+#include "compat/torch/process_group_loom.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace loom::torch_backend {
+namespace {
+
+const char kUniqueIdKey[] = "loom/unique_id";
+
+// A Work whose Future completes with the operation's outputs (or its error).
+class LoomWork : public c10d::Work {
+ public:
+  LoomWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+      : c10d::Work(rank, type),
+        outputs_(std::move(outputs)),
+        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+
+  bool isCompleted() override { return future_->completed(); }
+  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
+  std::exception_ptr exception() const override { return future_->exception_ptr(); }
+  std::vector<at::Tensor> result() override { return outputs_; }
+  // Loom's own deadline (the process group's timeout) bounds the wait.
+  bool wait(std::chrono::milliseconds) override {
+    future_->wait();
+    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+    return true;
+  }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  void complete(std::exception_ptr error) {
+    if (error) {
+      future_->setError(error);
+    } else {
+      future_->markCompleted(c10::IValue(outputs_));
+    }
+  }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<at::ivalue::Future> future_;
+};
+
+[[noreturn]] void fail(const std::string& message) { throw std::runtime_error("loom: " + message); }
+
+void check(loomResult_t result, loomComm_t comm, const char* what) {
+  if (result != loomSuccess) fail(std::string(what) + ": " + loomGetLastError(comm));
+}
+
+// Loom's element type for a tensor's dtype; bool travels as uint8 (only MIN, MAX and PRODUCT
+// keep it 0 or 1, so reductions refuse the others).
+loomDataType_t typeOf(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kChar: return loomInt8;
+    case at::kByte: return loomUint8;
+    case at::kBool: return loomUint8;
+    case at::kInt: return loomInt32;
+    case at::kLong: return loomInt64;
+    case at::kHalf: return loomFloat16;
+    case at::kFloat: return loomFloat32;
+    case at::kDouble: return loomFloat64;
+    case at::kBFloat16: return loomBfloat16;
+    default: fail(std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported by Loom");
+  }
+}
+
+loomRedOp_t opOf(const c10d::ReduceOp& op, const at::Tensor& t) {
+  loomRedOp_t result;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM: result = loomSum; break;
+    case c10d::ReduceOp::AVG: result = loomAvg; break;
+    case c10d::ReduceOp::PRODUCT: result = loomProd; break;
+    case c10d::ReduceOp::MIN: result = loomMin; break;
+    case c10d::ReduceOp::MAX: result = loomMax; break;
+    default:
+      fail("reduce op " + std::to_string(static_cast<int>(op.op_)) +
+           " (BAND, BOR, BXOR, PREMUL_SUM) is not supported by Loom: its ops are SUM, AVG, PRODUCT, MIN, MAX");
+  }
+  if (t.scalar_type() == at::kBool && (result == loomSum || result == loomAvg)) {
+    fail("SUM and AVG of bool tensors are not supported by Loom (use MAX for a logical or, MIN for an and)");
+  }
+  return result;
+}
+
+// A CPU tensor Loom can take: dense, on the host.
+void checkTensor(const at::Tensor& t, const char* what) {
+  if (!t.defined()) fail(std::string(what) + " is an undefined tensor");
+  if (!t.device().is_cpu()) {
+    fail(std::string(what) + " is on " + t.device().str() + "; the loom backend takes CPU tensors so far");
+  }
+  if (t.layout() != at::kStrided) fail(std::string(what) + " is not a dense (strided) tensor");
+}
+
+void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
+  if (tensors.size() != 1) {
+    fail(std::string(what) + ": the loom backend takes one tensor per call, got " + std::to_string(tensors.size()));
+  }
+  checkTensor(tensors[0], what);
+}
+
+void checkSame(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  if (a.scalar_type() != b.scalar_type()) {
+    fail(std::string(what) + ": dtypes differ (" + c10::toString(a.scalar_type()) + " and " +
+         c10::toString(b.scalar_type()) + ")");
+  }
+}
+
+// The memory Loom works on: the tensor itself when contiguous, else a contiguous copy that
+// copyBack() writes into it afterwards.
+struct Buffer {
+  at::Tensor tensor;  // the caller's
+  at::Tensor data;    // contiguous
+  explicit Buffer(const at::Tensor& t) : tensor(t), data(t.is_contiguous() ? t : t.contiguous()) {}
+  void* ptr() const { return data.data_ptr(); }
+  size_t count() const { return static_cast<size_t>(data.numel()); }
+  void copyBack() const {
+    if (!data.is_same(tensor)) tensor.copy_(data);
+  }
+};
+
+// A new contiguous tensor of n blocks of `count` elements of like's dtype.
+at::Tensor flatLike(const at::Tensor& like, int64_t count, int64_t n) { return at::empty({count * n}, like.options()); }
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                                int rank, int size,
+                                                                std::chrono::duration<float> timeout) {
+  loomUniqueId id;
+  if (rank == 0) {
+    check(loomGetUniqueId(&id), nullptr, "loomGetUniqueId");
+    std::vector<uint8_t> bytes(sizeof id);
+    std::memcpy(bytes.data(), &id, sizeof id);
+    store->set(kUniqueIdKey, bytes);
+  } else {
+    const std::vector<uint8_t> bytes = store->get(kUniqueIdKey);
+    if (bytes.size() != sizeof id) fail("the store's unique id has " + std::to_string(bytes.size()) + " bytes");
+    std::memcpy(&id, bytes.data(), sizeof id);
+  }
+  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  config.timeoutMs = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, INT32_MAX)));
+  config.initTimeoutMs = config.timeoutMs;
+  config.commName = "torch.distributed";
+  loomComm_t comm = nullptr;
+  check(loomCommInitRankConfig(&comm, size, id, rank, &config), nullptr, "loomCommInitRank");
+  return c10::make_intrusive<ProcessGroupLoom>(comm, rank, size);
+}
+
+ProcessGroupLoom::ProcessGroupLoom(loomComm_t comm, int rank, int size)
+    : c10d::ProcessGroup(rank, size), comm_(comm), worker_([this] { run(); }) {
+  init();
+}
+
+ProcessGroupLoom::~ProcessGroupLoom() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  changed_.notify_all();
+  // The last reference may go with the GIL held (a DDP Reducer freed by Python) while the
+  // worker completes a Future whose callbacks are Python (DDP's comm hooks) and waits for the
+  // GIL: joining with it held would wait forever.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release noGil;
+    worker_.join();
+  } else {
+    worker_.join();
+  }
+  loomCommDestroy(comm_);
+}
+
+// ---- The worker ----------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(Op op) {
+  auto work = c10::make_intrusive<LoomWork>(rank_, op.type, op.outputs);
+  std::lock_guard<std::mutex> lock(mutex_);
+  Batch& batch = coalescing_ ? coalesced_ : queue_.emplace_back();
+  batch.ops.push_back(std::move(op));
+  batch.works.push_back(work);
+  if (!coalescing_) changed_.notify_all();
+  return work;
+}
+
+void ProcessGroupLoom::startCoalescing() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  coalescing_ = true;
+}
+
+void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  coalescing_ = false;
+  if (!coalesced_.ops.empty()) queue_.push_back(std::move(coalesced_));
+  coalesced_ = Batch{};
+  changed_.notify_all();
+}
+
+void ProcessGroupLoom::run() {
+  for (;;) {
+    Batch batch;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      batch = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    runBatch(batch);
+  }
+}
+
+// A batch of several operations is one Loom group, so sends and receives of a
+// batch_isend_irecv cannot wait on each other. Every launch is made even after one failed, so
+// the group always closes; then every Work of the batch completes, with the first error.
+void ProcessGroupLoom::runBatch(Batch& batch) {
+  const bool group = batch.ops.size() > 1;
+  loomResult_t result = group ? loomGroupStart() : loomSuccess;
+  for (Op& op : batch.ops) {
+    const loomResult_t r = op.launch(comm_);
+    if (result == loomSuccess) result = r;
+  }
+  if (group) {
+    const loomResult_t r = loomGroupEnd();
+    if (result == loomSuccess) result = r;
+  }
+  std::exception_ptr error;
+  if (result != loomSuccess) {
+    error = std::make_exception_ptr(std::runtime_error(std::string("loom: ") + loomGetLastError(comm_)));
+  }
+  for (size_t i = 0; i < batch.ops.size(); ++i) {
+    std::exception_ptr own = error;
+    if (!own && batch.ops[i].finish) {
+      try {
+        batch.ops[i].finish();
+      } catch (...) {
+        own = std::current_exception();
+      }
+    }
+    static_cast<LoomWork*>(batch.works[i].get())->complete(own);
+  }
+}
+
+// ---- Operations ----------------------------------------------------------------------------
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tensor>& tensors,
+                                                           const c10d::BroadcastOptions& opts) {
+  checkSingle(tensors, "broadcast");
+  Buffer b(tensors[0]);
+  const loomDataType_t type = typeOf(b.data);
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue({[b, type, root](loomComm_t c) { return loomBroadcast(b.ptr(), b.ptr(), b.count(), type, root, c, nullptr); },
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::BROADCAST});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
+                                                           const c10d::AllreduceOptions& opts) {
+  checkSingle(tensors, "allreduce");
+  Buffer b(tensors[0]);
+  const loomDataType_t type = typeOf(b.data);
+  const loomRedOp_t op = opOf(opts.reduceOp, b.data);
+  return enqueue({[b, type, op](loomComm_t c) { return loomAllReduce(b.ptr(), b.ptr(), b.count(), type, op, c, nullptr); },
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::ALLREDUCE});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(std::vector<at::Tensor>& tensors,
+                                                                     const c10d::AllreduceCoalescedOptions& opts) {
+  std::vector<Buffer> buffers;
+  std::vector<loomDataType_t> types;
+  for (const at::Tensor& t : tensors) {
+    checkTensor(t, "allreduce_coalesced");
+    buffers.emplace_back(t);
+    types.push_back(typeOf(t));
+  }
+  const loomRedOp_t op = tensors.empty() ? loomSum : opOf(opts.reduceOp, tensors[0]);
+  return enqueue({[buffers, types, op](loomComm_t c) {
+                    loomResult_t r = loomGroupStart();
+                    for (size_t i = 0; i < buffers.size(); ++i) {
+                      const loomResult_t x = loomAllReduce(buffers[i].ptr(), buffers[i].ptr(), buffers[i].count(),
+                                                           types[i], op, c, nullptr);
+                      if (r == loomSuccess) r = x;
+                    }
+                    const loomResult_t x = loomGroupEnd();
+                    return r == loomSuccess ? x : r;
+                  },
+                  [buffers] {
+                    for (const Buffer& b : buffers) b.copyBack();
+                  },
+                  tensors, c10d::OpType::ALLREDUCE_COALESCED});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors,
+                                                        const c10d::ReduceOptions& opts) {
+  checkSingle(tensors, "reduce");
+  Buffer b(tensors[0]);
+  const loomDataType_t type = typeOf(b.data);
+  const loomRedOp_t op = opOf(opts.reduceOp, b.data);
+  const int root = static_cast<int>(opts.rootRank);
+  return enqueue({[b, type, op, root](loomComm_t c) {
+                    return loomReduce(b.ptr(), b.ptr(), b.count(), type, op, root, c, nullptr);
+                  },
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::REDUCE});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                           std::vector<at::Tensor>& inputs,
+                                                           const c10d::AllgatherOptions&) {
+  checkSingle(inputs, "allgather");
+  if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_)) {
+    fail("allgather: the output must be one list of " + std::to_string(size_) + " tensors");
+  }
+  const at::Tensor input = inputs[0].contiguous();
+  for (const at::Tensor& o : outputs[0]) {
+    checkTensor(o, "allgather output");
+    checkSame(o, input, "allgather");
+    if (o.numel() != input.numel()) fail("allgather: an output tensor's size differs from the input's");
+  }
+  const at::Tensor flat = flatLike(input, input.numel(), size_);
+  const loomDataType_t type = typeOf(input);
+  const std::vector<at::Tensor> outs = outputs[0];
+  const int64_t n = input.numel();
+  return enqueue({[input, flat, type](loomComm_t c) {
+                    return loomAllGather(input.data_ptr(), flat.data_ptr(), static_cast<size_t>(input.numel()), type,
+                                         c, nullptr);
+                  },
+                  [flat, outs, n] {
+                    for (size_t r = 0; r < outs.size(); ++r) {
+                      outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
+                    }
+                  },
+                  outs, c10d::OpType::ALLGATHER});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& output, at::Tensor& input,
+                                                                 const c10d::AllgatherOptions&) {
+  checkTensor(input, "all_gather_into_tensor input");
+  checkTensor(output, "all_gather_into_tensor output");
+  checkSame(output, input, "all_gather_into_tensor");
+  if (output.numel() != input.numel() * size_) {
+    fail("all_gather_into_tensor: the output has " + std::to_string(output.numel()) + " elements, not " +
+         std::to_string(input.numel() * size_));
+  }
+  const at::Tensor in = input.contiguous();
+  Buffer out(output);
+  const loomDataType_t type = typeOf(in);
+  return enqueue({[in, out, type](loomComm_t c) {
+                    return loomAllGather(in.data_ptr(), out.ptr(), static_cast<size_t>(in.numel()), type, c, nullptr);
+                  },
+                  [out] { out.copyBack(); }, {output}, c10d::OpType::_ALLGATHER_BASE});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
+                                                                     std::vector<at::Tensor>& inputs,
+                                                                     const c10d::AllgatherOptions&) {
+  if (outputs.size() != static_cast<size_t>(size_)) {
+    fail("allgather_coalesced: the output must hold one list per rank (" + std::to_string(size_) + ")");
+  }
+  // outputs[r][i] receives rank r's inputs[i].
+  std::vector<at::Tensor> ins, flats;
+  std::vector<loomDataType_t> types;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    checkTensor(inputs[i], "allgather_coalesced input");
+    ins.push_back(inputs[i].contiguous());
+    flats.push_back(flatLike(ins.back(), ins.back().numel(), size_));
+    types.push_back(typeOf(ins.back()));
+    for (int r = 0; r < size_; ++r) {
+      if (outputs[static_cast<size_t>(r)].size() != inputs.size() ||
+          outputs[static_cast<size_t>(r)][i].numel() != inputs[i].numel()) {
+        fail("allgather_coalesced: output list " + std::to_string(r) + " does not match the inputs");
+      }
+      checkSame(outputs[static_cast<size_t>(r)][i], inputs[i], "allgather_coalesced");
+    }
+  }
+  std::vector<at::Tensor> all;
+  for (const auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
+  const std::vector<std::vector<at::Tensor>> outs = outputs;
+  return enqueue({[ins, flats, types](loomComm_t c) {
+                    loomResult_t r = loomGroupStart();
+                    for (size_t i = 0; i < ins.size(); ++i) {
+                      const loomResult_t x = loomAllGather(ins[i].data_ptr(), flats[i].data_ptr(),
+                                                           static_cast<size_t>(ins[i].numel()), types[i], c, nullptr);
+                      if (r == loomSuccess) r = x;
+                    }
+                    const loomResult_t x = loomGroupEnd();
+                    return r == loomSuccess ? x : r;
+                  },
+                  [ins, flats, outs] {
+                    for (size_t i = 0; i < ins.size(); ++i) {
+                      const int64_t n = ins[i].numel();
+                      for (size_t r = 0; r < outs.size(); ++r) {
+                        outs[r][i].copy_(flats[i].narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r][i].sizes()));
+                      }
+                    }
+                  },
+                  all, c10d::OpType::ALLGATHER_COALESCED});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                                        std::vector<at::Tensor>& inputs,
+                                                        const c10d::GatherOptions& opts) {
+  checkSingle(inputs, "gather");
+  const int root = static_cast<int>(opts.rootRank);
+  if (root < 0 || root >= size_) fail("gather: root " + std::to_string(root) + " is out of range");
+  const at::Tensor input = inputs[0].contiguous();
+  std::vector<at::Tensor> outs;
+  if (rank_ == root) {
+    if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_)) {
+      fail("gather: the root's output must be one list of " + std::to_string(size_) + " tensors");
+    }
+    outs = outputs[0];
+    for (const at::Tensor& o : outs) {
+      checkTensor(o, "gather output");
+      checkSame(o, input, "gather");
+      if (o.numel() != input.numel()) fail("gather: an output tensor's size differs from the input's");
+    }
+  } else if (!outputs.empty() && !outputs[0].empty()) {
+    fail("gather: only the root passes output tensors");
+  }
+  const at::Tensor flat = rank_ == root ? flatLike(input, input.numel(), size_) : at::Tensor();
+  const loomDataType_t type = typeOf(input);
+  const int me = rank_, n = size_;
+  return enqueue({[input, flat, type, root, me, n](loomComm_t c) {
+                    const size_t count = static_cast<size_t>(input.numel());
+                    loomResult_t r = loomGroupStart();
+                    auto keep = [&r](loomResult_t x) {
+                      if (r == loomSuccess) r = x;
+                    };
+                    if (me == root) {
+                      for (int p = 0; p < n; ++p) {
+                        keep(loomRecv(static_cast<char*>(flat.data_ptr()) + p * count * input.element_size(), count,
+                                      type, p, c, nullptr));
+                      }
+                    }
+                    keep(loomSend(input.data_ptr(), count, type, root, c, nullptr));
+                    keep(loomGroupEnd());
+                    return r;
+                  },
+                  [flat, outs] {
+                    for (size_t p = 0; p < outs.size(); ++p) {
+                      const int64_t k = outs[p].numel();
+                      outs[p].copy_(flat.narrow(0, static_cast<int64_t>(p) * k, k).view(outs[p].sizes()));
+                    }
+                  },
+                  outs, c10d::OpType::GATHER});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(std::vector<at::Tensor>& outputs,
+                                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                                         const c10d::ScatterOptions& opts) {
+  checkSingle(outputs, "scatter");
+  const int root = static_cast<int>(opts.rootRank);
+  if (root < 0 || root >= size_) fail("scatter: root " + std::to_string(root) + " is out of range");
+  Buffer out(outputs[0]);
+  at::Tensor flat;
+  if (rank_ == root) {
+    if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_)) {
+      fail("scatter: the root's input must be one list of " + std::to_string(size_) + " tensors");
+    }
+    for (const at::Tensor& t : inputs[0]) {
+      checkTensor(t, "scatter input");
+      checkSame(t, out.data, "scatter");
+      if (t.numel() != out.data.numel()) fail("scatter: an input tensor's size differs from the output's");
+    }
+    std::vector<at::Tensor> pieces;
+    for (const at::Tensor& t : inputs[0]) pieces.push_back(t.reshape({-1}));
+    flat = at::cat(pieces);
+  } else if (!inputs.empty() && !inputs[0].empty()) {
+    fail("scatter: only the root passes input tensors");
+  }
+  const loomDataType_t type = typeOf(out.data);
+  const int me = rank_, n = size_;
+  return enqueue({[out, flat, type, root, me, n](loomComm_t c) {
+                    const size_t count = out.count();
+                    loomResult_t r = loomGroupStart();
+                    auto keep = [&r](loomResult_t x) {
+                      if (r == loomSuccess) r = x;
+                    };
+                    if (me == root) {
+                      for (int p = 0; p < n; ++p) {
+                        keep(loomSend(static_cast<const char*>(flat.data_ptr()) + p * count * flat.element_size(),
+                                      count, type, p, c, nullptr));
+                      }
+                    }
+                    keep(loomRecv(out.ptr(), count, type, root, c, nullptr));
+                    keep(loomGroupEnd());
+                    return r;
+                  },
+                  [out] { out.copyBack(); }, outputs, c10d::OpType::SCATTER});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                                const c10d::ReduceScatterOptions& opts) {
+  checkSingle(outputs, "reduce_scatter");
+  if (inputs.size() != 1 || inputs[0].size() != static_cast<size_t>(size_)) {
+    fail("reduce_scatter: the input must be one list of " + std::to_string(size_) + " tensors");
+  }
+  Buffer out(outputs[0]);
+  std::vector<at::Tensor> pieces;
+  for (const at::Tensor& t : inputs[0]) {
+    checkTensor(t, "reduce_scatter input");
+    checkSame(t, out.data, "reduce_scatter");
+    if (t.numel() != out.data.numel()) fail("reduce_scatter: an input tensor's size differs from the output's");
+    pieces.push_back(t.reshape({-1}));
+  }
+  const at::Tensor flat = at::cat(pieces);
+  const loomDataType_t type = typeOf(out.data);
+  const loomRedOp_t op = opOf(opts.reduceOp, out.data);
+  return enqueue({[out, flat, type, op](loomComm_t c) {
+                    return loomReduceScatter(flat.data_ptr(), out.ptr(), out.count(), type, op, c, nullptr);
+                  },
+                  [out] { out.copyBack(); }, outputs, c10d::OpType::REDUCE_SCATTER});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                                                                      const c10d::ReduceScatterOptions& opts) {
+  checkTensor(input, "reduce_scatter_tensor input");
+  checkTensor(output, "reduce_scatter_tensor output");
+  checkSame(output, input, "reduce_scatter_tensor");
+  if (input.numel() != output.numel() * size_) {
+    fail("reduce_scatter_tensor: the input has " + std::to_string(input.numel()) + " elements, not " +
+         std::to_string(output.numel() * size_));
+  }
+  const at::Tensor in = input.contiguous();
+  Buffer out(output);
+  const loomDataType_t type = typeOf(in);
+  const loomRedOp_t op = opOf(opts.reduceOp, in);
+  return enqueue({[in, out, type, op](loomComm_t c) {
+                    return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, op, c, nullptr);
+                  },
+                  [out] { out.copyBack(); }, {output}, c10d::OpType::_REDUCE_SCATTER_BASE});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
+                                                               std::vector<int64_t>& outputSplitSizes,
+                                                               std::vector<int64_t>& inputSplitSizes,
+                                                               const c10d::AllToAllOptions&) {
+  checkTensor(input, "all_to_all_single input");
+  checkTensor(output, "all_to_all_single output");
+  checkSame(output, input, "all_to_all_single");
+  const at::Tensor in = input.contiguous();
+  Buffer out(output);
+  const loomDataType_t type = typeOf(in);
+  if (outputSplitSizes.empty() && inputSplitSizes.empty()) {
+    if (in.numel() % size_ != 0 || out.data.numel() != in.numel()) {
+      fail("all_to_all_single: without split sizes input and output must hold the same multiple of " +
+           std::to_string(size_) + " elements");
+    }
+    const size_t count = static_cast<size_t>(in.numel() / size_);
+    return enqueue({[in, out, type, count](loomComm_t c) {
+                      return loomAllToAll(in.data_ptr(), out.ptr(), count, type, c, nullptr);
+                    },
+                    [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE});
+  }
+  // Split sizes count rows of dimension 0; every peer gets its rows as one send.
+  auto splits = [this](std::vector<int64_t> s, const at::Tensor& t, const char* what) {
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    if (s.empty()) s.assign(static_cast<size_t>(size_), rows / size_);
+    if (s.size() != static_cast<size_t>(size_)) fail(std::string("all_to_all_single: ") + what + " needs one size per rank");
+    int64_t sum = 0;
+    for (int64_t v : s) sum += v;
+    if (sum != rows) fail(std::string("all_to_all_single: ") + what + " sizes add up to " + std::to_string(sum) +
+                          ", not the " + std::to_string(rows) + " rows of dimension 0");
+    return s;
+  };
+  const std::vector<int64_t> sendRows = splits(inputSplitSizes, in, "input split");
+  const std::vector<int64_t> recvRows = splits(outputSplitSizes, out.data, "output split");
+  const int64_t rowElems = in.dim() == 0 || in.size(0) == 0 ? 1 : in.numel() / in.size(0);
+  const int64_t outRowElems = out.data.dim() == 0 || out.data.size(0) == 0 ? 1 : out.data.numel() / out.data.size(0);
+  if (rowElems != outRowElems) fail("all_to_all_single: input and output rows differ in size");
+  return enqueue({[in, out, type, sendRows, recvRows, rowElems](loomComm_t c) {
+                    const size_t es = in.element_size();
+                    loomResult_t r = loomGroupStart();
+                    auto keep = [&r](loomResult_t x) {
+                      if (r == loomSuccess) r = x;
+                    };
+                    int64_t sendAt = 0, recvAt = 0;
+                    for (size_t p = 0; p < sendRows.size(); ++p) {
+                      const int peer = static_cast<int>(p);
+                      keep(loomSend(static_cast<const char*>(in.data_ptr()) + sendAt * rowElems * es,
+                                    static_cast<size_t>(sendRows[p] * rowElems), type, peer, c, nullptr));
+                      keep(loomRecv(static_cast<char*>(out.ptr()) + recvAt * rowElems * es,
+                                    static_cast<size_t>(recvRows[p] * rowElems), type, peer, c, nullptr));
+                      sendAt += sendRows[p];
+                      recvAt += recvRows[p];
+                    }
+                    keep(loomGroupEnd());
+                    return r;
+                  },
+                  [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs,
+                                                          std::vector<at::Tensor>& inputs,
+                                                          const c10d::AllToAllOptions&) {
+  if (outputs.size() != static_cast<size_t>(size_) || inputs.size() != static_cast<size_t>(size_)) {
+    fail("all_to_all: input and output must be lists of " + std::to_string(size_) + " tensors");
+  }
+  std::vector<at::Tensor> ins;
+  std::vector<Buffer> outs;
+  for (int p = 0; p < size_; ++p) {
+    checkTensor(inputs[static_cast<size_t>(p)], "all_to_all input");
+    checkTensor(outputs[static_cast<size_t>(p)], "all_to_all output");
+    checkSame(inputs[static_cast<size_t>(p)], outputs[static_cast<size_t>(p)], "all_to_all");
+    ins.push_back(inputs[static_cast<size_t>(p)].contiguous());
+    outs.emplace_back(outputs[static_cast<size_t>(p)]);
+  }
+  const loomDataType_t type = typeOf(ins[0]);
+  return enqueue({[ins, outs, type](loomComm_t c) {
+                    loomResult_t r = loomGroupStart();
+                    auto keep = [&r](loomResult_t x) {
+                      if (r == loomSuccess) r = x;
+                    };
+                    for (size_t p = 0; p < ins.size(); ++p) {
+                      keep(loomSend(ins[p].data_ptr(), static_cast<size_t>(ins[p].numel()), type, static_cast<int>(p),
+                                    c, nullptr));
+                      keep(loomRecv(outs[p].ptr(), outs[p].count(), type, static_cast<int>(p), c, nullptr));
+                    }
+                    keep(loomGroupEnd());
+                    return r;
+                  },
+                  [outs] {
+                    for (const Buffer& b : outs) b.copyBack();
+                  },
+                  outputs, c10d::OpType::ALLTOALL});
+}
+
+// Tags are not matched: messages between a pair of ranks are matched in the order they were
+// issued, as Loom's are (docs/COMPAT_TORCH.md).
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& tensors, int dstRank, int) {
+  checkSingle(tensors, "send");
+  const at::Tensor t = tensors[0].contiguous();
+  const loomDataType_t type = typeOf(t);
+  return enqueue({[t, type, dstRank](loomComm_t c) {
+                    return loomSend(t.data_ptr(), static_cast<size_t>(t.numel()), type, dstRank, c, nullptr);
+                  },
+                  nullptr, tensors, c10d::OpType::SEND});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
+  checkSingle(tensors, "recv");
+  Buffer b(tensors[0]);
+  const loomDataType_t type = typeOf(b.data);
+  return enqueue({[b, type, srcRank](loomComm_t c) { return loomRecv(b.ptr(), b.count(), type, srcRank, c, nullptr); },
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::RECV});
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recvAnysource(std::vector<at::Tensor>&, int) {
+  fail("recv from any source is not supported by Loom: name the source rank");
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
+  return enqueue({[](loomComm_t c) { return loomBarrier(c, nullptr); }, nullptr, {}, c10d::OpType::BARRIER});
+}
+
+}  // namespace loom::torch_backend

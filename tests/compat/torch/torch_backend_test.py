@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""torch.distributed on the backend "loom" (src/compat/torch, docs/COMPAT_TORCH.md).
+
+    torch_backend_test.py [--ranks 1,2,3,4] [--only NAME]
+
+Each case runs as 1-4 processes (torch.multiprocessing, init_method tcp://) and checks
+against values computed here: every operation of the process group for every dtype torch and
+Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
+refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
+2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
+mid-training, after which every survivor raises within the timeout.
+
+Prints one line per case and rank count, then "N passed, N failed"; exits 1 on any failure,
+77 (meson's skip) with the reason when torch or loom_torch cannot be imported.
+"""
+import argparse
+import datetime
+import os
+import random
+import socket
+import sys
+import time
+import traceback
+
+try:
+    import torch
+    import torch.distributed as dist
+    import torch.multiprocessing as mp
+except ImportError as e:
+    print(f"skipped: torch is not importable by {sys.executable} ({e})")
+    sys.exit(77)
+try:
+    import loom_torch  # noqa: F401  (registers the backend)
+except ImportError as e:
+    print(f"skipped: loom_torch is not built or not on PYTHONPATH ({e})")
+    sys.exit(77)
+
+DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+          torch.float32, torch.float64]
+OPS = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
+N = 1031  # elements per call: odd, larger than a cache line of any type
+
+
+def free_port():
+    """A free port below the kernel's ephemeral range (32768 and up), so that a port Loom's
+    root or a socket takes in the meantime cannot be this one."""
+    rng = random.Random(os.getpid() ^ time.monotonic_ns())
+    for _ in range(1000):
+        port = rng.randrange(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port in 20000-32000")
+
+
+def init(rank, size, port, backend="loom", timeout_s=30):
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=size, timeout=datetime.timedelta(seconds=timeout_s))
+
+
+def values(rank, n, op=None, offset=0):
+    """Rank `rank`'s input: small integers, so every sum, product, min and max is exact in
+    every dtype (products of up to 4 ranks stay at most 16)."""
+    i = torch.arange(offset, offset + n, dtype=torch.float64)
+    if op is not None and op == dist.ReduceOp.PRODUCT:
+        return 1 + torch.remainder(i + rank, 2)
+    return 1 + torch.remainder(i + 3 * rank, 5)
+
+
+def reduced(size, n, op, offset=0):
+    stack = torch.stack([values(r, n, op, offset) for r in range(size)])
+    if op == dist.ReduceOp.SUM:
+        return stack.sum(0)
+    if op == dist.ReduceOp.PRODUCT:
+        return stack.prod(0)
+    if op == dist.ReduceOp.MIN:
+        return stack.min(0).values
+    if op == dist.ReduceOp.MAX:
+        return stack.max(0).values
+    raise ValueError(op)
+
+
+def expect_equal(got, want, what):
+    want = want.to(got.dtype)
+    if not torch.equal(got, want):
+        bad = (got.double() != want.double()).nonzero()
+        first = bad[0].tolist() if len(bad) else "?"
+        raise AssertionError(f"{what}: {len(bad)} elements differ, first at {first}: "
+                             f"{got.flatten()[0:4].tolist()} vs {want.flatten()[0:4].tolist()}")
+
+
+# ---- cases (each runs on every rank) ----------------------------------------------------------
+
+def case_allreduce(rank, size):
+    for dtype in DTYPES:
+        for op in OPS:
+            t = values(rank, N, op).to(dtype)
+            dist.all_reduce(t, op=op)
+            expect_equal(t, reduced(size, N, op), f"all_reduce {dtype} {op}")
+            # async, non-contiguous (every other element of a bigger tensor)
+            big = torch.zeros(2 * N, dtype=dtype)
+            big[::2] = values(rank, N, op).to(dtype)
+            view = big[::2]
+            work = dist.all_reduce(view, op=op, async_op=True)
+            result = work.get_future().wait()
+            if not work.is_completed() or not work.wait():
+                raise AssertionError("async all_reduce: not completed after its future")
+            expect_equal(view, reduced(size, N, op), f"async strided all_reduce {dtype} {op}")
+            expect_equal(result[0], reduced(size, N, op), f"future value of all_reduce {dtype} {op}")
+            if big[1::2].abs().sum() != 0:
+                raise AssertionError("a strided all_reduce wrote between its elements")
+        if dtype.is_floating_point:
+            t = values(rank, N).to(dtype)
+            dist.all_reduce(t, op=dist.ReduceOp.AVG)
+            want = reduced(size, N, dist.ReduceOp.SUM) / size
+            if not torch.allclose(t.double(), want, rtol=1e-2 if dtype in (torch.float16, torch.bfloat16) else 1e-6):
+                raise AssertionError(f"all_reduce AVG {dtype}")
+    # complex: torch.distributed sums it as its real view
+    c = torch.complex(values(rank, N).float(), -values(rank, N).float())
+    dist.all_reduce(c)
+    expect_equal(torch.view_as_real(c)[:, 0], reduced(size, N, dist.ReduceOp.SUM), "all_reduce complex64 (real)")
+    ts = [values(rank, 5 + k).float() for k in range(3)]
+    dist.all_reduce_coalesced(ts)
+    for k, t in enumerate(ts):
+        expect_equal(t, reduced(size, 5 + k, dist.ReduceOp.SUM), "all_reduce_coalesced")
+
+
+def case_broadcast_reduce(rank, size):
+    for dtype in DTYPES + [torch.bool]:
+        for root in range(size):
+            t = values(rank, N).to(dtype) if dtype != torch.bool else (values(rank, N) > 2)
+            dist.broadcast(t, src=root)
+            want = values(root, N).to(dtype) if dtype != torch.bool else (values(root, N) > 2)
+            expect_equal(t, want, f"broadcast {dtype} from {root}")
+    for dtype in DTYPES:
+        for op in OPS:
+            root = size - 1
+            t = values(rank, N, op).to(dtype)
+            dist.reduce(t, dst=root, op=op)
+            if rank == root:
+                expect_equal(t, reduced(size, N, op), f"reduce {dtype} {op}")
+
+
+def case_gathers(rank, size):
+    for dtype in DTYPES:
+        x = values(rank, N).to(dtype)
+        outs = [torch.zeros(N, dtype=dtype) for _ in range(size)]
+        dist.all_gather(outs, x)
+        for r in range(size):
+            expect_equal(outs[r], values(r, N), f"all_gather {dtype} block {r}")
+        flat = torch.zeros(size * N, dtype=dtype)
+        dist.all_gather_into_tensor(flat, x)
+        expect_equal(flat, torch.cat([values(r, N) for r in range(size)]), f"all_gather_into_tensor {dtype}")
+        root = size // 2
+        g = [torch.zeros(N, dtype=dtype) for _ in range(size)] if rank == root else None
+        dist.gather(x, gather_list=g, dst=root)
+        if rank == root:
+            for r in range(size):
+                expect_equal(g[r], values(r, N), f"gather {dtype} block {r}")
+        s = torch.zeros(N, dtype=dtype)
+        pieces = [values(r, N, offset=100).to(dtype) for r in range(size)] if rank == root else None
+        dist.scatter(s, scatter_list=pieces, src=root)
+        expect_equal(s, values(rank, N, offset=100), f"scatter {dtype}")
+
+
+def case_reduce_scatter(rank, size):
+    for dtype in DTYPES:
+        for op in OPS:
+            ins = [values(rank, N, op, offset=r * N).to(dtype) for r in range(size)]
+            out = torch.zeros(N, dtype=dtype)
+            dist.reduce_scatter(out, ins, op=op)
+            expect_equal(out, reduced(size, N, op, offset=rank * N), f"reduce_scatter {dtype} {op}")
+            flat = values(rank, size * N, op).to(dtype)
+            out2 = torch.zeros(N, dtype=dtype)
+            dist.reduce_scatter_tensor(out2, flat, op=op)
+            expect_equal(out2, reduced(size, size * N, op)[rank * N:(rank + 1) * N], f"reduce_scatter_tensor {dtype} {op}")
+
+
+def case_alltoall(rank, size):
+    for dtype in DTYPES:
+        x = values(rank, size * N).to(dtype)
+        out = torch.zeros(size * N, dtype=dtype)
+        dist.all_to_all_single(out, x)
+        want = torch.cat([values(r, size * N)[rank * N:(rank + 1) * N] for r in range(size)])
+        expect_equal(out, want, f"all_to_all_single {dtype}")
+    # Split sizes: rank r sends (p + r) % 3 + 1 rows of 4 to rank p.
+    rows = lambda src, dst: (dst + src) % 3 + 1  # noqa: E731
+    send_rows = [rows(rank, p) for p in range(size)]
+    recv_rows = [rows(p, rank) for p in range(size)]
+    x = torch.cat([torch.full((send_rows[p], 4), float(100 * rank + p)) for p in range(size)])
+    out = torch.zeros(sum(recv_rows), 4)
+    dist.all_to_all_single(out, x, output_split_sizes=recv_rows, input_split_sizes=send_rows)
+    want = torch.cat([torch.full((recv_rows[p], 4), float(100 * p + rank)) for p in range(size)])
+    expect_equal(out, want, "all_to_all_single with split sizes")
+    ins = [torch.full((p + 1,), float(10 * rank + p)) for p in range(size)]
+    outs = [torch.zeros(rank + 1) for _ in range(size)]
+    dist.all_to_all(outs, ins)
+    for p in range(size):
+        expect_equal(outs[p], torch.full((rank + 1,), float(10 * p + rank)), f"all_to_all from {p}")
+
+
+def case_p2p(rank, size):
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    send = values(rank, N).float()
+    recv = torch.zeros(N)
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)])
+    for r in reqs:
+        r.wait()
+    expect_equal(recv, values(prv, N), "batch_isend_irecv ring")
+    if size > 1:
+        # Blocking pairs in an order that cannot deadlock: even ranks send first.
+        partner = rank ^ 1
+        if partner < size:
+            got = torch.zeros(7, dtype=torch.int64)
+            mine = torch.arange(7) + 1000 * rank
+            if rank % 2 == 0:
+                dist.send(mine, partner)
+                dist.recv(got, partner)
+            else:
+                dist.recv(got, partner)
+                dist.send(mine, partner)
+            expect_equal(got, torch.arange(7) + 1000 * partner, "send/recv pair")
+    dist.barrier()
+
+
+def case_refusals(rank, size):
+    t = torch.ones(4, dtype=torch.int32)
+    for op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR):
+        try:
+            dist.all_reduce(t, op=op)
+        except RuntimeError as e:
+            if "not supported by Loom" not in str(e):
+                raise AssertionError(f"{op}: unclear message: {e}")
+        else:
+            raise AssertionError(f"all_reduce with {op} did not raise")
+    for bad in (torch.ones(3, dtype=torch.int16), torch.ones(3, dtype=torch.float16).to_sparse()):
+        try:
+            dist.all_reduce(bad)
+        except RuntimeError as e:
+            if "not supported by Loom" not in str(e) and "dense" not in str(e):
+                raise AssertionError(f"{bad.dtype} {bad.layout}: unclear message: {e}")
+        else:
+            raise AssertionError(f"all_reduce of {bad.dtype} {bad.layout} did not raise")
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.bool))
+    except RuntimeError as e:
+        if "bool" not in str(e):
+            raise AssertionError(f"bool SUM: unclear message: {e}")
+    else:
+        raise AssertionError("SUM of bools did not raise")
+    # The group still works after refusals.
+    t = values(rank, N).float()
+    dist.all_reduce(t)
+    expect_equal(t, reduced(size, N, dist.ReduceOp.SUM), "all_reduce after refusals")
+
+
+CASES = {
+    "allreduce": case_allreduce,
+    "broadcast_reduce": case_broadcast_reduce,
+    "gathers": case_gathers,
+    "reduce_scatter": case_reduce_scatter,
+    "alltoall": case_alltoall,
+    "p2p": case_p2p,
+    "refusals": case_refusals,
+}
+
+
+def run_cases(rank, size, port, names, results):
+    init(rank, size, port)
+    try:
+        for name in names:
+            try:
+                CASES[name](rank, size)
+                results.put((name, rank, None))
+            except Exception:  # noqa: BLE001 (reported, then the case counts as failed)
+                results.put((name, rank, traceback.format_exc()))
+                raise
+    finally:
+        dist.destroy_process_group()
+
+
+# ---- DDP: loom against gloo ---------------------------------------------------------------
+
+def train(rank, size, port, backend, hook, steps=20):
+    init(rank, size, port, backend)
+    torch.manual_seed(1234)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+    if hook:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    gen = torch.Generator().manual_seed(99 + rank)
+    for _ in range(steps):
+        x = torch.randn(32, 64, generator=gen)
+        y = torch.randint(0, 10, (32,), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    dist.destroy_process_group()
+    return params
+
+
+def run_ddp(rank, size, ports, hook, results):
+    name = "ddp_fp16_hook" if hook else "ddp"
+    try:
+        on_loom = train(rank, size, ports[0], "loom", hook)
+        on_gloo = train(rank, size, ports[1], "gloo", hook)
+        # 2 ranks add in one order whatever the algorithm: the same bits. More ranks add in the
+        # algorithm's order (Loom's and Gloo's differ), so the parameters drift apart by rounding:
+        # ||loom - gloo|| / ||gloo|| after the steps, within 1e-6 in float32, 1e-3 through fp16.
+        rel = ((on_loom - on_gloo).norm() / on_gloo.norm()).item()
+        if size <= 2:
+            if not torch.equal(on_loom, on_gloo):
+                raise AssertionError(f"parameters differ from gloo's by {rel:g} relative")
+        elif rel > (1e-3 if hook else 1e-6):
+            raise AssertionError(f"parameters differ from gloo's by {rel:g} relative")
+        if rank == 0:
+            print(f"{name} on {size} ranks: ||loom - gloo|| / ||gloo|| = {rel:.3g}", flush=True)
+        results.put((name, rank, None))
+    except Exception:  # noqa: BLE001
+        results.put((name, rank, traceback.format_exc()))
+        raise
+
+
+# ---- a rank killed mid-training -----------------------------------------------------------------
+
+def run_killed(rank, size, port, results):
+    init(rank, size, port, timeout_s=10)
+    t = torch.ones(1 << 16)
+    for step in range(1000):
+        if rank == size - 1 and step == 20:
+            os._exit(0)  # dies without a word, as a killed process does
+        start = time.monotonic()
+        try:
+            dist.all_reduce(t)
+        except RuntimeError as e:
+            waited = time.monotonic() - start
+            ok = waited < 10.5 and "loom" in str(e)
+            results.put(("killed_rank", rank,
+                         None if ok else f"raised after {waited:.1f} s: {e}"))
+            print(f"rank {rank}: raised after {waited:.2f} s: {str(e).splitlines()[0]}", flush=True)
+            os._exit(0)  # the group cannot be torn down cleanly with a peer gone
+    results.put(("killed_rank", rank, "the survivors never raised"))
+
+
+def spawn(fn, size, args):
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    procs = [ctx.Process(target=fn, args=(rank, size, *args, results)) for rank in range(size)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(150)
+        if p.is_alive():
+            p.kill()
+    out = []
+    while not results.empty():
+        out.append(results.get())
+    return out, [p.exitcode for p in procs]
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", default="1,2,3,4")
+    parser.add_argument("--only", default="")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.ranks.split(",")]
+    passed = failed = 0
+
+    def tally(label, reports, expected_ranks, codes):
+        nonlocal passed, failed
+        errors = [f"rank {r}: {e}" for (_, r, e) in reports if e]
+        ranks = {r for (_, r, _) in reports}
+        if not errors and ranks != set(expected_ranks):
+            errors.append(f"ranks {sorted(set(expected_ranks) - ranks)} reported nothing (exit codes {codes})")
+        print(f"{label}: {'ok' if not errors else 'FAILED'}", flush=True)
+        for e in errors:
+            print("  " + e.replace("\n", "\n  "))
+        passed += not errors
+        failed += bool(errors)
+
+    for size in sizes:
+        names = [n for n in CASES if not args.only or n == args.only]
+        if names:
+            reports, codes = spawn(run_cases, size, (free_port(), names))
+            for name in names:
+                tally(f"{name} on {size} rank(s)", [x for x in reports if x[0] == name], range(size), codes)
+        for hook in (False, True):
+            name = "ddp_fp16_hook" if hook else "ddp"
+            if size > 1 and (not args.only or args.only == name):
+                reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), hook))
+                tally(f"{name} against gloo on {size} ranks", reports, range(size), codes)
+        if size > 1 and (not args.only or args.only == "killed_rank"):
+            reports, codes = spawn(run_killed, size, (free_port(),))
+            tally(f"killed_rank on {size} ranks", reports, range(size - 1), codes)
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
