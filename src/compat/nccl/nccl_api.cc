@@ -636,53 +636,46 @@ NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t 
   });
 }
 
-// Root receives block r (count elements) of its recvbuff from rank r; in place when root's
-// sendbuff is its own block, as NCCL defines it.
+namespace {
+
+// Gather and Scatter, one the mirror of the other: the root exchanges block r (count
+// elements) of `blocks` with rank r, and every rank its own `mine` with the root; a gather
+// receives at the root and sends from every rank, a scatter the other way round. In place (the
+// root's `mine` is its own block, as NCCL defines it) the root's block stays where it is.
+Status rootedBlocks(ncclComm& c, bool gather, void* blocks, void* mine, size_t count, const ncclDataType_t& type,
+                    int root, cudaStream_t stream) {
+  LOOM_TRY(checkCollective(c, type, stream));
+  LOOM_TRY(checkRoot(c, root));
+  const size_t block = count * loom::typeSize(loomType(type));
+  const int me = rankOf(c);
+  char* base = static_cast<char*>(blocks);
+  const bool inPlace = me == root && blocks != nullptr && mine == base + me * block;
+  P2PGroup group;
+  auto move = [&](void* buf, int peer, bool receive) {
+    receive ? group.recv(buf, count, type, peer, c.loom(), stream) : group.send(buf, count, type, peer, c.loom(), stream);
+  };
+  if (me == root) {
+    for (int r = 0; r < countOf(c); ++r) {
+      if (r != me || !inPlace) move(base == nullptr ? nullptr : base + r * block, r, gather);
+    }
+  }
+  if (!inPlace) move(mine, root, !gather);
+  return group.end();
+}
+
+}  // namespace
+
 NCCL_API ncclResult_t ncclGather(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                  int root, ncclComm_t comm, cudaStream_t stream) {
-  return withComm(comm, "ncclGather", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
-    LOOM_TRY(checkRoot(c, root));
-    const size_t block = count * loom::typeSize(loomType(datatype));
-    const int me = rankOf(c);
-    P2PGroup group;
-    if (me == root) {
-      char* base = static_cast<char*>(recvbuff);
-      const bool inPlace = recvbuff != nullptr && sendbuff == base + me * block;
-      for (int r = 0; r < countOf(c); ++r) {
-        if (r == me && inPlace) continue;
-        group.recv(base == nullptr ? nullptr : base + r * block, count, datatype, r, c.loom(), stream);
-      }
-      if (!inPlace) group.send(sendbuff, count, datatype, root, c.loom(), stream);
-    } else {
-      group.send(sendbuff, count, datatype, root, c.loom(), stream);
-    }
-    return group.end();
+  return withComm(comm, "ncclGather", [&](ncclComm& c) {
+    return rootedBlocks(c, true, recvbuff, const_cast<void*>(sendbuff), count, datatype, root, stream);
   });
 }
 
-// Rank r receives block r (count elements) of root's sendbuff; in place when root's
-// recvbuff is its own block.
 NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                   int root, ncclComm_t comm, cudaStream_t stream) {
-  return withComm(comm, "ncclScatter", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
-    LOOM_TRY(checkRoot(c, root));
-    const size_t block = count * loom::typeSize(loomType(datatype));
-    const int me = rankOf(c);
-    P2PGroup group;
-    if (me == root) {
-      const char* base = static_cast<const char*>(sendbuff);
-      const bool inPlace = sendbuff != nullptr && recvbuff == base + me * block;
-      for (int r = 0; r < countOf(c); ++r) {
-        if (r == me && inPlace) continue;
-        group.send(base == nullptr ? nullptr : base + r * block, count, datatype, r, c.loom(), stream);
-      }
-      if (!inPlace) group.recv(recvbuff, count, datatype, root, c.loom(), stream);
-    } else {
-      group.recv(recvbuff, count, datatype, root, c.loom(), stream);
-    }
-    return group.end();
+  return withComm(comm, "ncclScatter", [&](ncclComm& c) {
+    return rootedBlocks(c, false, const_cast<void*>(sendbuff), recvbuff, count, datatype, root, stream);
   });
 }
 

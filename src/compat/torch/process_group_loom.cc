@@ -125,6 +125,19 @@ struct Buffer {
   }
 };
 
+// Makes `calls(keep)` between loomGroupStart and loomGroupEnd, every call even after one
+// failed (so the group always closes); keep(result) records the first failure.
+template <typename Calls>
+loomResult_t grouped(Calls calls) {
+  loomResult_t first = loomGroupStart();
+  auto keep = [&first](loomResult_t r) {
+    if (first == loomSuccess) first = r;
+  };
+  calls(keep);
+  keep(loomGroupEnd());
+  return first;
+}
+
 // A new contiguous tensor of n blocks of `count` elements of like's dtype.
 at::Tensor flatLike(const at::Tensor& like, int64_t count, int64_t n) { return at::empty({count * n}, like.options()); }
 
@@ -280,14 +293,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(std::vector
   }
   const loomRedOp_t op = tensors.empty() ? loomSum : opOf(opts.reduceOp, tensors[0]);
   return enqueue({[buffers, types, op](loomComm_t c) {
-                    loomResult_t r = loomGroupStart();
-                    for (size_t i = 0; i < buffers.size(); ++i) {
-                      const loomResult_t x = loomAllReduce(buffers[i].ptr(), buffers[i].ptr(), buffers[i].count(),
-                                                           types[i], op, c, nullptr);
-                      if (r == loomSuccess) r = x;
-                    }
-                    const loomResult_t x = loomGroupEnd();
-                    return r == loomSuccess ? x : r;
+                    return grouped([&](auto keep) {
+                      for (size_t i = 0; i < buffers.size(); ++i) {
+                        keep(loomAllReduce(buffers[i].ptr(), buffers[i].ptr(), buffers[i].count(), types[i], op, c,
+                                           nullptr));
+                      }
+                    });
                   },
                   [buffers] {
                     for (const Buffer& b : buffers) b.copyBack();
@@ -381,14 +392,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector
   for (const auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
   const std::vector<std::vector<at::Tensor>> outs = outputs;
   return enqueue({[ins, flats, types](loomComm_t c) {
-                    loomResult_t r = loomGroupStart();
-                    for (size_t i = 0; i < ins.size(); ++i) {
-                      const loomResult_t x = loomAllGather(ins[i].data_ptr(), flats[i].data_ptr(),
-                                                           static_cast<size_t>(ins[i].numel()), types[i], c, nullptr);
-                      if (r == loomSuccess) r = x;
-                    }
-                    const loomResult_t x = loomGroupEnd();
-                    return r == loomSuccess ? x : r;
+                    return grouped([&](auto keep) {
+                      for (size_t i = 0; i < ins.size(); ++i) {
+                        keep(loomAllGather(ins[i].data_ptr(), flats[i].data_ptr(), static_cast<size_t>(ins[i].numel()),
+                                           types[i], c, nullptr));
+                      }
+                    });
                   },
                   [ins, flats, outs] {
                     for (size_t i = 0; i < ins.size(); ++i) {
@@ -427,19 +436,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(std::vector<std::vector<
   const int me = rank_, n = size_;
   return enqueue({[input, flat, type, root, me, n](loomComm_t c) {
                     const size_t count = static_cast<size_t>(input.numel());
-                    loomResult_t r = loomGroupStart();
-                    auto keep = [&r](loomResult_t x) {
-                      if (r == loomSuccess) r = x;
-                    };
-                    if (me == root) {
-                      for (int p = 0; p < n; ++p) {
-                        keep(loomRecv(static_cast<char*>(flat.data_ptr()) + p * count * input.element_size(), count,
-                                      type, p, c, nullptr));
+                    return grouped([&](auto keep) {
+                      if (me == root) {
+                        for (int p = 0; p < n; ++p) {
+                          keep(loomRecv(static_cast<char*>(flat.data_ptr()) + p * count * input.element_size(), count,
+                                        type, p, c, nullptr));
+                        }
                       }
-                    }
-                    keep(loomSend(input.data_ptr(), count, type, root, c, nullptr));
-                    keep(loomGroupEnd());
-                    return r;
+                      keep(loomSend(input.data_ptr(), count, type, root, c, nullptr));
+                    });
                   },
                   [flat, outs] {
                     for (size_t p = 0; p < outs.size(); ++p) {
@@ -477,19 +482,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(std::vector<at::Tensor>
   const int me = rank_, n = size_;
   return enqueue({[out, flat, type, root, me, n](loomComm_t c) {
                     const size_t count = out.count();
-                    loomResult_t r = loomGroupStart();
-                    auto keep = [&r](loomResult_t x) {
-                      if (r == loomSuccess) r = x;
-                    };
-                    if (me == root) {
-                      for (int p = 0; p < n; ++p) {
-                        keep(loomSend(static_cast<const char*>(flat.data_ptr()) + p * count * flat.element_size(),
-                                      count, type, p, c, nullptr));
+                    return grouped([&](auto keep) {
+                      if (me == root) {
+                        for (int p = 0; p < n; ++p) {
+                          keep(loomSend(static_cast<const char*>(flat.data_ptr()) + p * count * flat.element_size(),
+                                        count, type, p, c, nullptr));
+                        }
                       }
-                    }
-                    keep(loomRecv(out.ptr(), count, type, root, c, nullptr));
-                    keep(loomGroupEnd());
-                    return r;
+                      keep(loomRecv(out.ptr(), count, type, root, c, nullptr));
+                    });
                   },
                   [out] { out.copyBack(); }, outputs, c10d::OpType::SCATTER});
 }
@@ -576,22 +577,18 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
   if (rowElems != outRowElems) fail("all_to_all_single: input and output rows differ in size");
   return enqueue({[in, out, type, sendRows, recvRows, rowElems](loomComm_t c) {
                     const size_t es = in.element_size();
-                    loomResult_t r = loomGroupStart();
-                    auto keep = [&r](loomResult_t x) {
-                      if (r == loomSuccess) r = x;
-                    };
-                    int64_t sendAt = 0, recvAt = 0;
-                    for (size_t p = 0; p < sendRows.size(); ++p) {
-                      const int peer = static_cast<int>(p);
-                      keep(loomSend(static_cast<const char*>(in.data_ptr()) + sendAt * rowElems * es,
-                                    static_cast<size_t>(sendRows[p] * rowElems), type, peer, c, nullptr));
-                      keep(loomRecv(static_cast<char*>(out.ptr()) + recvAt * rowElems * es,
-                                    static_cast<size_t>(recvRows[p] * rowElems), type, peer, c, nullptr));
-                      sendAt += sendRows[p];
-                      recvAt += recvRows[p];
-                    }
-                    keep(loomGroupEnd());
-                    return r;
+                    return grouped([&](auto keep) {
+                      int64_t sendAt = 0, recvAt = 0;
+                      for (size_t p = 0; p < sendRows.size(); ++p) {
+                        const int peer = static_cast<int>(p);
+                        keep(loomSend(static_cast<const char*>(in.data_ptr()) + sendAt * rowElems * es,
+                                      static_cast<size_t>(sendRows[p] * rowElems), type, peer, c, nullptr));
+                        keep(loomRecv(static_cast<char*>(out.ptr()) + recvAt * rowElems * es,
+                                      static_cast<size_t>(recvRows[p] * rowElems), type, peer, c, nullptr));
+                        sendAt += sendRows[p];
+                        recvAt += recvRows[p];
+                      }
+                    });
                   },
                   [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE});
 }
@@ -613,17 +610,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
   }
   const loomDataType_t type = typeOf(ins[0]);
   return enqueue({[ins, outs, type](loomComm_t c) {
-                    loomResult_t r = loomGroupStart();
-                    auto keep = [&r](loomResult_t x) {
-                      if (r == loomSuccess) r = x;
-                    };
-                    for (size_t p = 0; p < ins.size(); ++p) {
-                      keep(loomSend(ins[p].data_ptr(), static_cast<size_t>(ins[p].numel()), type, static_cast<int>(p),
-                                    c, nullptr));
-                      keep(loomRecv(outs[p].ptr(), outs[p].count(), type, static_cast<int>(p), c, nullptr));
-                    }
-                    keep(loomGroupEnd());
-                    return r;
+                    return grouped([&](auto keep) {
+                      for (size_t p = 0; p < ins.size(); ++p) {
+                        keep(loomSend(ins[p].data_ptr(), static_cast<size_t>(ins[p].numel()), type,
+                                      static_cast<int>(p), c, nullptr));
+                        keep(loomRecv(outs[p].ptr(), outs[p].count(), type, static_cast<int>(p), c, nullptr));
+                      }
+                    });
                   },
                   [outs] {
                     for (const Buffer& b : outs) b.copyBack();

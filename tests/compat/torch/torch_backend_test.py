@@ -302,14 +302,18 @@ def train(rank, size, port, backend, hook, steps=20):
         opt.step()
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
     dist.destroy_process_group()
-    return params
+    # torch 1.13's ProcessGroupGloo destructor joins its worker with the GIL held, while the
+    # worker may still need the GIL to drop the fp16 hook's Python callback: it hangs now and
+    # then (seen in gdb). The gloo run's objects are kept until the process exits without
+    # destructors (run_ddp); loom's destructor releases the GIL and is freed here.
+    return params, ddp if backend == "gloo" else None
 
 
 def run_ddp(rank, size, ports, hook, results):
     name = "ddp_fp16_hook" if hook else "ddp"
     try:
-        on_loom = train(rank, size, ports[0], "loom", hook)
-        on_gloo = train(rank, size, ports[1], "gloo", hook)
+        on_loom, _ = train(rank, size, ports[0], "loom", hook)
+        on_gloo, gloo_objects = train(rank, size, ports[1], "gloo", hook)
         # 2 ranks add in one order whatever the algorithm: the same bits. More ranks add in the
         # algorithm's order (Loom's and Gloo's differ), so the parameters drift apart by rounding:
         # ||loom - gloo|| / ||gloo|| after the steps, within 1e-6 in float32, 1e-3 through fp16.
@@ -325,6 +329,8 @@ def run_ddp(rank, size, ports, hook, results):
     except Exception:  # noqa: BLE001
         results.put((name, rank, traceback.format_exc()))
         raise
+    sys.stdout.flush()
+    os._exit(0)  # without destructors: see train()
 
 
 # ---- a rank killed mid-training -----------------------------------------------------------------
