@@ -138,6 +138,22 @@ loomResult_t grouped(Calls calls) {
   return first;
 }
 
+// Gather and scatter, one the mirror of the other: the root exchanges block p (count elements
+// of `flat`) with rank p, and every rank `mine` with the root; a gather receives at the root,
+// a scatter sends from it.
+loomResult_t rootedBlocks(loomComm_t c, bool gather, const at::Tensor& flat, void* mine, size_t count,
+                          loomDataType_t type, size_t elementSize, int root, int me, int n) {
+  return grouped([&](auto keep) {
+    auto move = [&](void* buf, int peer, bool receive) {
+      keep(receive ? loomRecv(buf, count, type, peer, c, nullptr) : loomSend(buf, count, type, peer, c, nullptr));
+    };
+    if (me == root) {
+      for (int p = 0; p < n; ++p) move(static_cast<char*>(flat.data_ptr()) + p * count * elementSize, p, gather);
+    }
+    move(mine, root, !gather);
+  });
+}
+
 // A new contiguous tensor of n blocks of `count` elements of like's dtype.
 at::Tensor flatLike(const at::Tensor& like, int64_t count, int64_t n) { return at::empty({count * n}, like.options()); }
 
@@ -435,16 +451,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(std::vector<std::vector<
   const loomDataType_t type = typeOf(input);
   const int me = rank_, n = size_;
   return enqueue({[input, flat, type, root, me, n](loomComm_t c) {
-                    const size_t count = static_cast<size_t>(input.numel());
-                    return grouped([&](auto keep) {
-                      if (me == root) {
-                        for (int p = 0; p < n; ++p) {
-                          keep(loomRecv(static_cast<char*>(flat.data_ptr()) + p * count * input.element_size(), count,
-                                        type, p, c, nullptr));
-                        }
-                      }
-                      keep(loomSend(input.data_ptr(), count, type, root, c, nullptr));
-                    });
+                    return rootedBlocks(c, true, flat, input.data_ptr(), static_cast<size_t>(input.numel()), type,
+                                        input.element_size(), root, me, n);
                   },
                   [flat, outs] {
                     for (size_t p = 0; p < outs.size(); ++p) {
@@ -481,16 +489,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(std::vector<at::Tensor>
   const loomDataType_t type = typeOf(out.data);
   const int me = rank_, n = size_;
   return enqueue({[out, flat, type, root, me, n](loomComm_t c) {
-                    const size_t count = out.count();
-                    return grouped([&](auto keep) {
-                      if (me == root) {
-                        for (int p = 0; p < n; ++p) {
-                          keep(loomSend(static_cast<const char*>(flat.data_ptr()) + p * count * flat.element_size(),
-                                        count, type, p, c, nullptr));
-                        }
-                      }
-                      keep(loomRecv(out.ptr(), count, type, root, c, nullptr));
-                    });
+                    return rootedBlocks(c, false, flat, out.ptr(), out.count(), type, out.data.element_size(), root,
+                                        me, n);
                   },
                   [out] { out.copyBack(); }, outputs, c10d::OpType::SCATTER});
 }
