@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
+#include "base/env.h"
 #include "loom/loom.h"
 #include "loom_build_config.h"
 

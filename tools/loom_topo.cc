@@ -24,7 +24,7 @@
 #include "algorithms/select.h"
 #include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
-#include "core/env.h"
+#include "base/env.h"
 #include "topology/discover.h"
 #include "topology/render.h"
 #include "topology/rings.h"

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "bench.h"
+#include "bootstrap/launch_env.h"
 #include "calibrate.h"
-#include "core/launch_env.h"
 #include "device_buffers.h"
 #include "fatal.h"
 #include "options.h"

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <string>
 
-#include "core/env.h"
+#include "base/env.h"
 #include "datatypes.h"
 
 namespace loomperf {

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 enum { kPiece = 1 << 20 };
-enum { kLoomSendBuffer = 262144 }; /* LOOM_SOCKET_SNDBUF's default (src/core/env.cc) */
+enum { kLoomSendBuffer = 262144 }; /* LOOM_SOCKET_SNDBUF's default (src/base/env.cc) */
 
 typedef struct {
   int fd;

@@ -1,3 +1,4 @@
+// Plans: steps added, call descriptions and their wire form for LOOM_CHECK, type and op names.
 #include "algorithms/plan.h"
 
 #include <cstdlib>

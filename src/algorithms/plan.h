@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "loom/loom.h"
 
 namespace loom {

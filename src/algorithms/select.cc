@@ -1,3 +1,4 @@
+// The choice of algorithm and protocol per call, and LOOM_ALGO / LOOM_PROTO parsing (select.h).
 #include "algorithms/select.h"
 
 #include <algorithm>
@@ -6,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace loom {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "algorithms/algorithm.h"
 #include "algorithms/cost_model.h"
-#include "core/spin_lock.h"
-#include "core/status.h"
+#include "base/spin_lock.h"
+#include "base/status.h"
 
 namespace loom {
 

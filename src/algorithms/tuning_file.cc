@@ -1,3 +1,4 @@
+// Reading and writing the tuning file, and fitting its constants to measured times (tuning_file.h).
 #include "algorithms/tuning_file.h"
 
 #include <algorithm>

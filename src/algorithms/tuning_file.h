@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "algorithms/cost_model.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom {
 

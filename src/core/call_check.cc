@@ -1,3 +1,4 @@
+// LOOM_CHECK's exchange and comparison of the calls every rank is about to run (call_check.h).
 #include "core/call_check.h"
 
 #include <cstring>

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom {
 

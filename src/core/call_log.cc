@@ -1,6 +1,7 @@
+// A communicator's record of its last calls, and its lines in a failure's log (call_log.h).
 #include "core/call_log.h"
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "core/spin_lock.h"
+#include "base/spin_lock.h"
 
 namespace loom {
 

@@ -1,13 +1,14 @@
+// Collective calls as plans: validation, the algorithm's choice, host and device channels (collective.h).
 #include "core/collective.h"
 
 #include <algorithm>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/select.h"
+#include "base/log.h"
 #include "core/communicator.h"
-#include "core/log.h"
+#include "core/device_comm.h"
 #include "core/one_shot.h"
-#include "device/device_comm.h"
 
 namespace loom {
 namespace {

@@ -1,3 +1,4 @@
+// A communicator's life: init, transports, split, errors, abort and destroy (communicator.h).
 #include "core/communicator.h"
 
 #include <unistd.h>
@@ -9,18 +10,18 @@
 
 #include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
-#include "core/env.h"
-#include "core/host_identity.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/host_identity.h"
+#include "base/log.h"
+#include "core/device_comm.h"
 #include "core/registry.h"
 #include "core/ring_placement.h"
 #include "core/shared_settings.h"
-#include "device/device_comm.h"
 #include "device/runtime.h"
+#include "loom_build_config.h"
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
-#include "loom_build_config.h"
 
 namespace loom {
 

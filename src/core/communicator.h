@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "algorithms/select.h"
-#include "core/bootstrap.h"
+#include "base/socket.h"
+#include "base/spin_lock.h"
+#include "base/status.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/unique_id.h"
 #include "core/call_log.h"
-#include "core/socket.h"
-#include "core/spin_lock.h"
-#include "core/status.h"
-#include "core/unique_id.h"
 #include "transport/shm_board.h"
 #include "transport/transport.h"
 

@@ -1,3 +1,4 @@
+// The host executor's loop over a plan's steps (executor.h).
 #include "core/executor.h"
 
 #include <poll.h>
@@ -10,10 +11,10 @@
 #include <mutex>
 #include <set>
 
+#include "base/log.h"
 #include "core/communicator.h"
-#include "core/log.h"
-#include "kernels/reduce.h"
 #include "core/one_shot.h"
+#include "kernels/reduce.h"
 
 namespace loom {
 namespace {

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom {
 

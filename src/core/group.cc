@@ -1,14 +1,15 @@
+// Group calls: recording, one plan per communicator, launch on the host or the device (group.h).
 #include "core/group.h"
 
 #include <algorithm>
 #include <map>
 #include <vector>
 
+#include "base/host_stream.h"
 #include "core/call_check.h"
 #include "core/communicator.h"
+#include "core/device_comm.h"
 #include "core/executor.h"
-#include "core/host_stream.h"
-#include "device/device_comm.h"
 
 namespace loom::group {
 namespace {

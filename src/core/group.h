@@ -6,9 +6,9 @@
 
 #include <variant>
 
+#include "base/status.h"
 #include "core/collective.h"
 #include "core/p2p.h"
-#include "core/status.h"
 
 namespace loom {
 
@@ -29,7 +29,7 @@ bool active();
 // Records the call in the open group, or runs it now as a group of one. A call on a device
 // communicator names a CUDA stream (cudaStream; `stream` is then unused, but for the
 // emulation's host streams) and becomes part of one plan-kernel launch on it
-// (device/device_comm.h); the calls of one communicator in a group must share it.
+// (core/device_comm.h); the calls of one communicator in a group must share it.
 Status submit(const Call& call, HostStream* stream, void* cudaStream = nullptr);
 
 // One plan per communicator for `calls`, in call order (sends and receives to self become

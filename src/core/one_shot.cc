@@ -1,3 +1,4 @@
+// The one-shot allreduce on the shared-memory board (one_shot.h).
 #include "core/one_shot.h"
 
 #include <poll.h>
@@ -7,8 +8,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/spin_lock.h"
 #include "core/communicator.h"
-#include "core/spin_lock.h"
 #include "kernels/reduce.h"
 #include "transport/shm_board.h"
 

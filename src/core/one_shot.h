@@ -6,7 +6,7 @@
 #pragma once
 
 #include "algorithms/plan.h"
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom {
 

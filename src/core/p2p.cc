@@ -1,3 +1,4 @@
+// Send, receive and barrier as plan steps (p2p.h).
 #include "core/p2p.h"
 
 #include "core/communicator.h"

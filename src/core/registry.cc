@@ -1,10 +1,12 @@
+// The registry's handle sets, bootstrap roots and host topology (registry.h).
 #include "core/registry.h"
 
 #include <pthread.h>
 
 #include <algorithm>
 
-#include "core/bootstrap_root.h"
+#include "base/log.h"
+#include "bootstrap/bootstrap_root.h"
 
 namespace loom {
 
@@ -13,7 +15,12 @@ Registry& Registry::instance() {
   return registry;
 }
 
-Registry::Registry() { ::pthread_atfork(nullptr, nullptr, &Registry::forgetInheritedThreads); }
+Registry::Registry() {
+  // Makes the log's sink before this registry, so the sink outlives it: the roots this
+  // registry stops at process exit may still log.
+  (void)log::enabled(log::Level::kWarn);
+  ::pthread_atfork(nullptr, nullptr, &Registry::forgetInheritedThreads);
+}
 
 void Registry::forgetInheritedThreads() {
   // Joining a copied std::thread could wait on whatever thread the child makes next
@@ -24,11 +31,6 @@ void Registry::forgetInheritedThreads() {
 
 // Roots still waiting for ranks are stopped and joined here, at process exit.
 Registry::~Registry() = default;
-
-log::Logger& Registry::logger() {
-  std::call_once(loggerOnce_, [this] { logger_ = std::make_unique<log::Logger>(); });
-  return *logger_;
-}
 
 namespace {
 // The calling thread's last lookup that found its handle, in any set.
@@ -96,30 +98,6 @@ Status Registry::hostGraph(const std::string& topoFile, const topo::Graph** out,
   *out = found->second.first.get();
   *source = found->second.second;
   return Status::ok();
-}
-
-void SlotPool::setCapacity(int capacity) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (capacity_ == 0) capacity_ = capacity;
-}
-
-int SlotPool::capacity() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return capacity_;
-}
-
-void SlotPool::take() {
-  std::unique_lock<std::mutex> lock(mutex_);
-  freed_.wait(lock, [this] { return capacity_ == 0 || taken_ < capacity_; });
-  ++taken_;
-}
-
-void SlotPool::give() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    --taken_;
-  }
-  freed_.notify_one();
 }
 
 }  // namespace loom

@@ -1,10 +1,11 @@
-// The one place Loom keeps process-wide mutable state: the log sink, the live
-// communicators, host streams and DDP reducers (so a destroyed or made-up handle is an
-// error, not a crash), and the bootstrap roots loomGetUniqueId started. Thread-safe.
+// The one place Loom keeps process-wide mutable state: the live communicators, host streams
+// and DDP reducers (so a destroyed or made-up handle is an error, not a crash), the bootstrap
+// roots loomGetUniqueId started, the host's topology and the emulated device's blocks.
+// Thread-safe. The log's sink is the one object kept elsewhere (base/log.cc): the ground
+// may not reach up to this layer, and the sink is fixed by the environment at first use.
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -13,9 +14,9 @@
 #include <unordered_set>
 #include <vector>
 
-#include "core/log.h"
-#include "core/spin_lock.h"
-#include "core/status.h"
+#include "base/slot_pool.h"
+#include "base/spin_lock.h"
+#include "base/status.h"
 #include "topology/discover.h"
 
 namespace loom {
@@ -37,28 +38,9 @@ class HandleSet {
   std::atomic<uint64_t> generation_{0};
 };
 
-// Slots that threads take and give back, at most `capacity` taken at once (0: no limit).
-// The emulated device's resident thread blocks. Thread-safe.
-class SlotPool {
- public:
-  // The first non-zero capacity set is kept: one device, one size.
-  void setCapacity(int capacity);
-  int capacity() const;
-  void take();  // waits for a free slot
-  void give();
-
- private:
-  mutable std::mutex mutex_;
-  std::condition_variable freed_;
-  int capacity_ = 0;
-  int taken_ = 0;
-};
-
 class Registry {
  public:
   static Registry& instance();
-
-  log::Logger& logger();
 
   HandleSet& comms() { return comms_; }
   HandleSet& streams() { return streams_; }
@@ -86,8 +68,6 @@ class Registry {
   // ran are forgotten (their memory is left alone), never joined.
   static void forgetInheritedThreads();
 
-  std::once_flag loggerOnce_;
-  std::unique_ptr<log::Logger> logger_;
   std::mutex mutex_;
   HandleSet comms_;
   HandleSet streams_;

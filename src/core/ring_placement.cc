@@ -1,3 +1,4 @@
+// The ring order from the places every rank reports (ring_placement.h).
 #include "core/ring_placement.h"
 
 #include <sched.h>
@@ -6,7 +7,7 @@
 
 #include <map>
 
-#include "core/env.h"
+#include "base/env.h"
 #include "core/registry.h"
 #include "topology/rings.h"
 

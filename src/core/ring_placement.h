@@ -5,8 +5,8 @@
 
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/status.h"
+#include "base/status.h"
+#include "bootstrap/bootstrap.h"
 
 namespace loom {
 

@@ -1,3 +1,4 @@
+// Taking rank 0's data-path settings on every rank, with a warning where they differ (shared_settings.h).
 #include "core/shared_settings.h"
 
 #include <array>

@@ -1,3 +1,4 @@
+// Gradients into buckets by size, as torch assigns them (bucket_assignment.h).
 #include "ddp/bucket_assignment.h"
 
 #include <algorithm>

@@ -1,3 +1,4 @@
+// The built-in communication hooks and the user hook's adapter (comm_hook.h).
 #include "ddp/comm_hook.h"
 
 #include "algorithms/plan.h"

@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "ddp/stream_ops.h"
 #include "loom/ddp.h"
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "core/cuda_call.h"
+#include "base/cuda_call.h"
 #include "ddp/stream_ops.h"
 #include "kernels/cuda/device_reduce.h"
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "core/registry.h"
 #include "ddp/exchange.h"
 #include "ddp/reducer.h"

@@ -1,3 +1,4 @@
+// Small host-byte collectives for the DDP layer's bookkeeping (exchange.h).
 #include "ddp/exchange.h"
 
 namespace loom::ddp {

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "ddp/stream_ops.h"
 #include "loom/loom.h"
 

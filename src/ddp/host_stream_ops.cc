@@ -3,11 +3,11 @@
 #include <cstring>
 #include <functional>
 
+#include "base/host_stream.h"
 #include "core/communicator.h"
-#include "core/host_stream.h"
+#include "core/device_comm.h"
 #include "core/registry.h"
 #include "ddp/stream_ops.h"
-#include "device/device_comm.h"
 #include "kernels/reduce.h"
 
 namespace loom::ddp {

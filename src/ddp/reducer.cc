@@ -1,10 +1,11 @@
+// The gradient reducer: buckets, readiness, launches, rebuild and no-sync (reducer.h).
 #include "ddp/reducer.h"
 
 #include <algorithm>
 #include <cstdint>
 
 #include "algorithms/plan.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "ddp/exchange.h"
 #include "ddp/shape_check.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "ddp/bucket_assignment.h"
 #include "ddp/comm_hook.h"
 #include "ddp/stream_ops.h"

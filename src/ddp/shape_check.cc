@@ -1,3 +1,4 @@
+// The cross-rank check of registered tensor shapes (shape_check.h).
 #include "ddp/shape_check.h"
 
 #include <cstdint>

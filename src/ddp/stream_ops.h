@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <memory>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "loom/loom.h"
 
 namespace loom::ddp {

@@ -12,7 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "core/cuda_call.h"
+#include "base/cuda_call.h"
 #include "device/plan_kernel.h"
 #include "device/runtime.h"
 

@@ -19,8 +19,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "device/element_ops.h"
-#include "device/hd.h"
+#include "kernels/element_ops.h"
+#include "kernels/hd.h"
 
 namespace loom::device {
 

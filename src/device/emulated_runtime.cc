@@ -18,9 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "core/env.h"
-#include "core/host_stream.h"
-#include "core/registry.h"
+#include "base/env.h"
+#include "base/host_stream.h"
+#include "base/slot_pool.h"
 #include "device/host_worker.h"
 #include "device/interpreter.h"
 #include "device/runtime.h"
@@ -35,15 +35,16 @@ struct FreeDeleter {
 
 class EmulatedRuntime final : public DeviceRuntime {
  public:
+  explicit EmulatedRuntime(SlotPool& blocks) : blocks_(blocks) {}
   ~EmulatedRuntime() override;
 
   const char* name() const override { return "emulated"; }
   std::string describe() const override {
-    const int blocks = Registry::instance().emulatedDeviceBlocks().capacity();
+    const int blocks = blocks_.capacity();
     return "emulated device (LOOM_DEVICE_EMULATION=1): the plan kernel runs on CPU threads over host memory" +
            (blocks > 0 ? format(", %d resident blocks", blocks) : std::string());
   }
-  int residentBlocks() const override { return Registry::instance().emulatedDeviceBlocks().capacity(); }
+  int residentBlocks() const override { return blocks_.capacity(); }
   std::string deviceKey() const override { return "emulated"; }
   Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
@@ -75,6 +76,7 @@ class EmulatedRuntime final : public DeviceRuntime {
   void wait(const std::shared_ptr<Launch>& launch);
   void serve(uint32_t index);
 
+  SlotPool& blocks_;  // the device's resident blocks, shared by the process's emulated runtimes
   std::vector<std::unique_ptr<void, FreeDeleter>> heap_;
   std::vector<transport::ShmSegment> segments_;
 
@@ -176,11 +178,10 @@ void EmulatedRuntime::serve(uint32_t index) {
     lock.unlock();
     // A worker holds one of the device's resident blocks from its start to its end, as a
     // thread block does on a GPU.
-    SlotPool& blocks = Registry::instance().emulatedDeviceBlocks();
-    blocks.take();
+    blocks_.take();
     HostWorker worker(nullptr, 0);
     runWorker(launch->args, index, worker);
-    blocks.give();
+    blocks_.give();
     lock.lock();
     if (--launch->unfinished == 0) {
       launch->done = true;
@@ -215,11 +216,11 @@ Status EmulatedRuntime::finishLaunches(const LaunchStream& stream) {
 
 }  // namespace
 
-Status makeEmulatedRuntime(std::unique_ptr<DeviceRuntime>* out) {
+Status makeEmulatedRuntime(SlotPool& pool, std::unique_ptr<DeviceRuntime>* out) {
   long long blocks = 0;
   LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION_BLOCKS", 0, 1 << 20, &blocks));
-  Registry::instance().emulatedDeviceBlocks().setCapacity(static_cast<int>(blocks));
-  *out = std::make_unique<EmulatedRuntime>();
+  pool.setCapacity(static_cast<int>(blocks));
+  *out = std::make_unique<EmulatedRuntime>(pool);
   return Status::ok();
 }
 

@@ -33,8 +33,8 @@
 
 #include "device/data_moves.h"
 #include "device/fifo_layout.h"
-#include "device/hd.h"
 #include "device/worker_context.h"
+#include "kernels/hd.h"
 
 namespace loom::device {
 

@@ -14,11 +14,11 @@
 #include <cstring>
 
 #include "device/data_moves.h"
-#include "device/element_ops.h"
 #include "device/fifo.h"
-#include "device/hd.h"
 #include "device/plan_format.h"
 #include "device/worker_context.h"
+#include "kernels/element_ops.h"
+#include "kernels/hd.h"
 
 namespace loom::device {
 

@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "device/hd.h"
+#include "kernels/hd.h"
 
 namespace loom::device {
 

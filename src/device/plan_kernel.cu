@@ -1,3 +1,4 @@
+// The plan kernel's CUDA source and its launcher (plan_kernel.h).
 #include "device/plan_kernel.h"
 
 #include <cuda_runtime.h>

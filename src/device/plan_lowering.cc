@@ -1,3 +1,4 @@
+// Lowering a rank's Plan to the flat plan the kernel reads (plan_lowering.h).
 #include "device/plan_lowering.h"
 
 #include <cstring>

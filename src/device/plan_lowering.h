@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "core/status.h"
+#include "base/status.h"
 #include "device/plan_format.h"
 
 namespace loom::device {

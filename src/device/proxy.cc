@@ -1,3 +1,4 @@
+// The proxy thread that carries device FIFOs to off-host peers over socket links (proxy.h).
 #include "device/proxy.h"
 
 #include <sched.h>
@@ -5,8 +6,7 @@
 
 #include <cstring>
 
-#include "core/communicator.h"
-#include "core/log.h"
+#include "base/log.h"
 #include "topology/affinity.h"
 #include "transport/transport.h"
 
@@ -18,13 +18,14 @@ void storeRelease(uint8_t* at, uint64_t v) { __atomic_store_n(reinterpret_cast<u
 
 }  // namespace
 
-Proxy::Proxy(Communicator* comm) : comm_(comm) {
-  thread_ = std::thread([this] {
+Proxy::Proxy(int rank, transport::Transport& transport, const std::vector<int>& cpus)
+    : rank_(rank), transport_(transport) {
+  thread_ = std::thread([this, cpus] {
     // Near the GPU: the host-mapped FIFOs it copies were first touched there.
     std::string note;
-    if (!comm_->deviceCpus().empty()) {
-      topo::bindCurrentThread(comm_->deviceCpus(), &note);
-      LOOM_INFO("rank %d: device proxy thread: %s", comm_->rank(), note.c_str());
+    if (!cpus.empty()) {
+      topo::bindCurrentThread(cpus, &note);
+      LOOM_INFO("rank %d: device proxy thread: %s", rank_, note.c_str());
     }
     serve();
   });
@@ -36,8 +37,7 @@ Proxy::~Proxy() {
 }
 
 void Proxy::add(int peer, int channel, const FifoShape& shape, uint8_t* in, uint8_t* out) {
-  transport::Transport& transport = comm_->transport();
-  transport::Link* link = transport.link(peer, channel % transport.linksPerPeer());
+  transport::Link* link = transport_.link(peer, channel % transport_.linksPerPeer());
   std::lock_guard<std::mutex> lock(mutex_);
   Wire* wire = nullptr;
   for (auto& w : wires_) {
@@ -77,7 +77,7 @@ void Proxy::fail(Wire& w, const char* what, const std::string& message) {
   w.failed = true;
   int none = -1;
   failedPeer_.compare_exchange_strong(none, w.peer, std::memory_order_acq_rel);
-  LOOM_WARN("rank %d: device proxy %s rank %d: %s", comm_->rank(), what, w.peer, message.c_str());
+  LOOM_WARN("rank %d: device proxy %s rank %d: %s", rank_, what, w.peer, message.c_str());
 }
 
 // Sends the slots the kernel filled, a whole frame at a time per link.

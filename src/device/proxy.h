@@ -26,18 +26,18 @@
 
 namespace loom {
 
-class Communicator;
-
 namespace transport {
 class Link;
+class Transport;
 }
 
 namespace device {
 
 class Proxy {
  public:
-  // Starts the thread.
-  explicit Proxy(Communicator* comm);
+  // Starts the thread, bound to `cpus` (none: unbound), for rank `rank`, whose links to
+  // off-host peers `transport` holds.
+  Proxy(int rank, transport::Transport& transport, const std::vector<int>& cpus);
   // Stops the thread (what is in flight stays unsent: the communicator is going away).
   ~Proxy();
   Proxy(const Proxy&) = delete;
@@ -88,7 +88,8 @@ class Proxy {
   bool pumpIn(Wire& w);
   void fail(Wire& w, const char* what, const std::string& message);
 
-  Communicator* comm_;
+  const int rank_;
+  transport::Transport& transport_;
   std::mutex mutex_;  // guards wires_ against add() while the thread runs
   std::vector<std::unique_ptr<Wire>> wires_;
   std::atomic<bool> stopping_{false};

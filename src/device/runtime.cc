@@ -1,11 +1,12 @@
+// Choosing the device runtime: CUDA or the CPU emulation (runtime.h).
 #include "device/runtime.h"
 
 #include "loom_build_config.h"
 
 namespace loom::device {
 
-Status makeRuntime(int device, bool emulated, std::unique_ptr<DeviceRuntime>* out) {
-  if (emulated) return makeEmulatedRuntime(out);
+Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, std::unique_ptr<DeviceRuntime>* out) {
+  if (emulated) return makeEmulatedRuntime(emulatedBlocks, out);
   LOOM_TRY(checkDeviceExists(device));
 #if LOOM_HAVE_CUDA
   return makeCudaRuntime(device, out);

@@ -13,11 +13,12 @@
 #include <memory>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "device/plan_format.h"
 
 namespace loom {
 class HostStream;
+class SlotPool;
 }
 
 namespace loom::device {
@@ -77,13 +78,14 @@ class DeviceRuntime {
 };
 
 // The runtime for a device communicator on `device`: the emulation when LOOM_DEVICE_EMULATION
-// is 1, else CUDA.
-Status makeRuntime(int device, bool emulated, std::unique_ptr<DeviceRuntime>* out);
+// is 1, else CUDA. `emulatedBlocks`: the emulated device's resident blocks, one pool for
+// every emulated runtime of the process (the caller's registry keeps it).
+Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, std::unique_ptr<DeviceRuntime>* out);
 // Whether this process can run a device communicator on `device` (not the emulation): a
 // clear error when the build lacks CUDA or the device is not there, asked before a
 // communicator reaches its root.
 Status checkDeviceExists(int device);
-Status makeEmulatedRuntime(std::unique_ptr<DeviceRuntime>* out);
+Status makeEmulatedRuntime(SlotPool& blocks, std::unique_ptr<DeviceRuntime>* out);
 Status makeCudaRuntime(int device, std::unique_ptr<DeviceRuntime>* out);  // builds with CUDA only
 
 }  // namespace loom::device

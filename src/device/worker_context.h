@@ -19,8 +19,8 @@
 #include <cstdint>
 
 #include "device/fifo_layout.h"
-#include "device/hd.h"
 #include "device/plan_format.h"
+#include "kernels/hd.h"
 
 namespace loom::device {
 

@@ -1,3 +1,4 @@
+// Binding a thread to the CPUs near its device (affinity.h).
 #include "topology/affinity.h"
 
 #include <pthread.h>
@@ -5,7 +6,7 @@
 
 #include <cstring>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::topo {
 

@@ -1,11 +1,12 @@
+// A host's Graph from an hwloc XML file, live hwloc or /sys (discover.h).
 #include "topology/discover.h"
 
 #include <unistd.h>
 
 #include <memory>
 
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
 #include "topology/hwloc_discovery.h"
 #include "topology/nvml_probe.h"
 

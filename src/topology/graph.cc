@@ -1,3 +1,4 @@
+// The host graph's nodes, links and path classification (graph.h).
 #include "topology/graph.h"
 
 #include <algorithm>

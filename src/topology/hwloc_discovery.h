@@ -2,7 +2,7 @@
 // hwloc, where it is an error saying so).
 #pragma once
 
-#include "core/status.h"
+#include "base/status.h"
 #include "topology/graph.h"
 
 namespace loom::topo {

@@ -1,3 +1,4 @@
+// RDMA port speeds read through ibverbs (ibverbs_ports.h).
 #include "topology/ibverbs_ports.h"
 
 #include "loom_build_config.h"

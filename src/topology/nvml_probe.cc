@@ -1,3 +1,4 @@
+// NVLink and peer-to-peer access read from NVML at run time (nvml_probe.h).
 #include "topology/nvml_probe.h"
 
 #include <dlfcn.h>

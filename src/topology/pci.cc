@@ -1,3 +1,4 @@
+// PCI devices, PCIe and NIC bandwidths, as both discoveries read them (pci.h).
 #include "topology/pci.h"
 
 #include <cstdio>

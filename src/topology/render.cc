@@ -1,3 +1,4 @@
+// A Graph as a tree, a GPU/NIC matrix and Graphviz DOT (render.h).
 #include "topology/render.h"
 
 #include <algorithm>
@@ -5,7 +6,7 @@
 #include <functional>
 #include <sstream>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::topo {
 

@@ -1,3 +1,4 @@
+// Ring orders within a host and across hosts (rings.h).
 #include "topology/rings.h"
 
 #include <algorithm>

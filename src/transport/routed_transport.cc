@@ -1,3 +1,4 @@
+// Each peer routed to shared memory or TCP (routed_transport.h).
 #include "transport/routed_transport.h"
 
 namespace loom::transport {

@@ -1,3 +1,4 @@
+// The one-shot board's segment, slots and flags (shm_board.h).
 #include "transport/shm_board.h"
 
 #include <unistd.h>
@@ -6,7 +7,7 @@
 #include <cstddef>
 #include <cstring>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace loom::transport {
 

@@ -17,9 +17,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/status.h"
-#include "transport/peer_process.h"
+#include "base/peer_process.h"
+#include "base/status.h"
+#include "bootstrap/bootstrap.h"
 #include "transport/shm_segment.h"
 
 namespace loom::transport {

@@ -1,3 +1,4 @@
+// Creating, opening and unlinking shared-memory files (shm_segment.h).
 #include "transport/shm_segment.h"
 
 #include <fcntl.h>
@@ -11,9 +12,9 @@
 #include <cstring>
 #include <utility>
 
-#include "core/log.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "base/log.h"
+#include "base/socket.h"
+#include "bootstrap/unique_id.h"
 
 namespace loom::transport {
 namespace {

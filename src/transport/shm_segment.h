@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <string>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::transport {
 

@@ -1,3 +1,4 @@
+// Shared-memory FIFO links between the ranks of one host (shm_transport.h).
 #include "transport/shm_transport.h"
 
 #include <sys/prctl.h>
@@ -14,9 +15,9 @@
 #include <thread>
 #include <type_traits>
 
-#include "core/env.h"
-#include "core/log.h"
-#include "transport/peer_process.h"
+#include "base/env.h"
+#include "base/log.h"
+#include "base/peer_process.h"
 #include "transport/shm_segment.h"
 
 #if defined(__SANITIZE_THREAD__)

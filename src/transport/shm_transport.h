@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "core/bootstrap.h"
+#include "bootstrap/bootstrap.h"
 #include "transport/transport.h"
 
 namespace loom::transport {

@@ -1,8 +1,9 @@
+// TCP links: connection on first use, framing, non-blocking moves (socket_transport.h).
 #include "transport/socket_transport.h"
 
 #include <algorithm>
 
-#include "core/log.h"
+#include "base/log.h"
 
 namespace loom::transport {
 namespace {

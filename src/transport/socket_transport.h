@@ -13,9 +13,9 @@
 #include <memory>
 #include <vector>
 
-#include "core/bootstrap.h"
-#include "core/handshake.h"
-#include "transport/peer_process.h"
+#include "base/peer_process.h"
+#include "bootstrap/bootstrap.h"
+#include "bootstrap/handshake.h"
 #include "transport/transport.h"
 
 namespace loom::transport {

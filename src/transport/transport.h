@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <vector>
 
-#include "core/socket.h"
-#include "core/status.h"
+#include "base/socket.h"
+#include "base/status.h"
 
 namespace loom::transport {
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
+#include "device/sanitizer.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
-#include "device/sanitizer.h"
 
 namespace {
 

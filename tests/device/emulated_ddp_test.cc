@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "device/sanitizer.h"
 #include "loom/ddp.h"
 #include "multirank/harness.h"
-#include "device/sanitizer.h"
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "device/sanitizer.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
-#include "device/sanitizer.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "algorithms/plan.h"
-#include "core/socket.h"
+#include "base/socket.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
 

@@ -13,9 +13,9 @@
 #include <string>
 
 #include "algorithms/plan.h"
-#include "core/handshake.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "base/socket.h"
+#include "bootstrap/handshake.h"
+#include "bootstrap/unique_id.h"
 
 namespace {
 

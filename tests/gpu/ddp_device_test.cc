@@ -8,9 +8,9 @@
 #include <cstdlib>
 #include <vector>
 
+#include "gpu/gpu_test.h"
 #include "loom/ddp.h"
 #include "multirank/harness.h"
-#include "gpu/gpu_test.h"
 
 namespace {
 

@@ -21,9 +21,9 @@
 #include <thread>
 #include <vector>
 
+#include "gpu/gpu_test.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
-#include "gpu/gpu_test.h"
 
 namespace loomtest {
 namespace {

@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
+#include "gpu/gpu_test.h"
 #include "kernels/cuda/device_reduce.h"
 #include "kernels/reduce.h"
-#include "gpu/gpu_test.h"
 
 namespace {
 

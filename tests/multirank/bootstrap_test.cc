@@ -19,10 +19,10 @@
 #include <thread>
 #include <vector>
 
+#include "base/socket.h"
+#include "bootstrap/handshake.h"
+#include "bootstrap/unique_id.h"
 #include "core/communicator.h"
-#include "core/handshake.h"
-#include "core/socket.h"
-#include "core/unique_id.h"
 #include "multirank/harness.h"
 
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace {
 

@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "core/socket.h"
-#include "core/unique_id.h"
+#include "base/socket.h"
+#include "bootstrap/unique_id.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "loom_build_config.h"
 #include "topology/affinity.h"
 #include "topology/discover.h"

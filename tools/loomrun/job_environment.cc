@@ -1,3 +1,4 @@
+// The variables loomrun sets for each rank (job_environment.h).
 #include "job_environment.h"
 
 #include <netdb.h>

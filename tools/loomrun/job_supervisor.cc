@@ -1,3 +1,4 @@
+// Running this node's ranks to the end, and stopping them on a failure (job_supervisor.h).
 #include "job_supervisor.h"
 
 #include <poll.h>

@@ -1,3 +1,4 @@
+// Parsing and checking loomrun's command line (options.h).
 #include "options.h"
 
 #include <cerrno>

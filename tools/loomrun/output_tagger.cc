@@ -1,3 +1,4 @@
+// Prefixing each rank's output lines with its rank (output_tagger.h).
 #include "output_tagger.h"
 
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// Starting one rank's process and describing how it ended (rank_process.h).
 #include "rank_process.h"
 
 #include <fcntl.h>

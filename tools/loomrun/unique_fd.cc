@@ -1,3 +1,4 @@
+// The owner of a file descriptor (unique_fd.h).
 #include "unique_fd.h"
 
 #include <fcntl.h>

@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::nccl {
 

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "algorithms/plan.h"
+#include "base/log.h"
+#include "base/status.h"
 #include "compat/nccl/cuda_memory.h"
 #include "compat/nccl/nccl_environment.h"
 #include "compat/nccl/premul_sum.h"
 #include "compat/nccl/shim_comm.h"
-#include "core/log.h"
-#include "core/status.h"
 #include "loom/loom.h"
 
 static_assert(sizeof(ncclUniqueId) == sizeof(loomUniqueId), "unique ids travel unchanged");

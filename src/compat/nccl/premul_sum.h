@@ -9,7 +9,7 @@
 #include <optional>
 #include <vector>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "loom/loom.h"
 
 namespace loom::nccl {

@@ -13,8 +13,8 @@
 #include <thread>
 #include <unordered_set>
 
+#include "base/status.h"
 #include "compat/nccl/premul_sum.h"
-#include "core/status.h"
 #include "loom/loom.h"
 
 namespace loom::nccl {

@@ -23,7 +23,7 @@
 // one launches only the blocks it needs.
 #include "kernels/cuda/device_reduce.h"
 
-#include "device/element_ops.h"
+#include "kernels/element_ops.h"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -46,7 +46,7 @@ constexpr int kBlocksPerSm = 4;
 constexpr int kMaxDevices = 64;
 constexpr int kFallbackSms = 132;  // used only if the attribute query fails
 
-// ---- Jobs: what one output element is (device/element_ops.h has the arithmetic) ----------
+// ---- Jobs: what one output element is (kernels/element_ops.h has the arithmetic) ----------
 
 using device::BFloat16;
 using device::Half;

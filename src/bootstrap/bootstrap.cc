@@ -1,4 +1,5 @@
-#include "core/bootstrap.h"
+// The bootstrap channel between a communicator's ranks: registration, ring, messages (bootstrap.h).
+#include "bootstrap/bootstrap.h"
 
 #include <poll.h>
 #include <unistd.h>
@@ -6,11 +7,11 @@
 #include <cerrno>
 #include <cstring>
 
-#include "core/bootstrap_root.h"
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
+#include "bootstrap/bootstrap_root.h"
 
-#include "transport/peer_process.h"
+#include "base/peer_process.h"
 
 namespace loom {
 namespace {

@@ -1,4 +1,5 @@
-#include "core/host_stream.h"
+// A host stream's queue and progress thread (host_stream.h).
+#include "base/host_stream.h"
 
 namespace loom {
 

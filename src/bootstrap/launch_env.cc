@@ -1,9 +1,10 @@
-#include "core/launch_env.h"
+// Rank, size and rendezvous from the launcher's variables (launch_env.h).
+#include "bootstrap/launch_env.h"
 
 #include <cerrno>
 #include <cstdlib>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace loom {
 namespace {

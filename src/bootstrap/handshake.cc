@@ -1,12 +1,13 @@
-#include "core/handshake.h"
+// The hello every connection sends, and the Acceptor that admits only the job's own (handshake.h).
+#include "bootstrap/handshake.h"
 
 #include <poll.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
 
 namespace loom {
 namespace {

@@ -1,4 +1,5 @@
-#include "core/env.h"
+// The table of every environment variable Loom reads, and the typed readers over it (env.h).
+#include "base/env.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -213,7 +214,7 @@ Status getInt(const char* name, long long min, long long max, long long* out) {
 std::string markdown() {
   std::string out =
       "# Environment variables\n\n"
-      "Generated from the table in src/core/env.cc by `loom-info --env-markdown`; a test "
+      "Generated from the table in src/base/env.cc by `loom-info --env-markdown`; a test "
       "keeps this file equal to it. Values are read when a communicator is created. The "
       "variables that shape plans and links (LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_CHANNELS, "
       "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_CHECK, "

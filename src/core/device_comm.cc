@@ -1,4 +1,5 @@
-#include "device/device_comm.h"
+// The device executor: FIFOs, connections, the plan kernel's launches and the watchdog (device_comm.h).
+#include "core/device_comm.h"
 
 #include <unistd.h>
 
@@ -13,15 +14,16 @@
 #include <set>
 #include <thread>
 
+#include "base/log.h"
+#include "base/peer_process.h"
 #include "core/call_check.h"
 #include "core/communicator.h"
-#include "core/log.h"
 #include "core/p2p.h"
+#include "core/registry.h"
 #include "device/fifo_layout.h"
 #include "device/plan_lowering.h"
 #include "device/proxy.h"
 #include "device/runtime.h"
-#include "transport/peer_process.h"
 
 namespace loom {
 namespace {
@@ -186,7 +188,7 @@ class DeviceCommImpl final : public DeviceComm {
 
 Status DeviceCommImpl::init() {
   const CommConfig& config = comm_->config();
-  LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, &runtime_));
+  LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, Registry::instance().emulatedDeviceBlocks(), &runtime_));
   LOOM_TRY(agreeOnBlockBudget());
   channels_ = config.deviceChannels;
   shape_.slots = 8;
@@ -373,7 +375,7 @@ Status DeviceCommImpl::acceptIn() {
   }
   if (!remote.empty()) {
     LOOM_TRY(comm_->transport().acceptIn(remote, Deadline::afterMs(comm_->config().timeoutMs)));
-    if (proxy_ == nullptr) proxy_ = std::make_unique<Proxy>(comm_);
+    if (proxy_ == nullptr) proxy_ = std::make_unique<Proxy>(comm_->rank(), comm_->transport(), comm_->deviceCpus());
   }
   for (int p : connecting_) {
     PeerState& peer = peers_[static_cast<size_t>(p)];

@@ -18,8 +18,8 @@
 #include <mutex>
 #include <vector>
 
+#include "base/status.h"
 #include "core/group.h"
-#include "core/status.h"
 
 namespace loom {
 

@@ -1,4 +1,5 @@
-#include "core/log.h"
+// The log's sink, its settings from LOOM_DEBUG / LOOM_DEBUG_FILE, and the line prefix (log.h).
+#include "base/log.h"
 
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -7,8 +8,7 @@
 #include <cstdio>
 #include <string>
 
-#include "core/env.h"
-#include "core/registry.h"
+#include "base/env.h"
 
 namespace loom::log {
 namespace {
@@ -24,6 +24,13 @@ std::string expandPath(std::string path) {
     path.replace(pos, 2, std::to_string(::getpid()));
   }
   return path;
+}
+
+// The process's sink, made at the first log call. Statics made after it are destroyed
+// before it, so the Registry asks for it first (core/registry.cc).
+Logger& sink() {
+  static Logger logger;
+  return logger;
 }
 
 }  // namespace
@@ -63,13 +70,13 @@ void Logger::vwrite(Level level, const char* fmt, va_list args) {
 }
 
 bool enabled(Level level) {
-  return level != Level::kNone && level <= Registry::instance().logger().level();
+  return level != Level::kNone && level <= sink().level();
 }
 
 void write(Level level, const char* fmt, ...) {
   va_list args;
   va_start(args, fmt);
-  Registry::instance().logger().vwrite(level, fmt, args);
+  sink().vwrite(level, fmt, args);
   va_end(args);
 }
 

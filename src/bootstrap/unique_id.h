@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/socket.h"
-#include "core/status.h"
+#include "base/socket.h"
+#include "base/status.h"
 #include "loom/loom.h"
 
 namespace loom {

@@ -13,10 +13,10 @@
 #include <memory>
 #include <thread>
 
-#include "core/handshake.h"
-#include "core/socket.h"
-#include "core/status.h"
-#include "core/unique_id.h"
+#include "base/socket.h"
+#include "base/status.h"
+#include "bootstrap/handshake.h"
+#include "bootstrap/unique_id.h"
 
 namespace loom {
 

@@ -1,4 +1,5 @@
-#include "core/bootstrap_root.h"
+// The bootstrap root's thread: admission, registration and its deadline (bootstrap_root.h).
+#include "bootstrap/bootstrap_root.h"
 
 #include <algorithm>
 #include <cstring>
@@ -6,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
 
 namespace loom {
 namespace {

@@ -1,4 +1,5 @@
-#include "core/socket.h"
+// Descriptors, addresses, interfaces and deadline-bounded TCP I/O (socket.h).
+#include "base/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -16,8 +17,8 @@
 #include <cstring>
 #include <thread>
 
-#include "core/env.h"
-#include "core/log.h"
+#include "base/env.h"
+#include "base/log.h"
 
 namespace loom {
 

@@ -1,4 +1,5 @@
-#include "core/cuda_call.h"
+// CUDA runtime errors as Statuses, and the owners of CUDA memory and events (cuda_call.h).
+#include "base/cuda_call.h"
 
 namespace loom::cuda {
 

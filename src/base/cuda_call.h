@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom::cuda {
 

@@ -1,4 +1,5 @@
-#include "transport/peer_process.h"
+// Liveness and cross-memory reads of another process on this host (peer_process.h).
+#include "base/peer_process.h"
 
 #include <poll.h>
 #include <signal.h>

@@ -4,9 +4,9 @@
 
 #include <string>
 
-#include "core/socket.h"
-#include "core/status.h"
-#include "core/unique_id.h"
+#include "base/socket.h"
+#include "base/status.h"
+#include "bootstrap/unique_id.h"
 
 namespace loom {
 

@@ -1,4 +1,5 @@
-#include "core/unique_id.h"
+// Making, encoding and decoding the unique id and its secret (unique_id.h).
+#include "bootstrap/unique_id.h"
 
 #include <sys/random.h>
 

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <thread>
 
-#include "core/status.h"
+#include "base/status.h"
 
 namespace loom {
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/socket.h"
+#include "base/socket.h"
 
 namespace loom::transport {
 

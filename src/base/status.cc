@@ -1,4 +1,5 @@
-#include "core/status.h"
+// Statuses: their formatted sentences, and errors from errno (status.h).
+#include "base/status.h"
 
 #include <cstdarg>
 #include <cstdio>

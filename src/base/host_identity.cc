@@ -1,10 +1,11 @@
-#include "core/host_identity.h"
+// This host's identity from its name and boot id, or LOOM_HOST_ID (host_identity.h).
+#include "base/host_identity.h"
 
 #include <unistd.h>
 
 #include <fstream>
 
-#include "core/env.h"
+#include "base/env.h"
 
 namespace loom {
 namespace {

@@ -11,7 +11,7 @@ namespace loom::log {
 
 enum class Level { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
-// The process's log sink, owned by the Registry; built from LOOM_DEBUG / LOOM_DEBUG_FILE
+// The process's log sink (one, kept in log.cc); built from LOOM_DEBUG / LOOM_DEBUG_FILE
 // at the first log call. Thread-safe.
 class Logger {
  public:

@@ -14,11 +14,11 @@
 #include <string>
 #include <vector>
 
-#include "core/handshake.h"
-#include "core/host_identity.h"
-#include "core/socket.h"
-#include "core/status.h"
-#include "core/unique_id.h"
+#include "base/host_identity.h"
+#include "base/socket.h"
+#include "base/status.h"
+#include "bootstrap/handshake.h"
+#include "bootstrap/unique_id.h"
 
 namespace loom {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <type_traits>
 
-#include "device/hd.h"
+#include "kernels/hd.h"
 #include "loom/loom.h"
 
 #if LOOM_ON_DEVICE || defined(__CUDACC__)
