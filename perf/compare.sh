@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Loom's collectives beside Open MPI's and Gloo's on this host, per transport, with each
-# transport's physical limit: one core's memcpy bandwidth for shared memory, the loopback TCP
-# link's for TCP. Every program prints nccl-tests' table (Loom's loom-perf,
+# transport's physical limit: for shared memory the busbw the memory-traffic model allows at the
+# copy bandwidth of as many threads as ranks copying at once (docs/PERF.md, "Memory traffic"),
+# for TCP the loopback link's. Every program prints nccl-tests' table (Loom's loom-perf,
 # perf/peers/mpi_collective.c, perf/peers/gloo_collective.py, perf/peers/memcpy_bw.c,
 # perf/peers/tcp_loopback_bw.c) under the same sweep and timing flags; perf/compare_table.py
 # turns them into ratio tables.
@@ -31,7 +32,7 @@
 #   --builddir DIR   Loom's release build with link-time optimisation (default build-perf;
 #                    made if missing, set to release and LTO if not)
 #   --pin LIST       programs whose rank r runs on cpu r only: a comma list of loom, mpi, gloo,
-#                    or all, or none (default: all). memcpy_bw always runs on cpu 0,
+#                    or all, or none (default: all). memcpy_bw's thread i always runs on cpu i,
 #                    tcp_loopback_bw's two processes on cpus 0 and 1
 #   --wait-idle S    before each program, wait up to S seconds for the other processes on the
 #                    machine to use under 10% of the cpus (default 0: do not wait)
@@ -116,7 +117,7 @@ mkdir -p "$peers"
 for peer in mpi_collective memcpy_bw tcp_loopback_bw; do
   if [ ! -x "$peers/$peer" ] || [ "perf/peers/$peer.c" -nt "$peers/$peer" ] \
       || [ perf/peers/nccl_table.h -nt "$peers/$peer" ]; then
-    mpicc -O2 -Wall -Wextra -o "$peers/$peer" "perf/peers/$peer.c" -lm
+    mpicc -O2 -Wall -Wextra -pthread -o "$peers/$peer" "perf/peers/$peer.c" -lm
   fi
 done
 
@@ -173,7 +174,11 @@ done
 limits=()
 [[ ",$transports," == *",shm,"* ]] && limits+=(memcpy)
 [[ ",$transports," == *",tcp,"* ]] && limits+=(tcp_loopback)
-cmd[memcpy]="taskset -c 0 $peers/memcpy_bw $timing"
+# As many copying threads as ranks, one per cpu where there are enough: the ranks of a
+# collective share the memory bus as these threads do.
+memcpy_cpus=""
+[ "$ranks" -le "$(nproc)" ] && memcpy_cpus="taskset -c 0-$((ranks - 1)) "
+cmd[memcpy]="$memcpy_cpus$peers/memcpy_bw -t $ranks $timing"
 cmd[tcp_loopback]="$peers/tcp_loopback_bw $timing"
 echo "== commands"
 for name in "${order[@]}" "${limits[@]}"; do

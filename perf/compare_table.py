@@ -2,8 +2,9 @@
 """Tables for perf/compare.sh: reads the nccl-tests tables that Loom's loom-perf and the peers
 in perf/peers/ printed, and prints, per collective and transport, each program's best round per
 size with the spread over rounds, the time ratios against Loom, and Loom's busbw as a fraction
-of the transport's limit (one core's memcpy bandwidth for shared memory, the loopback TCP link's
-for TCP); as markdown, with the machine and the exact commands.
+of the transport's limit (for shared memory what the memory-traffic model allows at the copy
+bandwidth of as many threads as ranks, for TCP the loopback link's); as markdown, with the
+machine and the exact commands.
 
     perf/compare_table.py --dir DIR [--collectives allreduce,broadcast] [--transports shm,tcp]
                           [--ranks 2] [--pin WHAT] [--markdown FILE] [--best DIR]
@@ -29,9 +30,32 @@ BUS_FACTOR = {  # nccl-tests' busbw / algbw, by collective and ranks
 }
 COLUMNS = {"oop": 5, "ip": 9}  # first field of each mode in a 13-field row
 LIMITS = {  # transport: (the program that measures its limit, the ratio column's title)
-    "shm": ("memcpy", "Loom/memcpy"),
+    "shm": ("memcpy", "Loom/limit"),
     "tcp": ("tcp_loopback", "Loom/TCP link"),
 }
+# Bytes of the user's buffers the busiest rank reads + writes per byte of busbw, by collective
+# and ranks (docs/PERF.md, "Memory traffic"): the ring allreduce moves 5(n-1)/n of its buffer
+# for a busbw of 2(n-1)/n; the chain broadcast's inner ranks write and forward the buffer, the
+# root only reads it and the last rank only writes it.
+TRAFFIC = {
+    "allreduce": lambda n: 2.5,
+    "broadcast": lambda n: 1.0 if n == 2 else 2.0,
+}
+
+
+# Below this size the threads' copies are shorter than starting them together, and other
+# algorithms than the model's run on data in the caches: no limit is shown.
+MEMORY_LIMIT_MIN_BYTES = 1 << 20
+
+
+def memory_limit(memcpy, coll, ranks):
+    """{bytes: (None, busbw limit)}: a thread of memcpy_bw -t RANKS moves 2 bytes (read +
+    write) per byte it copies; a rank whose core moves as much can reach at most that over
+    TRAFFIC bytes per byte of busbw."""
+    if not memcpy:
+        return None
+    return {n: (None, 2 * m[1] / TRAFFIC[coll](ranks)) for n, m in memcpy.items()
+            if n >= MEMORY_LIMIT_MIN_BYTES}
 
 
 def read_table(path):
@@ -114,8 +138,11 @@ def render_legend(runs):
         f"tables put Loom beside Open MPI where both measure that mode. Time: µs per call "
         f"(mean over ranks) in the best of {runs} round{'s' * (runs > 1)}{spread}. busbw: GB/s "
         f"(GB = 1e9), nccl-tests' bus bandwidth. MPI/Loom and Gloo/Loom: peer time / Loom time "
-        f"(> 1: Loom is faster). Loom/memcpy: Loom's busbw / one core's memcpy bandwidth at "
-        f"that size. Loom/TCP link: Loom's busbw / what one TCP connection on 127.0.0.1 carries "
+        f"(> 1: Loom is faster). Loom/limit: Loom's busbw / the busbw the memory-traffic model "
+        f"allows at that size, from 1 MiB (docs/PERF.md, \"Memory traffic\"): each of as many threads as "
+        f"ranks copying at once moves twice the bytes it copies (read + write), and the busiest "
+        f"rank must move 2.5 bytes of its buffers per byte of busbw in a ring allreduce, 1 in a "
+        f"2-rank broadcast (2 with more ranks). Loom/TCP link: Loom's busbw / what one TCP connection on 127.0.0.1 carries "
         f"each way while two processes send each other a buffer of that size at once "
         f"(perf/peers/tcp_loopback_bw.c; a 2-rank allreduce sends and receives its whole buffer "
         f"on each rank). Gloo (torch.distributed) has TCP only: the same Gloo column shows under "
@@ -144,7 +171,7 @@ def render_table(args, coll, transport, loom, mpi, gloo, limit, runs):
     return out
 
 
-def render_out_of_place(args, coll, transport, loom, mpi, runs):
+def render_out_of_place(args, coll, transport, loom, mpi, limit, runs):
     """Loom beside Open MPI out of place, where both measure it (Gloo cannot: torch's calls
     have one buffer)."""
     if not loom or not mpi:
@@ -152,11 +179,12 @@ def render_out_of_place(args, coll, transport, loom, mpi, runs):
     title, how = TRANSPORTS[transport]
     out = [f"### {coll}, {title}, out of place (Loom and Open MPI)", "",
            f"{args.ranks} ranks, float32, separate send and receive buffers; {how}.", "",
-           "| size | Loom µs | Open MPI µs | Loom GB/s | Open MPI GB/s | MPI/Loom |",
-           "|---:|" + "---:|" * 5]
+           f"| size | Loom µs | Open MPI µs | Loom GB/s | Open MPI GB/s | MPI/Loom | {LIMITS[transport][1]} |",
+           "|---:|" + "---:|" * 6]
     for n in sorted(set(loom) & set(mpi)):
         cells = [time_cell(loom, n, runs), time_cell(mpi, n, runs), bw_cell(loom, n), bw_cell(mpi, n),
-                 ratio_cell(mpi[n][0], loom[n][0])]
+                 ratio_cell(mpi[n][0], loom[n][0]),
+                 ratio_cell(loom[n][1], limit[n][1] if limit and n in limit else None)]
         out.append(f"| {size_label(n)} | " + " | ".join(cells) + " |")
     out.append("")
     return out
@@ -171,8 +199,9 @@ def render_notes(args, keys):
     out = []
     memcpy = read_text(args.dir, "memcpy.cmd")
     if memcpy:
-        out.append("- memcpy: one thread copying between two buffers of each size, pinned to "
-                   "cpu 0, best round; its GB/s counts the bytes copied (the memory traffic is "
+        out.append(f"- memory limit: memcpy_bw -t {args.ranks}, {args.ranks} threads copying "
+                   "their own pair of buffers of each size at once, thread i on cpu i, best "
+                   "round; its GB/s counts the bytes one thread copied (its memory traffic is "
                    "twice that)")
     if read_text(args.dir, "tcp_loopback.cmd"):
         out.append("- TCP link: two processes on cpus 0 and 1, each sending the other a buffer of "
@@ -261,12 +290,13 @@ def main():
         for t in transports:
             loom = load(f"{coll}.{t}.loom", "ip", factor)
             mpi = load(f"{coll}.{t}.mpi", "ip", factor)
-            out += render_table(args, coll, t, loom, mpi, gloo, limits[t], max(runs, 1))
+            limit = memory_limit(limits[t], coll, args.ranks) if t == "shm" else limits[t]
+            out += render_table(args, coll, t, loom, mpi, gloo, limit, max(runs, 1))
             # The best-round files for loom-plot hold in-place rows: read these without --best.
             oop = {k: best_of_rounds(paths[k], "oop", factor) if paths[k] else None
                    for k in (f"{coll}.{t}.loom", f"{coll}.{t}.mpi")}
             out += render_out_of_place(args, coll, t, oop[f"{coll}.{t}.loom"], oop[f"{coll}.{t}.mpi"],
-                                       max(runs, 1))
+                                       limit, max(runs, 1))
     out += render_notes(args, keys)
     text = "\n".join(out) + "\n"
     sys.stdout.write(text)

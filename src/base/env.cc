@@ -147,7 +147,12 @@ const std::vector<Variable>& variables() {
       {"WORLD_SIZE", "", kLaunch, "torchrun's world size."},
       {"LOCAL_RANK", "", kLaunch, "torchrun's local rank."},
       {"MASTER_ADDR", "", kLaunch, "torchrun's master address."},
-      {"MASTER_PORT", "", kLaunch, "torchrun's master port."},
+      {"MASTER_PORT", "", kLaunch,
+       "torchrun's master port, used when LOOM_MASTER_PORT is unset; the port after it where "
+       "TORCHELASTIC_USE_AGENT_STORE=True (docs/LAUNCH.md)."},
+      {"TORCHELASTIC_USE_AGENT_STORE", "", kLaunch,
+       "Set by torchrun: True when its agent's TCPStore holds MASTER_PORT (static rendezvous), so "
+       "Loom's root listens on MASTER_PORT + 1 instead."},
       {"OMPI_COMM_WORLD_RANK", "", kLaunch, "Open MPI's rank (mpirun)."},
       {"OMPI_COMM_WORLD_SIZE", "", kLaunch, "Open MPI's world size."},
       {"OMPI_COMM_WORLD_LOCAL_RANK", "", kLaunch, "Open MPI's local rank."},

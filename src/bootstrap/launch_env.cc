@@ -82,6 +82,18 @@ Status readLaunchEnv(LaunchEnv* out) {
                                                                                   : "MASTER_PORT";
   std::string port = portVar[0] == 'L' ? env::getOrDefault("LOOM_MASTER_PORT") : *env::get("MASTER_PORT");
   LOOM_TRY(parseInt(portVar, port, 1, 65535, &e.masterPort));
+  e.portSource = portVar;
+  // torchrun's static rendezvous keeps its agent's TCPStore listening on MASTER_PORT for the
+  // whole job, so Loom's root takes the port after it.
+  if (portVar[0] == 'M' && env::getOrDefault("TORCHELASTIC_USE_AGENT_STORE") == "True") {
+    if (e.masterPort == 65535) {
+      return error(loomInvalidArgument,
+                   "MASTER_PORT=65535 is held by torchrun's agent store and Loom's root would take the "
+                   "port after it; set LOOM_MASTER_PORT to a free port");
+    }
+    ++e.masterPort;
+    e.portSource = "MASTER_PORT + 1 (torchrun's agent store holds MASTER_PORT)";
+  }
 
   if (std::optional<std::string> hex = env::get("LOOM_SECRET")) {
     LOOM_TRY(Secret::fromHex(*hex, &e.secret));

@@ -26,6 +26,7 @@ Status readLaunchRank(LaunchRank* out, bool* found);
 struct LaunchEnv : LaunchRank {
   std::string masterHost;
   int masterPort = 0;
+  std::string portSource;  // the variable the port came from, and why, for the INFO log
   Secret secret;
   bool secretDerived = false;  // true: no LOOM_SECRET, so the secret protects nothing
 };

@@ -251,8 +251,9 @@ LOOM_API loomResult_t loomCommInitFromEnv(loomComm_t* comm, loomConfig_t* config
     loom::LaunchEnv launch;
     LOOM_TRY(loom::readLaunchEnv(&launch));
     loom::log::RankScope scope(launch.rank);
-    LOOM_INFO("loomCommInitFromEnv: rank %d of %d from %s, master %s:%d, secret %s", launch.rank,
+    LOOM_INFO("loomCommInitFromEnv: rank %d of %d from %s, master %s:%d (port: %s), secret %s", launch.rank,
               launch.worldSize, launch.source.c_str(), launch.masterHost.c_str(), launch.masterPort,
+              launch.portSource.c_str(),
               launch.secretDerived ? "derived from the master address (authenticates nothing; set LOOM_SECRET)"
                                    : "from LOOM_SECRET");
     loom::CommConfig resolved;

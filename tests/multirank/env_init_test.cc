@@ -1,12 +1,20 @@
-// loomCommInitFromEnv under each launcher's variables, its errors, and the whole path
-// through loomrun with the README's example.
+// loomCommInitFromEnv under each launcher's variables (one at a time, and the whole set each
+// launcher really sets, nested launchers included), its errors, and the whole path through
+// loomrun with the README's example.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <memory>
 #include <stdlib.h>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "multirank/harness.h"
 
@@ -31,7 +39,7 @@ const char* const kAllVariables[] = {
     "LOOM_RANK", "LOOM_WORLD_SIZE", "LOOM_LOCAL_RANK", "LOOM_MASTER_ADDR", "LOOM_MASTER_PORT",
     "LOOM_SECRET", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_PROCID",
-    "SLURM_NTASKS", "SLURM_LOCALID"};
+    "SLURM_NTASKS", "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE"};
 
 void clearLaunchEnvironment() {
   for (const char* v : kAllVariables) ::unsetenv(v);
@@ -78,6 +86,135 @@ INSTANTIATE_TEST_SUITE_P(Launchers, EnvInitTest,
                                   (std::get<1>(info.param) ? "_LOOM_SECRET" : "_derived_secret");
                          });
 
+// The whole environment a launcher gives a rank (docs/LAUNCH.md), as the launcher's own code
+// or documentation has it: torch 1.13's local_elastic_agent.py, Open MPI 4.1's and Slurm's
+// manuals, Kubeflow's training and MPI operators. Two ranks on this host; `port` is where the
+// job's rendezvous is (MASTER_PORT).
+using Variables = std::vector<std::pair<std::string, std::string>>;
+
+struct RealLaunch {
+  const char* name;
+  std::function<Variables(int rank, int port)> variables;
+  bool agentStoreHoldsPort;  // torchrun's static rendezvous: its TCPStore listens on MASTER_PORT
+};
+
+Variables torchrunVariables(int rank, int port, const char* useAgentStore) {
+  const std::string r = std::to_string(rank);
+  return {{"LOCAL_RANK", r}, {"RANK", r}, {"GROUP_RANK", "0"}, {"ROLE_RANK", r},
+          {"ROLE_NAME", "default"}, {"LOCAL_WORLD_SIZE", "2"}, {"WORLD_SIZE", "2"},
+          {"GROUP_WORLD_SIZE", "1"}, {"ROLE_WORLD_SIZE", "2"}, {"MASTER_ADDR", "127.0.0.1"},
+          {"MASTER_PORT", std::to_string(port)}, {"TORCHELASTIC_RESTART_COUNT", "0"},
+          {"TORCHELASTIC_MAX_RESTARTS", "0"}, {"TORCHELASTIC_RUN_ID", "none"},
+          {"TORCHELASTIC_USE_AGENT_STORE", useAgentStore}, {"NCCL_ASYNC_ERROR_HANDLING", "1"},
+          {"OMP_NUM_THREADS", "1"}};
+}
+
+Variables openMpiVariables(int rank, int port) {
+  const std::string r = std::to_string(rank);
+  return {{"OMPI_COMM_WORLD_RANK", r}, {"OMPI_COMM_WORLD_SIZE", "2"},
+          {"OMPI_COMM_WORLD_LOCAL_RANK", r}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"},
+          {"OMPI_COMM_WORLD_NODE_RANK", r}, {"OMPI_UNIVERSE_SIZE", "2"}, {"OMPI_FIRST_RANKS", "0"},
+          {"OMPI_MCA_orte_ess_num_procs", "2"}, {"PMIX_RANK", r}, {"PMIX_NAMESPACE", "prterun-node1-4242@1"},
+          // what `mpirun -x MASTER_ADDR -x MASTER_PORT` passes on
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+}
+
+Variables slurmStepVariables(int procid, int ntasks, int port) {
+  const std::string r = std::to_string(procid);
+  return {{"SLURM_PROCID", r}, {"SLURM_NTASKS", std::to_string(ntasks)}, {"SLURM_NPROCS", std::to_string(ntasks)},
+          {"SLURM_LOCALID", r}, {"SLURM_NODEID", "0"}, {"SLURM_NNODES", "1"}, {"SLURM_JOB_ID", "4242"},
+          {"SLURM_STEP_ID", "0"}, {"SLURM_JOB_NODELIST", "node1"}, {"SLURM_TASKS_PER_NODE", std::to_string(ntasks)},
+          {"SLURM_STEP_NUM_TASKS", std::to_string(ntasks)}, {"SLURM_CPUS_ON_NODE", "2"},
+          // exported by the sbatch script (docs/LAUNCH.md); srun passes the environment on
+          {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}};
+}
+
+Variables joined(Variables a, const Variables& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+const RealLaunch kRealLaunches[] = {
+    {"torchrun_static_rendezvous", [](int r, int p) { return torchrunVariables(r, p, "True"); }, true},
+    {"torchrun_c10d_rendezvous", [](int r, int p) { return torchrunVariables(r, p, "False"); }, false},
+    {"kubeflow_pytorchjob",
+     [](int r, int p) {
+       return Variables{{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(p)}, {"WORLD_SIZE", "2"},
+                        {"RANK", std::to_string(r)}, {"PYTHONUNBUFFERED", "0"}};
+     },
+     false},
+    {"mpirun", openMpiVariables, false},
+    {"kubeflow_mpijob",
+     [](int r, int p) {
+       return joined(openMpiVariables(r, p), {{"OMPI_MCA_plm_rsh_agent", "/etc/mpi/kubexec.sh"},
+                                              {"OMPI_MCA_orte_default_hostfile", "/etc/mpi/hostfile"},
+                                              {"K_MPI_JOB_ROLE", "worker"}});
+     },
+     false},
+    {"srun", [](int r, int p) { return slurmStepVariables(r, 2, p); }, false},
+    // mpirun inside an sbatch script: both ranks carry the batch step's SLURM_PROCID=0; Open
+    // MPI's own variables must win.
+    {"mpirun_in_slurm_allocation",
+     [](int r, int p) { return joined(slurmStepVariables(0, 2, p), openMpiVariables(r, p)); }, false},
+    // srun starts one torchrun per node (one node here): Slurm says 1 task, torchrun 2 ranks.
+    {"torchrun_under_srun",
+     [](int r, int p) { return joined(slurmStepVariables(0, 1, p), torchrunVariables(r, p, "False")); }, false},
+};
+
+// Listens on 127.0.0.1:port while alive, as torchrun's agent store does.
+class PortHolder {
+ public:
+  explicit PortHolder(int port) : fd_(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int one = 1;
+    ::setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    listening_ = ::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && ::listen(fd_, 16) == 0;
+  }
+  ~PortHolder() { ::close(fd_); }
+  PortHolder(const PortHolder&) = delete;
+  PortHolder& operator=(const PortHolder&) = delete;
+  bool listening() const { return listening_; }
+
+ private:
+  int fd_;
+  bool listening_ = false;
+};
+
+class RealLaunchTest : public testing::TestWithParam<int> {};
+
+TEST_P(RealLaunchTest, RanksFormACommunicator) {
+  const RealLaunch& launch = kRealLaunches[GetParam()];
+  const int port = loomtest::freePort();
+  ASSERT_NE(port, 0) << "no free port on 127.0.0.1";
+  ASSERT_LT(port, 65535);
+  std::unique_ptr<PortHolder> agentStore;
+  if (launch.agentStoreHoldsPort) {
+    agentStore = std::make_unique<PortHolder>(port);
+    ASSERT_TRUE(agentStore->listening()) << "cannot listen on 127.0.0.1:" << port;
+  }
+  loomtest::runProcesses(2, [&](int rank) {
+    clearLaunchEnvironment();
+    for (const auto& [name, value] : launch.variables(rank, port)) ::setenv(name.c_str(), value.c_str(), 1);
+    loomConfig_t config = shortConfig();
+    loomComm_t comm = nullptr;
+    LOOM_ASSERT_OK(loomCommInitFromEnv(&comm, &config), nullptr);
+    int me = -1, count = 0;
+    LOOM_EXPECT_OK(loomCommUserRank(comm, &me), comm);
+    LOOM_EXPECT_OK(loomCommCount(comm, &count), comm);
+    EXPECT_EQ(me, rank) << launch.name;
+    EXPECT_EQ(count, 2) << launch.name;
+    LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
+    LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, RealLaunchTest,
+                         testing::Range(0, static_cast<int>(sizeof(kRealLaunches) / sizeof(kRealLaunches[0]))),
+                         [](const auto& info) { return std::string(kRealLaunches[info.param].name); });
+
 // Runs loomCommInitFromEnv in a child with the given variables; returns its result and
 // the message.
 std::pair<loomResult_t, std::string> initWith(const std::vector<std::pair<const char*, const char*>>& vars) {
@@ -116,6 +253,11 @@ TEST(EnvInitErrors, EachMissingOrBadVariableIsNamed) {
                             {"MASTER_PORT", "99999"}});
   EXPECT_EQ(r5, loomInvalidArgument);
   EXPECT_NE(m5.find("MASTER_PORT"), std::string::npos) << m5;
+
+  auto [r8, m8] = initWith({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+                            {"MASTER_PORT", "65535"}, {"TORCHELASTIC_USE_AGENT_STORE", "True"}});
+  EXPECT_EQ(r8, loomInvalidArgument);
+  EXPECT_NE(m8.find("set LOOM_MASTER_PORT"), std::string::npos) << m8;
 
   {
     loomtest::ScopedEnv badSendBuffer("LOOM_SOCKET_SNDBUF", "-1");
