@@ -49,9 +49,11 @@ const std::vector<Variable>& variables() {
        "Host identity used to group ranks by host; default host name + boot id. Tests use "
        "it to place ranks of one machine on different hosts."},
       {"LOOM_TRANSPORTS", "shm,socket", kData,
-       "Transports a communicator may use, comma-separated: shm (ranks on one host) and "
-       "socket (TCP). A pair of ranks on one host uses shm when it is listed, otherwise "
-       "socket; ranks on different hosts always use socket. Read at communicator creation."},
+       "Transports a communicator may use, comma-separated: shm (ranks on one host), socket "
+       "(TCP) and ucx (UCX: RDMA verbs, shared memory or TCP as UCX chooses; UCX_TLS narrows it; "
+       "builds with UCX only), socket and ucx not both. A pair of ranks on one host uses shm "
+       "when it is listed, otherwise socket or ucx; ranks on different hosts use socket or ucx. "
+       "Read at communicator creation."},
       {"LOOM_CHECK", "0", kData,
        "1: before each launch of collectives (a call, or a group), the ranks of the communicator "
        "exchange what they are about to call and every rank returns loomInvalidUsage naming the "

@@ -22,6 +22,9 @@
 #include "transport/routed_transport.h"
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
+#if LOOM_HAVE_UCX
+#include "transport/ucx_transport.h"
+#endif
 
 namespace loom {
 
@@ -32,20 +35,36 @@ namespace {
 // LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
-  c->shm = c->socket = false;
+  c->shm = c->socket = c->ucx = false;
   for (const std::string& name : env::splitList(transports)) {
     if (name == "shm") {
       c->shm = true;
     } else if (name == "socket") {
       c->socket = true;
+    } else if (name == "ucx") {
+      c->ucx = true;
     } else {
-      return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\": unknown transport \"%s\" (shm, socket)",
+      return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\": unknown transport \"%s\" (shm, socket, ucx)",
                    transports.c_str(), name.c_str());
     }
   }
-  if (!c->shm && !c->socket) {
-    return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket)", transports.c_str());
+  if (!c->shm && !c->socket && !c->ucx) {
+    return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket, ucx)",
+                 transports.c_str());
   }
+  if (c->socket && c->ucx) {
+    return error(loomInvalidArgument,
+                 "LOOM_TRANSPORTS=\"%s\": socket and ucx both serve the peers shared memory does not; list one",
+                 transports.c_str());
+  }
+#if !LOOM_HAVE_UCX
+  if (c->ucx) {
+    return error(loomInvalidArgument,
+                 "LOOM_TRANSPORTS=\"%s\" asks for ucx, but this Loom was built without UCX (meson feature 'ucx', "
+                 "Debian package libucx-dev)",
+                 transports.c_str());
+  }
+#endif
   LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &c->algorithms));
   LOOM_TRY(parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &c->protocols));
   c->tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
@@ -198,23 +217,34 @@ Status Communicator::finishInit() {
   // Every rank takes the same decisions from the same allgathered table, so the collective
   // steps below (the socket listeners' exchange, the board) run on all ranks or none.
   bool needSocket = hosts_ > 1 || !config_.shm;
-  if (needSocket && !config_.socket) {
+  if (needSocket && !config_.socket && !config_.ucx) {
     return error(loomInvalidUsage,
-                 "LOOM_TRANSPORTS has no socket, but the ranks are on %d hosts and shared memory joins only ranks "
-                 "of one host",
+                 "LOOM_TRANSPORTS has neither socket nor ucx, but the ranks are on %d hosts and shared memory joins "
+                 "only ranks of one host",
                  hosts_);
   }
-  std::unique_ptr<transport::SocketTransport> socket;
-  if (needSocket) LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), config_.socketLinks,
-                                                                 config_.socketSendBuffer, &socket));
+  // The peers shared memory does not serve go over sockets, or UCX where LOOM_TRANSPORTS says.
+  std::unique_ptr<transport::Transport> network;
+  if (needSocket && config_.ucx) {
+#if LOOM_HAVE_UCX
+    std::unique_ptr<transport::UcxTransport> ucx;
+    LOOM_TRY(transport::UcxTransport::create(*bootstrap_, &ucx));
+    network = std::move(ucx);
+#endif
+  } else if (needSocket) {
+    std::unique_ptr<transport::SocketTransport> socket;
+    LOOM_TRY(transport::SocketTransport::create(*bootstrap_, cancel_.fd(), config_.socketLinks,
+                                                config_.socketSendBuffer, &socket));
+    network = std::move(socket);
+  }
   std::unique_ptr<transport::ShmTransport> shm;
   if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, &shm));
   if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
     LOOM_TRY(transport::ShmBoard::create(*bootstrap_, env::getOrDefault("LOOM_SHM_DIR"), &board_)
                  .withContext("one-shot board"));
   }
-  int socketLinks = socket ? socket->linksPerPeer() : 0;
-  transport_ = std::make_unique<transport::RoutedTransport>(std::move(shm), std::move(socket), viaShm);
+  int socketLinks = network ? network->linksPerPeer() : 0;
+  transport_ = std::make_unique<transport::RoutedTransport>(std::move(shm), std::move(network), viaShm);
   LOOM_TRY(agreeOnProfile());
   bootstrap_->setTimeoutMs(config_.timeoutMs);
 
@@ -233,9 +263,9 @@ Status Communicator::finishInit() {
   const std::string sendBuffer = config_.socketSendBuffer > 0
                                      ? format("send buffer %d bytes", config_.socketSendBuffer)
                                      : std::string("send buffer autotuned");
-  LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), socket (%d connection(s) each, %s) to ranks [%s]%s",
-            static_cast<unsigned long long>(commId()), shmList.c_str(), socketLinks, sendBuffer.c_str(),
-            socketList.c_str(),
+  LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), %s (%d link(s) each%s%s) to ranks [%s]%s",
+            static_cast<unsigned long long>(commId()), shmList.c_str(), config_.ucx ? "ucx" : "socket", socketLinks,
+            config_.ucx ? "" : ", ", config_.ucx ? "" : sendBuffer.c_str(), socketList.c_str(),
             board_ ? "; one-shot board for small allreduces" : "");
   if (nranks_ > 2 && config_.topologyRing) {
     RingPlacementInput placement{rank_, nranks_, localRank_, localRanks_, config_.device, {}};

@@ -31,6 +31,7 @@ struct CommConfig {
   std::string name;
   bool shm = true;     // LOOM_TRANSPORTS lists shm
   bool socket = true;  // LOOM_TRANSPORTS lists socket
+  bool ucx = false;    // LOOM_TRANSPORTS lists ucx (in place of socket)
   AlgorithmSetting algorithms;  // LOOM_ALGO
   ProtocolSetting protocols;    // LOOM_PROTO
   std::string tuningFile;       // LOOM_TUNING_FILE

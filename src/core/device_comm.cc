@@ -600,8 +600,12 @@ Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
                    where.c_str(), e.peer);
     case kPeerFailed: {
       const int cause = static_cast<int>(e.got) - 1;
+      // A peer that failed on its own (it found mismatched calls, timed out or was aborted)
+      // names itself; its own error says which.
       return error(loomRemoteError, "%s: rank %d gave up%s", where.c_str(), e.peer,
-                   cause != e.peer ? format(" because rank %d failed", cause).c_str() : "");
+                   cause != e.peer ? format(" because rank %d failed", cause).c_str()
+                                   : " (it failed itself: mismatched calls, a timeout or an abort there; its error says "
+                                     "which)");
     }
     default: break;
   }

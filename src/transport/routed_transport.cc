@@ -1,6 +1,8 @@
 // Each peer routed to shared memory or TCP (routed_transport.h).
 #include "transport/routed_transport.h"
 
+#include <string_view>
+
 namespace loom::transport {
 
 RoutedTransport::RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> socket,
@@ -8,8 +10,9 @@ RoutedTransport::RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr
     : shm_(std::move(shm)), socket_(std::move(socket)), viaShm_(std::move(viaShm)) {}
 
 const char* RoutedTransport::name() const {
-  if (shm_ && socket_) return "shm+socket";
-  return shm_ ? "shm" : "socket";
+  if (!socket_) return "shm";
+  if (!shm_) return socket_->name();
+  return std::string_view(socket_->name()) == "ucx" ? "shm+ucx" : "shm+socket";
 }
 
 Status RoutedTransport::onEachRoute(const std::vector<int>& peers, const Deadline& deadline, Phase phase) {

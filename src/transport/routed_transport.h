@@ -1,5 +1,6 @@
 // Routes each peer to the transport that serves it: shared memory to ranks on this host
-// (when LOOM_TRANSPORTS allows it), TCP to the others. The executor sees one transport.
+// (when LOOM_TRANSPORTS allows it), the network transport (TCP sockets, or UCX) to the
+// others. The executor sees one transport.
 #pragma once
 
 #include <memory>

@@ -93,5 +93,31 @@ for rank in 0 1 2 3; do
 done
 [ $failed -eq 0 ] && echo "LOOM_TRANSPORTS=socket through loomrun --nnodes 2: every rank passed ($((SECONDS - start)) s)"
 
+# The same over UCX between the hosts (UCX's TCP, shared memory within each), where Loom was
+# built with UCX (meson sets LOOM_TEST_UCX).
+if [ -n "${LOOM_TEST_UCX:-}" ]; then
+  start=$SECONDS
+  for node in 0 1; do
+    if [ $node -eq 0 ]; then ns=$nsA; else ns=$nsB; fi
+    ip netns exec "$ns" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp \
+      LOOM_DEBUG=INFO LOOM_TIMEOUT_MS=30000 "$loomrun" -n 4 --nnodes 2 --node-rank $node --master-addr 10.231.8.1 \
+      --master-port 29631 --timeout $limit --tag-output "$rankprog" 98 $coverage >"$out/ucx$node.out" 2>&1 &
+    pids[$node]=$!
+  done
+  for node in 0 1; do
+    wait "${pids[$node]}" || { echo "loomrun on node $node failed (UCX):"; grep -v " INFO " "$out/ucx$node.out" | head -60; failed=1; }
+  done
+  for rank in 0 1 2 3; do
+    node=$(( rank / 2 ))
+    grep -q "^\[$rank\] rank $rank of 4: all [0-9]* checks passed" "$out/ucx$node.out" ||
+      { echo "loomrun job, LOOM_TRANSPORTS=shm,ucx: rank $rank missing or failed on node $node"; failed=1; }
+    grep -q "^\[$rank\].*ucx (1 link(s) each) to ranks" "$out/ucx$node.out" ||
+      { echo "rank $rank: no UCX links to the other host:"; grep "to ranks" "$out/ucx$node.out"; failed=1; }
+  done
+  [ $failed -eq 0 ] && echo "LOOM_TRANSPORTS=shm,ucx (UCX_TLS=tcp) across the hosts: every rank passed ($((SECONDS - start)) s)"
+else
+  echo "UCX across the hosts: skipped: this Loom was built without UCX"
+fi
+
 [ $failed -eq 0 ] && echo "every collective passed across 2 namespace hosts for every LOOM_ALGO value"
 exit $failed

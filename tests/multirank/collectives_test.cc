@@ -61,6 +61,19 @@ const char* const kMixedAlgo2 = "allreduce=rd,broadcast=tree,reduce=ring";
 
 const char* const kAlgos[] = {"", "ring", "tree", "rd", "oneshot", "pairwise", kMixedAlgo};
 
+// UCX links (LOOM_TRANSPORTS=ucx, over UCX's TCP as between hosts) in both modes, for the
+// algorithms with different traffic, small slices included; where meson built Loom with UCX
+// (it sets LOOM_TEST_UCX).
+void appendUcxConfigs(std::vector<Config>* configs, unsigned* rotation) {
+  if (std::getenv("LOOM_TEST_UCX") == nullptr) return;
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    configs->push_back({mode, 2, "", "ucx", "", (*rotation)++});
+    configs->push_back({mode, 3, "ring", "ucx", "", (*rotation)++});
+    configs->push_back({mode, 4, kMixedAlgo, "ucx", "4096", (*rotation)++});
+    configs->push_back({mode, 5, "pairwise", "ucx", "", (*rotation)++});
+  }
+}
+
 // The default slice: every mode x rank count x LOOM_ALGO value, the transport set
 // alternating between the default and socket-only (so each algorithm meets both in each
 // mode), plus small pipeline slices for a few; each configuration with its own rotation of
@@ -78,6 +91,7 @@ std::vector<Config> sliceConfigs() {
     configs.push_back({mode, 3, "ring", "", "4096", rotation++});
     configs.push_back({mode, 4, kMixedAlgo2, "socket", "4096", rotation++});
   }
+  appendUcxConfigs(&configs, &rotation);
   return configs;
 }
 
@@ -96,6 +110,7 @@ std::vector<Config> fullConfigs() {
       configs.push_back({mode, nranks, "", "", "4096", rotation++});
     }
   }
+  appendUcxConfigs(&configs, &rotation);
   return configs;
 }
 
@@ -162,6 +177,7 @@ TEST_P(CollectivesTest, EveryCollectiveTypeAndOpAgainstTheReference) {
   const bool full = fullMatrix();
   ScopedEnv algo("LOOM_ALGO", config.algo);
   ScopedEnv transports("LOOM_TRANSPORTS", config.transports);
+  ScopedEnv ucxWire("UCX_TLS", config.transports == "ucx" ? "tcp" : "");
   ScopedEnv slice("LOOM_CHUNK_SIZE", config.sliceBytes);
   const std::vector<CollectiveCase> cases = full ? loomtest::fullCases(config.nranks, config.rotation)
                                                  : loomtest::sliceCases(config.nranks, config.rotation);

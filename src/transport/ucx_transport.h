@@ -1,0 +1,50 @@
+// Links over UCX (LOOM_TRANSPORTS=ucx): one UCP context and worker per communicator, the
+// workers' addresses allgathered through the bootstrap, an endpoint per peer made when the
+// executor first connects to it. UCX picks the wire per pair (RDMA verbs, shared memory, TCP:
+// UCX_TLS narrows it), and its rendezvous moves large messages without a copy.
+//
+// A link is a byte stream built on UCX's tagged messages: each sendSome posts the caller's
+// whole range as one message (the Link contract keeps the range untouched until it is done,
+// so UCX reads it in place), tagged with the sender's rank and the link index; UCX delivers
+// messages of one tag from one sender in order. recvSome probes the next message: one that
+// fits the caller's range lands there directly, a larger one (the sender joined ranges the
+// receiver splits) lands in a staging buffer that the next receives drain. Progress is made
+// inside sendSome and recvSome (ucp_worker_progress); links have no descriptor, so an idle
+// executor yields and looks again, as with shared memory.
+//
+// A peer that dies is found by UCX's peer error handling (the endpoint's error callback, or a
+// request that completes with an error) and is loomRemoteError naming the rank.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "bootstrap/bootstrap.h"
+#include "transport/transport.h"
+
+namespace loom::transport {
+
+class UcxTransport : public Transport {
+ public:
+  // Makes the context and worker and allgathers the workers' addresses through `bootstrap`
+  // (every rank of the communicator calls it, whichever peers it will reach over UCX).
+  static Status create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>* out);
+  ~UcxTransport() override;
+
+  const char* name() const override { return "ucx"; }
+  Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
+  Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  Link* link(int peer, int index) override;
+  void closeAll(int causeRank) override;
+
+  struct State;  // the UCP objects (ucx_transport.cc)
+
+ private:
+  class UcxLink;
+  explicit UcxTransport(std::unique_ptr<State> state);
+
+  std::unique_ptr<State> state_;
+  std::vector<std::unique_ptr<UcxLink>> links_;
+};
+
+}  // namespace loom::transport
