@@ -4,11 +4,11 @@
 
 #include <ucp/api/ucp.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <thread>
 
 #include "base/log.h"
 
@@ -60,7 +60,6 @@ ucs_status_t finish(ucp_worker_h worker, ucs_status_ptr_t request, std::chrono::
 struct UcxTransport::State {
   // An endpoint's error callback names its peer.
   struct Peer {
-    State* state = nullptr;
     int rank = -1;
     ucp_ep_h ep = nullptr;
     ucs_status_t failure = UCS_OK;  // set by the error callback
@@ -307,7 +306,7 @@ Status UcxTransport::create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>*
   auto state = std::make_unique<State>();
   state->rank = bootstrap.rank();
   state->peers.resize(static_cast<size_t>(bootstrap.nranks()));
-  for (size_t r = 0; r < state->peers.size(); ++r) state->peers[r] = {state.get(), static_cast<int>(r)};
+  for (size_t r = 0; r < state->peers.size(); ++r) state->peers[r].rank = static_cast<int>(r);
 
   ucp_config_t* config = nullptr;
   ucs_status_t status = ucp_config_read(nullptr, nullptr, &config);
