@@ -16,7 +16,6 @@ figure: the script prints the CPU model.
 import argparse
 import datetime
 import os
-import platform
 import re
 import socket
 import subprocess
@@ -28,6 +27,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import loom_torch  # noqa: F401
+
+from machine import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SIZES = [8 << (2 * k) for k in range(13)]  # 8 B, 32 B, ... 128 MiB (loom-perf -f 4)
@@ -107,14 +108,6 @@ def loom_c_api(ranks):
             # | in-place time algbw busbw #wrong; the in-place time (us), for more digits than busbw's
             busbw[int(cols[0])] = factor * int(cols[0]) / (float(cols[9]) * 1e-6) / 1e9
     return busbw
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main():

@@ -15,9 +15,10 @@ Loom's sockets (issue 28's target: within 15 % from 1 MiB up) and against Open M
 """
 import argparse
 import os
-import platform
 import subprocess
 import sys
+
+from machine import cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -33,14 +34,6 @@ def run_table(cmd, env):
         if len(f) == 13 and f[0].isdigit() and f[9] != "-":
             times[int(f[0])] = float(f[9])
     return times
-
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def main():

@@ -52,6 +52,21 @@ loomConfig_t shortConfig() {
   return config;
 }
 
+// One rank's loomCommInitFromEnv under the environment already set: it must be rank `rank`
+// of `n`, and the communicator must carry a barrier. `label` names the launcher in failures.
+void initFromEnvAndCheck(int rank, int n, const std::string& label) {
+  loomConfig_t config = shortConfig();
+  loomComm_t comm = nullptr;
+  LOOM_ASSERT_OK(loomCommInitFromEnv(&comm, &config), nullptr);
+  int me = -1, count = 0;
+  LOOM_EXPECT_OK(loomCommUserRank(comm, &me), comm);
+  LOOM_EXPECT_OK(loomCommCount(comm, &count), comm);
+  EXPECT_EQ(me, rank) << label;
+  EXPECT_EQ(count, n) << label;
+  LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
+  LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+}
+
 class EnvInitTest : public testing::TestWithParam<std::tuple<int, bool>> {};
 
 TEST_P(EnvInitTest, RanksFormACommunicator) {
@@ -66,16 +81,7 @@ TEST_P(EnvInitTest, RanksFormACommunicator) {
     ::setenv(launcher.addr ? launcher.addr : "LOOM_MASTER_ADDR", "127.0.0.1", 1);
     ::setenv(launcher.port ? launcher.port : "LOOM_MASTER_PORT", std::to_string(port).c_str(), 1);
     if (withSecret) ::setenv("LOOM_SECRET", "00112233445566778899aabbccddeeff", 1);
-    loomConfig_t config = shortConfig();
-    loomComm_t comm = nullptr;
-    LOOM_ASSERT_OK(loomCommInitFromEnv(&comm, &config), nullptr);
-    int me = -1, count = 0;
-    LOOM_EXPECT_OK(loomCommUserRank(comm, &me), comm);
-    LOOM_EXPECT_OK(loomCommCount(comm, &count), comm);
-    EXPECT_EQ(me, rank);
-    EXPECT_EQ(count, n);
-    LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
-    LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+    initFromEnvAndCheck(rank, n, launcher.name);
   });
 }
 
@@ -198,16 +204,7 @@ TEST_P(RealLaunchTest, RanksFormACommunicator) {
   loomtest::runProcesses(2, [&](int rank) {
     clearLaunchEnvironment();
     for (const auto& [name, value] : launch.variables(rank, port)) ::setenv(name.c_str(), value.c_str(), 1);
-    loomConfig_t config = shortConfig();
-    loomComm_t comm = nullptr;
-    LOOM_ASSERT_OK(loomCommInitFromEnv(&comm, &config), nullptr);
-    int me = -1, count = 0;
-    LOOM_EXPECT_OK(loomCommUserRank(comm, &me), comm);
-    LOOM_EXPECT_OK(loomCommCount(comm, &count), comm);
-    EXPECT_EQ(me, rank) << launch.name;
-    EXPECT_EQ(count, 2) << launch.name;
-    LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
-    LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+    initFromEnvAndCheck(rank, 2, launch.name);
   });
 }
 
