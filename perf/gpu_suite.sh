@@ -12,18 +12,27 @@
 #                    GPU machine that cannot build (no packages); run them there with --prebuilt
 #   --prebuilt DIR   skip the build: take the programs from a --bundle DIR
 #   --out DIR        where logs and tables go (default gpu-results)
+#   --tar FILE       also pack OUT into FILE (.tgz), after every step
 #
 # Without a GPU every test prints `skipped: no CUDA device` and the benchmarks say so.
+#
+# On a lent GPU machine (no packages there, hence the bundle; 64 MiB travel, 8 files come back):
+#   here:  perf/gpu_suite.sh --bundle build-gpubundle        (build-* is git-ignored)
+#   there: perf/gpu_suite.sh --prebuilt build-gpubundle --out /tmp/g/r --tar $OUT/r.tgz
+#          with build-gpubundle carried. The whole suite took about 4 minutes on an H100.
+#   Use a fresh --builddir for a bundle: it is configured without the libraries the GPU
+#   machine lacks (hwloc, UCX, verbs, MPI). NCCL there comes from its PyTorch.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-builddir=build-gpu out=gpu-results prebuilt="" bundle=""
+builddir=build-gpu out=gpu-results prebuilt="" bundle="" tarfile=""
 while (($#)); do
   case "$1" in
     --builddir) builddir=$2; shift ;;
     --out) out=$2; shift ;;
     --prebuilt) prebuilt=$2; shift ;;
     --bundle) bundle=$2; shift ;;
+    --tar) tarfile=$2; shift ;;
     *) echo "gpu_suite.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -35,7 +44,10 @@ programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_process
 
 if [[ -z $prebuilt ]]; then
   if [[ ! -d $builddir ]]; then
-    meson setup "$builddir" -Dbuildtype=release -Dtests=true -Dcuda=enabled || exit 1
+    # A bundle leaves out the libraries the GPU machine lacks (hwloc, UCX, verbs, MPI).
+    portable=()
+    [[ -n $bundle ]] && portable=(-Dhwloc=disabled -Ducx=disabled -Dibverbs=disabled -Dmpi=disabled)
+    meson setup "$builddir" -Dbuildtype=release -Dtests=true -Dcuda=enabled "${portable[@]}" || exit 1
   fi
   ninja -C "$builddir" || exit 1
   bin=$builddir
@@ -46,9 +58,9 @@ if [[ -z $prebuilt ]]; then
       strip -o "$bundle/$p" "$builddir/$p" || exit 1
     done
     cp -L /usr/local/cuda/lib64/libcudart.so.13 "$bundle/" || exit 1
+    # NCCL itself (over 200 MB) stays behind: the GPU machine's PyTorch brings one.
     if [[ -x $builddir/perf/loom-nccl-bench ]]; then
       strip -o "$bundle/perf/loom-nccl-bench" "$builddir/perf/loom-nccl-bench" || exit 1
-      cp -L /usr/local/cuda/lib64/libnccl.so.2 "$bundle/" || exit 1
     fi
     echo "gpu_suite.sh: bundle in $bundle ($(du -sh "$bundle" | cut -f1))"
     exit 0
@@ -56,6 +68,9 @@ if [[ -z $prebuilt ]]; then
 else
   bin=$prebuilt
   export LD_LIBRARY_PATH="$prebuilt${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # loom-nccl-bench needs a libnccl.so.2: the one of the pip package nvidia-nccl (PyTorch's).
+  nccl=$(find / -xdev -name libnccl.so.2 -path '*nvidia/nccl/lib/*' 2>/dev/null | head -1)
+  [[ -n $nccl ]] && LD_LIBRARY_PATH+=":$(dirname "$nccl")"
 fi
 
 mkdir -p "$out"
@@ -66,56 +81,76 @@ run() {  # run NAME COMMAND...: output to OUT/NAME.log and to the terminal
   "$@" 2>&1 | tee "$out/$name.log"
   local status=${PIPESTATUS[0]}
   ((status == 0)) || { echo "=== $name failed (exit $status)"; rc=1; }
+  # Packed after every step: a command stopped at the machine's limit still brings back all
+  # that ran before.
+  [[ -z $tarfile ]] || tar czf "$tarfile" -C "$(dirname "$out")" "$(basename "$out")"
   return "$status"
 }
 
 nvidia-smi -L 2>&1 | tee "$out/device.txt"
 
-# A stalled test is killed after 4 minutes, so that one stall leaves time for the rest (a
-# device machine's command runs at most 10). The plan kernel is loaded when a communicator is
-# made; CUDA_MODULE_LOADING=EAGER loads the tests' own kernels at start too, so that a lazy
-# load (which may wait for the whole device, where a peer's kernel waits) cannot stall them.
+# Steps run most telling first, each under its own limit, so that a device machine's command
+# (10 minutes at most) that meets a stall still brings back the rest. Inside Loom every wait
+# ends after LOOM_TIMEOUT_MS (20 s here unless set): a stalled kernel then reports the call,
+# step and peer it waited for, which a kill would not. The plan kernel is loaded when a
+# communicator is made; CUDA_MODULE_LOADING=EAGER loads the tests' own kernels at start too, so
+# that a lazy load (which may wait for the whole device, where a peer's kernel waits) cannot
+# stall them.
 export CUDA_MODULE_LOADING=EAGER
-run tests-kernels timeout -k 10 240 "$bin/tests/gpu/kernels_test"
-run tests-threads timeout -k 10 240 "$bin/tests/gpu/device_collectives_test"
-run tests-processes timeout -k 10 240 "$bin/tests/gpu/device_collectives_processes_test"
-run tests-ddp timeout -k 10 120 "$bin/tests/gpu/ddp_device_test"
-# NVML as the live topology sees it: the GPUs' bus ids and generation, their NVLinks.
-run tests-nvml "$bin/tests/unit/nvml_probe_test"
-run topology env LOOM_DEBUG=INFO "$bin/tools/loom-topo"
+export LOOM_TIMEOUT_MS=${LOOM_TIMEOUT_MS:-20000}
+perf() {  # perf NAME LIMIT_S LOOM-PERF-ARGS...
+  local name=$1 limit=$2; shift 2
+  run "$name" timeout -k 10 "$limit" "$bin/perf/loom-perf" "$@"
+}
 
-# The physical limit beside the collectives: a device-to-device copy of the same bytes
-# (loom-kernel-bw's copy column), and the reduce kernels.
-run kernel-bw "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
-for ranks in 2 4; do
-  for coll in allreduce broadcast; do
-    run "$coll-${ranks}threads" timeout -k 10 180 "$bin/perf/loom-perf" "$coll" --device cuda -t "$ranks" \
-      -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 --json "$out/$coll-${ranks}threads.json"
-  done
-done
 # 8 B allreduce, 2 ranks: time per call in a loop of calls, and per call inside a replayed
 # CUDA graph of 20 calls (the issue's targets: 10 and 5 µs).
-run latency-loop timeout -k 10 60 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
-run latency-graph timeout -k 10 60 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 20 -w 5 -G 100
+perf latency-loop 45 allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
+# The physical limit beside the collectives: a device-to-device copy of the same bytes
+# (loom-kernel-bw's copy column), and the reduce kernels.
+run kernel-bw timeout -k 10 60 "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
+perf allreduce-2threads 90 allreduce --device cuda -t 2 -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
+  --json "$out/allreduce-2threads.json"
+# Channels (thread blocks per peer and direction) forced, beside the default's pick above.
+for channels in 8 16 32 64; do
+  run "allreduce-2threads-ch$channels" env LOOM_CHANNELS=$channels timeout -k 10 60 "$bin/perf/loom-perf" allreduce \
+    --device cuda -t 2 -b 8M -e 1G -f 4 -n 10 -w 3 -c 1
+done
+run tests-threads timeout -k 10 180 "$bin/tests/gpu/device_collectives_test"
+run tests-processes timeout -k 10 150 "$bin/tests/gpu/device_collectives_processes_test"
+perf latency-graph 45 allreduce --device cuda -t 2 -b 8 -e 8 -n 20 -w 5 -G 100
+# One rank alone in a graph: what a plan kernel costs on the device with no peer to wait for.
+perf latency-graph-1rank 45 allreduce --device cuda -t 1 -b 8 -e 8 -n 20 -w 5 -G 100
 # NCCL on the same calls (perf/nccl_bench): one rank alone, and 2 ranks, which NCCL refuses on
 # one GPU (exit 3, its words in the log); beside them Loom's one rank.
 if [[ -x $bin/perf/loom-nccl-bench ]]; then
   for ranks in 1 2; do
-    echo "=== nccl-${ranks}ranks"
-    timeout -k 10 180 "$bin/perf/loom-nccl-bench" -n "$ranks" -b 8 -e 1G -f 4 -i 10 2>&1 | tee "$out/nccl-${ranks}ranks.log"
+    run "nccl-${ranks}ranks" timeout -k 10 60 "$bin/perf/loom-nccl-bench" -n "$ranks" -b 8 -e 1G -f 4 -i 10
   done
-  echo "=== nccl-latency-graph"
-  timeout -k 10 60 "$bin/perf/loom-nccl-bench" -n 1 -b 8 -e 8 -i 20 -G 100 2>&1 | tee "$out/nccl-latency-graph.log"
-  run allreduce-1thread timeout -k 10 180 "$bin/perf/loom-perf" allreduce --device cuda -t 1 -b 8 -e 1G -f 4 \
-    -n 10 -w 3 -c 1
+  run nccl-latency-graph timeout -k 10 30 "$bin/perf/loom-nccl-bench" -n 1 -b 8 -e 8 -i 20 -G 100
+  perf allreduce-1thread 60 allreduce --device cuda -t 1 -b 8 -e 1G -f 4 -n 10 -w 3 -c 1
 else
   echo "gpu_suite.sh: no loom-nccl-bench (NCCL not found at build time): no NCCL figures" | tee "$out/nccl.log"
 fi
+perf allreduce-4threads 90 allreduce --device cuda -t 4 -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
+  --json "$out/allreduce-4threads.json"
+for ranks in 2 4; do
+  perf "broadcast-${ranks}threads" 90 broadcast --device cuda -t "$ranks" -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
+    --json "$out/broadcast-${ranks}threads.json"
+done
+run tests-ddp timeout -k 10 60 "$bin/tests/gpu/ddp_device_test"
+# NVML as the live topology sees it: the GPUs' bus ids and generation, their NVLinks.
+run tests-nvml timeout -k 10 30 "$bin/tests/unit/nvml_probe_test"
+run topology timeout -k 10 30 env LOOM_DEBUG=INFO "$bin/tools/loom-topo"
 # Each wire forced, 8 B to 1 MiB, so the cost model's constants can be fitted (docs/TUNING.md).
 for proto in simple ll; do
-  run "allreduce-2threads-$proto" env LOOM_PROTO=$proto timeout -k 10 120 "$bin/perf/loom-perf" allreduce \
+  run "allreduce-2threads-$proto" env LOOM_PROTO=$proto timeout -k 10 60 "$bin/perf/loom-perf" allreduce \
     --device cuda -t 2 -b 8 -e 1M -f 4 -n 50 -w 5 -c 1
 done
+# The reduce kernels against the host, on every type, op, count and misalignment: long (the
+# references are computed on the host), so last.
+run tests-kernels timeout -k 10 150 "$bin/tests/gpu/kernels_test"
 
 echo "gpu_suite.sh: outputs in $out; $( ((rc == 0)) && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
-exit $rc
+[[ -z $tarfile ]] || tar czf "$tarfile" -C "$(dirname "$out")" "$(basename "$out")"
+exit "$rc"

@@ -250,10 +250,10 @@ Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
 // waiting one hop for the fold: fill 1. A power of two:
 //   log2(n) (alpha + bytes / bw + bytes / reduceGbps);
 // otherwise (log2(q) + 2) alpha + slice / bw + (log2(q) + 1) (bytes / bw + bytes /
-// reduceGbps). Always one channel. A rank may write its result only once its partner has
+// reduceGbps). Slices spread over the channels. A rank may write its result only once its partner has
 // read what it sent, so it reads the partner's whole send (posted as one range) directly
 // into staging when the link allows.
-Schedule recursiveDoubling(double bytes, const CommProfile& p) {
+Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels) {
   const int rounds = log2Floor(p.nranks);
   const bool folds = (1 << rounds) != p.nranks;
   Schedule s;
@@ -268,7 +268,7 @@ Schedule recursiveDoubling(double bytes, const CommProfile& p) {
   s.load = rounds + (folds ? 1 : 0);
   s.fill = folds ? 1 : 0;
   s.reduceBytes = s.load * bytes;
-  s.channels = 1;
+  s.channels = channels;
   s.direct = s.load;
   s.directSpan = bytes;
   s.reducesDirect = true;
@@ -312,7 +312,7 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
       return pipelinedChain(doublingHops(log2Ceil(n), p), bytes, fanout, reduces ? 0 : fanout,
                             reduces ? fanout * bytes : 0, channels, p);
     }
-    case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p);
+    case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p, channels);
     case Algorithm::kPairwise: return pairwise(bytes, p, channels);
     case Algorithm::kOneShot: break;  // no links: predictUs times it
   }
@@ -390,6 +390,11 @@ CommProfile CommProfile::deviceDefaults(int nranks, int nhosts) {
   p.streamingMinBytes = 0;
   p.directMinBytes = 0;
   p.channels = 1;
+  // Measured on an H100 (2 ranks sharing it, docs/RESULTS.md): the low-latency wire is no
+  // faster than simple at 8 B (about 18 us each, launch and flag costs dominate) and slower
+  // from 8 KiB (2.4 against 10 GB/s at 512 KiB on one channel), so until calibration says
+  // otherwise it costs as much per hop and moves less.
+  p.lowLatency = {p.intra.latencyUs, 2.5};
   return p;
 }
 

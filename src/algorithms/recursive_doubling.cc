@@ -10,7 +10,9 @@
 //   n = 6 (p = 4, rem = 2):  0 -> 1, 2 -> 3 fold;  rounds among {1, 3, 4, 5};  1 -> 0, 3 -> 2
 //
 // The numbers are ring positions (CollectiveArgs::order): the early rounds, with the nearest
-// partners, stay among neighbours in the machine.
+// partners, stay among neighbours in the machine. Slices are independent of each other, so
+// slice j goes over channel j % channels on every rank: each link carries the same slices,
+// in the same order, at both of its ends.
 #include "algorithms/algorithm.h"
 #include "algorithms/partition.h"
 
@@ -33,8 +35,9 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
     const size_t bytes = s.size() * es;
     const char* own = a.sendAt(s.begin);
     char* out = a.recvAt(s.begin);
+    const int channel = static_cast<int>(j % static_cast<size_t>(a.channels));
     auto step = [&](Step::Kind kind, int peer, const void* src, void* dst) {
-      return linkStep(kind, peer, 0, src, dst, bytes);
+      return linkStep(kind, peer, channel, src, dst, bytes);
     };
     if (n == 1) {
       plan.add(copyStep(own, out, bytes, avg));

@@ -41,4 +41,7 @@ Status allocPinned(size_t bytes, PinnedPtr* out) {
   return Status::ok();
 }
 
+RelaxedCapture::RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+RelaxedCapture::~RelaxedCapture() { cudaThreadExchangeStreamCaptureMode(&mode_); }
+
 }  // namespace loom::cuda

@@ -57,4 +57,18 @@ using PinnedPtr = std::unique_ptr<void, PinnedDeleter>;
 // Page-locked host memory mapped into every device's address space.
 Status allocPinned(size_t bytes, PinnedPtr* out);
 
+// For its lifetime, lets this thread allocate while one of its streams is being captured into
+// a CUDA graph: an allocation is no stream work, but capture's default mode refuses it (a
+// communicator's first call inside a capture may need memory for its plan).
+class RelaxedCapture {
+ public:
+  RelaxedCapture();
+  ~RelaxedCapture();
+  RelaxedCapture(const RelaxedCapture&) = delete;
+  RelaxedCapture& operator=(const RelaxedCapture&) = delete;
+
+ private:
+  cudaStreamCaptureMode mode_ = cudaStreamCaptureModeRelaxed;  // after the swap: the thread's own
+};
+
 }  // namespace loom::cuda

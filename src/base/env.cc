@@ -76,10 +76,12 @@ const std::vector<Variable>& variables() {
        "bandwidths measured on this machine (docs/TUNING.md). Rank 0's file decides for the whole "
        "communicator. Default: built-in constants."},
       {"LOOM_CHANNELS", "0", kData,
-       "Channels per call (1 to 16): each channel carries its share of the buffer over its own "
+       "Channels per call (1 to 64): each channel carries its share of the buffer over its own "
        "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS; on a device communicator its own FIFOs, "
        "worked by their own thread blocks). 0 (default): all links once a call gives each channel two "
-       "chunks, else one; device communicators connect 8 channels per peer."},
+       "chunks, else one; device communicators connect 32 channels per peer (8 under "
+       "LOOM_DEVICE_EMULATION), fewer where the ranks' share of the device's resident thread blocks "
+       "holds fewer."},
       {"LOOM_RING_ORDER", "topology", kData,
        "topology (default): rings and trees order the ranks so that neighbours share the widest path "
        "(NVLink, one PCIe switch, one NUMA domain) and each host's ranks stay together "

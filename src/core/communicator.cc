@@ -69,7 +69,7 @@ Status readDataPathSettings(CommConfig* c) {
   LOOM_TRY(parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &c->protocols));
   c->tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
   long long channels = 0;
-  LOOM_TRY(env::getInt("LOOM_CHANNELS", 0, 16, &channels));
+  LOOM_TRY(env::getInt("LOOM_CHANNELS", 0, 64, &channels));
   c->channels = static_cast<int>(channels);
   std::string ringOrder = env::getOrDefault("LOOM_RING_ORDER");
   if (ringOrder != "topology" && ringOrder != "rank") {
@@ -99,7 +99,9 @@ Status readDataPathSettings(CommConfig* c) {
   LOOM_TRY(env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));
   c->deviceSliceBytes = static_cast<size_t>(deviceSlice);
   // Connections are made for every channel a call may use; LOOM_CHANNELS caps them.
-  c->deviceChannels = c->channels > 0 ? c->channels : kDefaultDeviceChannels;
+  c->deviceChannels = c->channels > 0        ? c->channels
+                      : c->deviceEmulation ? kEmulatedDeviceChannels
+                                           : kDefaultDeviceChannels;
   return Status::ok();
 }
 
@@ -413,6 +415,9 @@ void Communicator::fail(const Status& status) {
 }
 
 loomResult_t Communicator::asyncError() const {
+  // A kernel that has ended has its failure in its error record already; the watchdog
+  // copies it here only on its next look.
+  if (deviceComm_ != nullptr) deviceComm_->collectFailure();
   std::lock_guard<std::mutex> lock(mutex_);
   return failure_.code();
 }

@@ -48,8 +48,12 @@ struct CommConfig {
   int deviceChannels = 0;       // connections per peer of a device communicator (LOOM_CHANNELS)
 };
 
-// Channels a device communicator connects per peer unless LOOM_CHANNELS says otherwise.
-constexpr int kDefaultDeviceChannels = 8;
+// Channels a device communicator connects per peer unless LOOM_CHANNELS says otherwise (fewer
+// where its share of the device's resident blocks holds fewer: device_comm.cc). On an H100, 2
+// ranks' allreduce went from 145 to 254 GB/s at 512 MiB between 8 and 32 (docs/RESULTS.md).
+// The emulation runs a CPU thread per worker, where more channels only add threads.
+constexpr int kDefaultDeviceChannels = 32;
+constexpr int kEmulatedDeviceChannels = 8;
 
 // Validates a user config (NULL allowed: all defaults) and fills unset fields from the
 // environment; `inherit`, when given, supplies the defaults instead (loomCommSplit).

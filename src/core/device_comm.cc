@@ -117,6 +117,7 @@ class DeviceCommImpl final : public DeviceComm {
   }
   void abort() override;
   int blockBudget() const override { return blockBudget_; }
+  void collectFailure() override { static_cast<void>(reportRecordedFailure()); }
 
   Status prepare(const DeviceJob& job) override;
   Status connectOut() override;
@@ -133,7 +134,7 @@ class DeviceCommImpl final : public DeviceComm {
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   Status agreeOnBlockBudget();
   int failureCause() const;
-  void fillConnections(int peer);
+  Status fillConnections(int peer);
   Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
   void note(const Plan& plan, uint64_t id);
   Status statusOf(const ErrorRecord& e, uint32_t abortReason);
@@ -154,8 +155,10 @@ class DeviceCommImpl final : public DeviceComm {
   Control* control_ = nullptr;        // host view
   Control* controlDevice_ = nullptr;  // kernel view
   LaunchState* state_ = nullptr;
-  Connection* conns_ = nullptr;        // host view of the table
-  Connection* connsDevice_ = nullptr;  // kernel view
+  // The connection table: filled here, copied to device memory as peers connect. The kernel
+  // reads an entry at every step; from host-mapped memory that was a PCIe round trip each.
+  std::vector<Connection> conns_;
+  Connection* connsDevice_ = nullptr;
   uint64_t* counters_ = nullptr;
   uint64_t* stepFlags_ = nullptr;
   size_t stepFlagCapacity_ = 0;
@@ -184,17 +187,24 @@ class DeviceCommImpl final : public DeviceComm {
   Clock::time_point watchedSince_, lastPeerCheck_;
   Clock::time_point goneSince_;  // when a peer was first seen gone (epoch: none is)
   int firstGone_ = -1;           // and which
+  Clock::time_point queuedSince_;  // since when a launch is made but not started (epoch: none)
+  bool queuedWarned_ = false;
 };
 
 Status DeviceCommImpl::init() {
   const CommConfig& config = comm_->config();
   LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, Registry::instance().emulatedDeviceBlocks(), &runtime_));
   LOOM_TRY(agreeOnBlockBudget());
-  channels_ = config.deviceChannels;
+  // No plan uses more channels than its share of resident blocks holds (collective.cc; two
+  // workers per channel at the least), so no more are connected: each costs FIFO memory.
+  channels_ = blockBudget_ > 0 ? std::clamp((blockBudget_ - 1) / 2, 1, config.deviceChannels) : config.deviceChannels;
   shape_.slots = 8;
   shape_.slotBytes = static_cast<uint32_t>(config.deviceFifoBytes / shape_.slots / 256 * 256);
   shape_.llSlots = 8;
-  shape_.llLines = 512;
+  // 16 KiB of data per LL slot, four lines for each thread of a 512-thread worker: with one
+  // line each (4 KiB) a slot's turn around the ring, not the bytes, paced the wire (about
+  // 1 GB/s on an H100).
+  shape_.llLines = kLLControlLines + 2048;
   const int n = comm_->nranks();
   const size_t connections = static_cast<size_t>(n) * static_cast<size_t>(channels_) * 2;
   void* host = nullptr;
@@ -202,8 +212,8 @@ Status DeviceCommImpl::init() {
   LOOM_TRY(runtime_->allocHostMapped(sizeof(Control), &host, &device));
   control_ = static_cast<Control*>(host);
   controlDevice_ = static_cast<Control*>(device);
-  LOOM_TRY(runtime_->allocHostMapped(connections * sizeof(Connection), &host, &device));
-  conns_ = static_cast<Connection*>(host);
+  conns_.assign(connections, Connection{});
+  LOOM_TRY(runtime_->allocDevice(connections * sizeof(Connection), &device));
   connsDevice_ = static_cast<Connection*>(device);
   LOOM_TRY(runtime_->allocDevice(sizeof(LaunchState), &device));
   state_ = static_cast<LaunchState*>(device);
@@ -389,7 +399,7 @@ Status DeviceCommImpl::acceptIn() {
       peer.peerBlock = static_cast<uint8_t*>(mapped);
       if (them.pid != ::getpid()) peer.process.identify(them.pid, them.pidNamespace);
     }
-    fillConnections(p);
+    LOOM_TRY(fillConnections(p));
     if (peer.offHost) {
       for (int c = 0; c < channels_; ++c) {
         const size_t at = kBlockStatusBytes + static_cast<size_t>(c) * 2 * ChannelLayout::bytes(shape_);
@@ -410,8 +420,9 @@ Status DeviceCommImpl::acceptIn() {
 
 // Points the table's entries for `peer` at the FIFOs (fifo_layout.h): a same-host peer's
 // receive side is in the receiver's block, head and llHead in the sender's; an off-host
-// peer's channel c is two local regions, incoming then outgoing.
-void DeviceCommImpl::fillConnections(int peer) {
+// peer's channel c is two local regions, incoming then outgoing. The peer's entries (one run
+// of the table: connIndex) then go to the kernel's copy.
+Status DeviceCommImpl::fillConnections(int peer) {
   PeerState& p = peers_[static_cast<size_t>(peer)];
   const size_t channelBytes = ChannelLayout::bytes(shape_);
   for (int c = 0; c < channels_; ++c) {
@@ -446,6 +457,8 @@ void DeviceCommImpl::fillConnections(int peer) {
     fill(true, out, headsOut);
     fill(false, in, headsIn);
   }
+  const size_t first = static_cast<size_t>(connIndex(peer, 0, true)), count = static_cast<size_t>(channels_) * 2;
+  return runtime_->copyToDevice(connsDevice_ + first, &conns_[first], count * sizeof(Connection));
 }
 
 // ---- Launching --------------------------------------------------------------------------------
@@ -628,13 +641,15 @@ Status DeviceCommImpl::reportRecordedFailure() {
   ErrorRecord copy;
   std::memcpy(&copy, &e, sizeof copy);
   Status s = statusOf(copy, __atomic_load_n(&control_->abort, __ATOMIC_ACQUIRE));
+  // Before anything else (the communicator keeps the first failure): a caller that finds the
+  // record reported by the watchdog must also find the communicator failed.
+  comm_->fail(s);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (reported_) return s;
     reported_ = true;
   }
   LOOM_WARN("rank %d: a call on device %d failed: %s", comm_->rank(), comm_->device(), s.message().c_str());
-  comm_->fail(s);
   comm_->setLastError(s.message());
   return s;
 }
@@ -693,8 +708,22 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
   const uint64_t completed = __atomic_load_n(&control_->completed, __ATOMIC_ACQUIRE);
   if (started <= completed) {
     watched_ = 0;
+    // A launch made but not started is never timed (its workers set `started`): say so, or a
+    // rank whose launch waits behind other work on the device is silent while peers time out.
+    if (__atomic_load_n(&control_->hostLaunches, __ATOMIC_ACQUIRE) >= uncapturedLaunches_.load()) {
+      queuedSince_ = Clock::time_point();
+      queuedWarned_ = false;
+    } else if (queuedSince_ == Clock::time_point()) {
+      queuedSince_ = now;
+    } else if (!queuedWarned_ && now - queuedSince_ > std::chrono::milliseconds(comm_->config().timeoutMs)) {
+      queuedWarned_ = true;
+      LOOM_WARN("rank %d: a launch on device %d has not started %lld ms after it was made: its stream waits for "
+                "earlier work there (or, with ranks sharing the device, for work that waits for this rank)",
+                comm_->rank(), comm_->device(), static_cast<long long>(comm_->config().timeoutMs));
+    }
     return;
   }
+  queuedSince_ = Clock::time_point();
   if (started != watched_) {
     watched_ = started;
     watchedSince_ = now;

@@ -65,6 +65,10 @@ class DeviceComm {
   virtual Status finish(const DeviceJob& job) = 0;    // NULL stream of the emulation: waits
   // Held from prepare to finish: one launch of a communicator is built at a time.
   virtual std::mutex& launchLock() = 0;
+  // Makes a failure a finished kernel recorded the communicator's error now. The watchdog
+  // does it too, but only on its next look (2 to 100 ms on): loomCommGetAsyncError, asked
+  // right after the stream was synchronised, must already see it.
+  virtual void collectFailure() = 0;
 };
 
 // Launches each job's calls as one kernel on its communicator's stream and returns without

@@ -55,6 +55,7 @@ class CudaRuntime final : public DeviceRuntime {
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
   Status allocHostMapped(size_t bytes, void** host, void** device) override;
   Status allocDevice(size_t bytes, void** out) override;
+  Status copyToDevice(void* dst, const void* src, size_t bytes) override;
   Status writeWord(uint32_t* word, uint32_t value) override;
   Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override;
   Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) override;
@@ -107,6 +108,7 @@ CudaRuntime::~CudaRuntime() {
 
 Status CudaRuntime::allocDevice(size_t bytes, void** out) {
   DeviceScope scope(device_);
+  cuda::RelaxedCapture capture;
   cuda::DevicePtr memory;
   LOOM_TRY(cuda::allocDevice(bytes, &memory));
   // On the runtime's own stream: cudaMemset would go on the legacy stream, which waits for the
@@ -151,6 +153,7 @@ Status CudaRuntime::openShared(const SharedHandle& handle, int peer, void** out)
 
 Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
   DeviceScope scope(device_);
+  cuda::RelaxedCapture capture;
   cuda::PinnedPtr memory;
   LOOM_TRY(cuda::allocPinned(bytes, &memory));
   std::memset(memory.get(), 0, bytes);
@@ -162,6 +165,14 @@ Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
 
 // A copy from pinned memory on the runtime's own stream: it waits for no stream of the caller's,
 // and the word it copies from is not reused for kStagedWords writes (failures are rare).
+Status CudaRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {
+  DeviceScope scope(device_);
+  cuda::RelaxedCapture capture;
+  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, own_.get()));
+  LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
+  return Status::ok();
+}
+
 Status CudaRuntime::writeWord(uint32_t* word, uint32_t value) {
   DeviceScope scope(device_);
   uint32_t* staged = &words_[wordsUsed_++ % kStagedWords];

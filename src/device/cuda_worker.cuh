@@ -40,6 +40,22 @@ struct CudaWorker {
   __device__ void release32(uint32_t* p, uint32_t v) const {
     asm volatile("st.release.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
   }
+  // Words only this rank's kernel reads (step flags, launch state): device scope, whose
+  // fence does not wait for the rank's writes to host memory to cross PCIe.
+  __device__ uint64_t acquireLocal(const uint64_t* p) const {
+    uint64_t v;
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+  }
+  __device__ void releaseLocal(uint64_t* p, uint64_t v) const {
+    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
+  // fence() then publish() for each of several words: one system-scope fence orders the
+  // block's earlier writes before all of them (a release store each would be a fence each).
+  __device__ void fence() const { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+  __device__ void publish(uint64_t* p, uint64_t v) const {
+    asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+  }
   __device__ uint32_t fetchAdd32(uint32_t* p, uint32_t v) const { return atomicAdd(p, v); }
   __device__ uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {
     return atomicCAS_system(p, expected, desired);

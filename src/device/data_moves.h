@@ -81,18 +81,30 @@ LOOM_HD_CALLED void elementwise(W& w, uint8_t* dst, const uint8_t* x, const uint
     vectors = (count - head) / kPerVector;
   }
   const uint64_t bodyAt = head * sizeof(T);
-  for (uint64_t v = thread; v < vectors; v += stride) {
-    const uint64_t at = bodyAt + v * sizeof(Vec16);
-    Vec16 a = kFreshX ? w.template loadFresh<Vec16>(x + at) : w.template load<Vec16>(x + at);
-    Vec16 b{0, 0};
-    if constexpr (Job::kInputs == 2) b = kFreshY ? w.template loadFresh<Vec16>(y + at) : w.template load<Vec16>(y + at);
-    T ea[kPerVector], eb[kPerVector], r[kPerVector];
-    memcpy(ea, &a, sizeof a);
-    memcpy(eb, &b, sizeof b);
-    for (uint64_t k = 0; k < kPerVector; ++k) r[k] = job(ea[k], eb[k]);
-    Vec16 out;
-    memcpy(&out, r, sizeof out);
-    w.template store<Vec16>(dst + at, out);
+  // kUnroll vectors per thread in flight: every load of a round is issued before the first
+  // store, so that one worker keeps enough bytes moving to cover the memory's latency (one
+  // 16-byte load per thread at a time held a thread block near 15 GB/s on an H100).
+  constexpr uint64_t kUnroll = 4;
+  for (uint64_t first = thread; first < vectors; first += stride * kUnroll) {
+    Vec16 a[kUnroll]{}, b[kUnroll]{};
+    for (uint64_t u = 0; u < kUnroll; ++u) {
+      const uint64_t v = first + u * stride;
+      if (v >= vectors) break;
+      const uint64_t at = bodyAt + v * sizeof(Vec16);
+      a[u] = kFreshX ? w.template loadFresh<Vec16>(x + at) : w.template load<Vec16>(x + at);
+      if constexpr (Job::kInputs == 2) b[u] = kFreshY ? w.template loadFresh<Vec16>(y + at) : w.template load<Vec16>(y + at);
+    }
+    for (uint64_t u = 0; u < kUnroll; ++u) {
+      const uint64_t v = first + u * stride;
+      if (v >= vectors) break;
+      T ea[kPerVector], eb[kPerVector], r[kPerVector];
+      memcpy(ea, &a[u], sizeof a[u]);
+      memcpy(eb, &b[u], sizeof b[u]);
+      for (uint64_t k = 0; k < kPerVector; ++k) r[k] = job(ea[k], eb[k]);
+      Vec16 out;
+      memcpy(&out, r, sizeof out);
+      w.template store<Vec16>(dst + bodyAt + v * sizeof(Vec16), out);
+    }
   }
   // The head and the tail, numbered together: j < head is element j, the rest the tail.
   const uint64_t tailStart = head + vectors * kPerVector;

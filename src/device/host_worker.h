@@ -73,6 +73,12 @@ class HostWorker {
   uint32_t acquire32(const uint32_t* p) const { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
   void release(uint64_t* p, uint64_t v) const { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
   void release32(uint32_t* p, uint32_t v) const { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+  // One set of workers shares these threads' memory: the device-scope forms are the same.
+  uint64_t acquireLocal(const uint64_t* p) const { return acquire(p); }
+  void releaseLocal(uint64_t* p, uint64_t v) const { release(p, v); }
+  // A release store each (ThreadSanitizer does not follow a fence).
+  void fence() const {}
+  void publish(uint64_t* p, uint64_t v) const { release(p, v); }
   uint32_t fetchAdd32(uint32_t* p, uint32_t v) const { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
   uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {
     __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);

@@ -103,7 +103,7 @@ LOOM_HD_CALLED bool send(const Ctx<W>& ctx, const Connection& c, const DeviceSte
 template <class W>
 LOOM_HD bool isDone(const Ctx<W>& ctx, int32_t index) {
   bool done = false;
-  if (ctx.w.thread() == 0) done = ctx.w.acquire(&ctx.args.stepFlags[index]) >= ctx.launch;
+  if (ctx.w.thread() == 0) done = ctx.w.acquireLocal(&ctx.args.stepFlags[index]) >= ctx.launch;
   return ctx.w.syncAny(done);
 }
 
@@ -155,7 +155,7 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
           auto* scratch = static_cast<uint8_t*>(s.scratch);
           CopyOut<W> park{w, scratch};
           if (!receive(ctx, *c, s, header, park)) return false;
-          if (!waitAtLeast(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr)) return false;
+          if (!waitAtLeast<true>(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr)) return false;
           elementwise<T, false, false>(w, dst, src, scratch, s.bytes / sizeof(T), ReduceJob<T, Op>{divisor});
           return true;
         });
@@ -169,9 +169,8 @@ template <class W>
 LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
   const PlanView plan = args.view();
   Ctx<W> ctx{w, args, args.state->launches + 1, worker};
-  if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) {
-    w.release(&args.control->started, ctx.launch);
-  }
+  // A sign of life for the watchdog, which publishes no data: no fence.
+  if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) w.publish(&args.control->started, ctx.launch);
   const WorkerRange range = plan.worker(worker);
   for (uint32_t k = 0; k < range.count; ++k) {
     const uint32_t index = plan.order(range.first + k);
@@ -180,20 +179,21 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
     const DeviceCall call = plan.call(s.call);
     ctx.step = index;
     ctx.peer = s.conn >= 0 ? args.conns[s.conn].peer : -1;
-    if (s.after >= 0 && !waitAtLeast(ctx, &args.stepFlags[s.after], ctx.launch, nullptr)) break;
+    if (s.after >= 0 && !waitAtLeast<true>(ctx, &args.stepFlags[s.after], ctx.launch, nullptr)) break;
     if (!runStep(ctx, s, call)) break;
     w.sync();
-    if (w.thread() == 0) w.release(&args.stepFlags[index], ctx.launch);
+    if (w.thread() == 0) w.releaseLocal(&args.stepFlags[index], ctx.launch);
   }
   // The last worker to finish ends the launch: the next one gets the next number.
   w.sync();
   if (w.thread() == 0 && w.fetchAdd32(&args.state->workersDone, 1) == args.workers - 1) {
     args.state->workersStarted = 0;
     args.state->workersDone = 0;
-    w.release(&args.state->launches, ctx.launch);
-    if (args.planDone != nullptr) w.release(args.planDone, plan.header->id);
-    if (args.countsForHost != 0) w.release(&args.control->hostLaunches, w.acquire(&args.control->hostLaunches) + 1);
-    w.release(&args.control->completed, ctx.launch);
+    w.fence();
+    w.publish(&args.state->launches, ctx.launch);
+    if (args.planDone != nullptr) w.publish(args.planDone, plan.header->id);
+    if (args.countsForHost != 0) w.publish(&args.control->hostLaunches, ++args.state->hostLaunches);
+    w.publish(&args.control->completed, ctx.launch);
   }
 }
 

@@ -143,6 +143,7 @@ struct LaunchState {
   uint32_t workersDone;
   uint32_t failureClaim;  // 1 once a worker claimed the error record (for good: the rank failed)
   uint32_t stopped;       // 1 once a worker failed: this rank's other workers stop too
+  uint64_t hostLaunches;  // Control::hostLaunches kept here, so that counting reads no host memory
 };
 
 // The kernel's whole parameter, passed by value: a small plan goes inside it.

@@ -60,6 +60,9 @@ class DeviceRuntime {
   virtual Status allocHostMapped(size_t bytes, void** host, void** device) = 0;
   // Memory only the kernel uses (and the host through writeWord), zeroed.
   virtual Status allocDevice(size_t bytes, void** out) = 0;
+  // Copies host memory to allocDevice memory and waits for the copy, but for no stream of the
+  // caller's (setup, while the caller's streams may hold kernels that wait for this rank).
+  virtual Status copyToDevice(void* dst, const void* src, size_t bytes) = 0;
   // Stores `value` at `word` (allocShared or allocDevice memory) from the host, without
   // waiting for any stream of the caller's.
   virtual Status writeWord(uint32_t* word, uint32_t value) = 0;

@@ -9,6 +9,8 @@
 //   acquire(p), acquire32(p)      load-acquire, visible across devices and processes
 //   release(p, v), release32      store-release; callers sync() first, so that every thread's
 //                                 earlier writes are published with it
+//   acquireLocal, releaseLocal    the same for words only this rank's kernel uses (device scope)
+//   fence(), publish(p, v)        a release fence, then stores it orders (several words, one fence)
 //   fetchAdd32(p, v), cas32(p, e, v)  atomics on device memory (never on host memory)
 //   storeLine / loadLine          a low-latency line (fifo.h)
 //   load<U>, loadFresh<U>, store<U>  aligned data moves; loadFresh for memory a peer rewrites
@@ -83,12 +85,13 @@ struct Ctx {
 
 // Thread 0 waits until *word >= target, looking at the abort word and at the peer's status
 // every so often. Returns false on every thread of the worker when the wait was given up.
-template <class W>
+// kLocal: a word only this rank's kernel writes (a step flag).
+template <bool kLocal = false, class W>
 LOOM_HD_CALLED bool waitAtLeast(const Ctx<W>& ctx, const uint64_t* word, uint64_t target, const uint32_t* peerStatus) {
   W& w = ctx.w;
   bool stop = false;
   if (w.thread() == 0) {
-    for (uint32_t spins = 1; w.acquire(word) < target; ++spins) {
+    for (uint32_t spins = 1; (kLocal ? w.acquireLocal(word) : w.acquire(word)) < target; ++spins) {
       if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(peerStatus)) {
         stop = true;
         break;
