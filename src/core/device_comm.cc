@@ -109,6 +109,7 @@ class DeviceCommImpl final : public DeviceComm {
   explicit DeviceCommImpl(Communicator* comm) : comm_(comm) {}
   ~DeviceCommImpl() override;
   Status init();
+  Status connectEagerly();
 
   const char* runtimeName() const override { return runtime_->name(); }
   bool hostStreams() const override { return std::strcmp(runtime_->name(), "emulated") == 0; }
@@ -224,6 +225,7 @@ Status DeviceCommImpl::init() {
   stepFlagCapacity_ = kFirstStepFlags;
   peers_ = std::vector<PeerState>(static_cast<size_t>(n));
   arena_ = std::make_unique<DeviceArena>(*runtime_);
+  LOOM_TRY(connectEagerly());
   LOOM_INFO("comm %016llx rank %d: device %d, %s; %d channel(s) per peer, FIFOs of %u x %u bytes (simple) and "
             "%u x %llu bytes (low latency) per channel and direction",
             static_cast<unsigned long long>(comm_->commId()), comm_->rank(), comm_->device(),
@@ -231,6 +233,32 @@ Status DeviceCommImpl::init() {
             static_cast<unsigned long long>(shape_.llPayload()));
   watchdog_ = std::thread([this] { watch(); });
   return Status::ok();
+}
+
+// Ranks that are threads of one process share its CUDA context, and a context's streams share
+// a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS, 8 by default) in which work runs in
+// order. Connecting a pair waits on the host for work on the runtime's own stream (zeroing the
+// FIFOs, copying the connection table), which may then sit behind a thread peer's kernel that
+// waits for this very rank's next launch: a hang until the timeout (8 thread-ranks on an H100,
+// at the first call that joined a new pair). So where any rank has a thread peer, every rank
+// connects every peer here, before a kernel of the communicator runs; every rank sees every
+// rank's process, so all decide alike (a rank connecting alone would wait for its peers).
+Status DeviceCommImpl::connectEagerly() {
+  const std::vector<PeerInfo>& info = comm_->bootstrap().peers();
+  bool threads = false;
+  for (size_t a = 0; a < info.size() && !threads; ++a) {
+    for (size_t b = a + 1; b < info.size() && !threads; ++b) {
+      threads = info[a].hostHash == info[b].hostHash && info[a].pid == info[b].pid &&
+                info[a].pidNamespace == info[b].pidNamespace;
+    }
+  }
+  if (!threads) return Status::ok();
+  connecting_.clear();
+  for (int p = 0; p < comm_->nranks(); ++p) {
+    if (p != comm_->rank()) connecting_.push_back(p);
+  }
+  LOOM_TRY(connectOut());
+  return acceptIn();
 }
 
 // Ranks whose plan kernels share a device wait on each other's workers, so all of their workers
