@@ -46,6 +46,12 @@
 #include "algorithms/select.h"
 
 namespace loom {
+
+int channelsFor(size_t bytes, size_t sliceBytes, int links) {
+  const size_t fill = bytes / (2 * std::max<size_t>(sliceBytes, 1));
+  return static_cast<int>(std::clamp<size_t>(fill, 1, static_cast<size_t>(std::max(links, 1))));
+}
+
 namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
@@ -115,12 +121,10 @@ Hops doublingHops(int levels, const CommProfile& p) {
   return hops;
 }
 
-// Channels a call of `bytes` spreads over: all links per peer only when each gets a few
-// slices' worth (collective.cc).
+// Channels of a call in the model: what collective.cc gives it.
 int activeChannels(size_t bytes, const CommProfile& p) {
   if (p.channelsFixed) return p.channels;
-  const size_t threshold = static_cast<size_t>(p.channels) * 2 * p.sliceBytes;
-  return p.channels > 1 && bytes >= threshold ? p.channels : 1;
+  return channelsFor(bytes, p.sliceBytes, p.channels);
 }
 
 bool pastTheCache(size_t bytes, const CommProfile& p) {

@@ -83,12 +83,16 @@ constexpr int kNumProtocols = 3;
 // "simple", "streaming", "ll".
 const char* protocolName(Protocol protocol);
 
+// Channels a call of `bytes` spreads over, of `links` per peer: as many as get two slices'
+// worth each (fewer and the pipeline would not fill), at least one.
+int channelsFor(size_t bytes, size_t sliceBytes, int links);
+
 // Predicted µs for one call of `kind` moving `bytes` (the whole buffer one rank contributes
 // or receives, as CallShape::bytes in select.h) with `algorithm` and `protocol`. +infinity
 // where that cannot run: an algorithm the collective lacks (supports() in select.h),
 // one-shot across hosts, above oneShotMaxBytes or on a device, streaming below
 // streamingMinBytes, low latency off a device.
-// Non-decreasing in bytes for a fixed protocol, except at the size where channels switch on
+// Non-decreasing in bytes for a fixed protocol, except at the sizes where channels switch on
 // (the inter-host bandwidth then multiplies by channels) and where calls leave the cache
 // (if memGbps were above intra.gbps).
 double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p);

@@ -78,8 +78,8 @@ const std::vector<Variable>& variables() {
       {"LOOM_CHANNELS", "0", kData,
        "Channels per call (1 to 64): each channel carries its share of the buffer over its own "
        "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS; on a device communicator its own FIFOs, "
-       "worked by their own thread blocks). 0 (default): all links once a call gives each channel two "
-       "chunks, else one; device communicators connect 32 channels per peer (8 under "
+       "worked by their own thread blocks). 0 (default): as many links as get two chunks each, at least "
+       "one; device communicators connect 32 channels per peer (8 under "
        "LOOM_DEVICE_EMULATION), fewer where the ranks' share of the device's resident thread blocks "
        "holds fewer."},
       {"LOOM_RING_ORDER", "topology", kData,

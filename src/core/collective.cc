@@ -143,9 +143,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   // Several channels only pay when each gets a few slices' worth. A device communicator's links
   // are its FIFO connections, one set per channel.
   int links = plan.deviceMemory ? deviceChannels(comm, choice.algorithm) : comm.transport().linksPerPeer();
-  args.channels = config.channels > 0                                          ? config.channels
-                  : bytes >= static_cast<size_t>(links) * 2 * args.sliceBytes ? links
-                                                                               : 1;
+  args.channels = config.channels > 0 ? config.channels : channelsFor(bytes, args.sliceBytes, links);
   args.info.streaming = choice.protocol == Protocol::kStreaming;
   args.info.lowLatency = choice.protocol == Protocol::kLowLatency;
 
