@@ -162,6 +162,7 @@ class DeviceCommImpl final : public DeviceComm {
   Connection* connsDevice_ = nullptr;
   uint64_t* counters_ = nullptr;
   uint64_t* stepFlags_ = nullptr;
+  uint32_t* localArrivals_ = nullptr;  // beside the step flags, as many
   size_t stepFlagCapacity_ = 0;
   std::vector<PeerState> peers_;
   std::unique_ptr<DeviceArena> arena_;
@@ -222,6 +223,8 @@ Status DeviceCommImpl::init() {
   counters_ = static_cast<uint64_t*>(device);
   LOOM_TRY(runtime_->allocDevice(kFirstStepFlags * sizeof(uint64_t), &device));
   stepFlags_ = static_cast<uint64_t*>(device);
+  LOOM_TRY(runtime_->allocDevice(kFirstStepFlags * sizeof(uint32_t), &device));
+  localArrivals_ = static_cast<uint32_t*>(device);
   stepFlagCapacity_ = kFirstStepFlags;
   peers_ = std::vector<PeerState>(static_cast<size_t>(n));
   arena_ = std::make_unique<DeviceArena>(*runtime_);
@@ -546,6 +549,7 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     const uint64_t id = ++nextPlanId_;
     ConnectionMap map;
     map.channels = channels_;
+    map.workerBudget = blockBudget_;
     map.nranks = comm_->nranks();
     map.index = [this](int peer, int channel, bool send) { return connIndex(peer, channel, send); };
     map.offHost = [this](int peer) { return peers_[static_cast<size_t>(peer)].offHost; };
@@ -564,8 +568,11 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
       size_t capacity = stepFlagCapacity_;
       while (capacity < header.steps) capacity *= 2;
       void* flags = nullptr;
+      void* arrivals = nullptr;
       LOOM_TRY(runtime_->allocDevice(capacity * sizeof(uint64_t), &flags));
+      LOOM_TRY(runtime_->allocDevice(capacity * sizeof(uint32_t), &arrivals));
       stepFlags_ = static_cast<uint64_t*>(flags);
+      localArrivals_ = static_cast<uint32_t*>(arrivals);
       stepFlagCapacity_ = capacity;
     }
     auto args = std::make_unique<LaunchArgs>();
@@ -576,6 +583,7 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     args->rank = comm_->rank();
     args->state = state_;
     args->stepFlags = stepFlags_;
+    args->localArrivals = localArrivals_;
     args->control = controlDevice_;
     LOOM_TRY(placePlan(bytes, id, args.get()));
     note(plan, id);

@@ -121,16 +121,22 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
   if (s.conn >= 0) local = ctx.args.conns[s.conn];
   const Connection* c = s.conn >= 0 ? &local : nullptr;
   switch (s.kind) {
-    case StepKind::kCopy:
+    case StepKind::kCopy: {
+      // This worker's part of the copy, cut at 16-byte multiples so vectors stay aligned.
+      const uint64_t units = (s.bytes + 15) / 16;
+      const uint64_t at = units * ctx.part / ctx.parts * 16;
+      const uint64_t end = units * (ctx.part + 1) / ctx.parts * 16;
+      const uint64_t n = (end < s.bytes ? end : s.bytes) - (at < s.bytes ? at : s.bytes);
       if (divisor == 0) {
-        copyBytes<false>(w, dst, src, s.bytes);
+        copyBytes<false>(w, dst + at, src + at, n);
         return true;
       }
       return byType(type, false, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        elementwise<T, false, false>(w, dst, src, nullptr, s.bytes / sizeof(T), ScaleJob<T>{divisor});
+        elementwise<T, false, false>(w, dst + at, src + at, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
         return true;
       });
+    }
     case StepKind::kSend: return send(ctx, *c, s, header);
     case StepKind::kRecv:
       if (divisor == 0) {
@@ -164,6 +170,19 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
   return false;
 }
 
+// Thread 0 of a worker that has done its part of step `index`: whether the step is now done.
+// The last of a local step's parts to arrive says so, after the others' writes, and clears
+// the count for the next launch (which starts once this one has ended).
+template <class W>
+LOOM_HD bool lastPart(const Ctx<W>& ctx, uint32_t index) {
+  if (ctx.parts == 1) return true;
+  ctx.w.fence();
+  if (ctx.w.fetchAdd32(&ctx.args.localArrivals[index], 1) != ctx.parts - 1) return false;
+  ctx.w.fence();
+  ctx.w.release32(&ctx.args.localArrivals[index], 0);
+  return true;
+}
+
 // Runs worker `worker` of the launch described by args, on every thread of the worker.
 template <class W>
 LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
@@ -172,6 +191,8 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
   // A sign of life for the watchdog, which publishes no data: no fence.
   if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) w.publish(&args.control->started, ctx.launch);
   const WorkerRange range = plan.worker(worker);
+  ctx.part = range.part;
+  ctx.parts = range.parts;
   for (uint32_t k = 0; k < range.count; ++k) {
     const uint32_t index = plan.order(range.first + k);
     // Copies: a plan too large for the kernel's parameter is in host-mapped memory.
@@ -182,7 +203,7 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
     if (s.after >= 0 && !waitAtLeast<true>(ctx, &args.stepFlags[s.after], ctx.launch, nullptr)) break;
     if (!runStep(ctx, s, call)) break;
     w.sync();
-    if (w.thread() == 0) w.releaseLocal(&args.stepFlags[index], ctx.launch);
+    if (w.thread() == 0 && lastPart(ctx, index)) w.releaseLocal(&args.stepFlags[index], ctx.launch);
   }
   // The last worker to finish ends the launch: the next one gets the next number.
   w.sync();

@@ -1,6 +1,7 @@
 // Lowering a rank's Plan to the flat plan the kernel reads (plan_lowering.h).
 #include "device/plan_lowering.h"
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 
@@ -85,12 +86,25 @@ Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std:
     queues[static_cast<size_t>(*worker)].push_back(static_cast<uint32_t>(k));
   }
 
+  int localParts = 1;
+  if (localWorker >= 0) {
+    uint64_t largest = 0;
+    for (uint32_t k : queues[static_cast<size_t>(localWorker)]) largest = std::max<uint64_t>(largest, steps[k].bytes);
+    const int spare = connections.workerBudget > 0 ? connections.workerBudget - static_cast<int>(queues.size() - 1)
+                                                   : kMaxLocalParts;
+    localParts = static_cast<int>(std::min<uint64_t>(largest / kLocalPartBytes, static_cast<uint64_t>(kMaxLocalParts)));
+    localParts = std::clamp(std::min(localParts, spare), 1, kMaxLocalParts);
+  }
   std::vector<WorkerRange> workers;
   std::vector<uint32_t> order;
   order.reserve(nsteps);
-  for (const std::vector<uint32_t>& q : queues) {
-    workers.push_back({static_cast<uint32_t>(order.size()), static_cast<uint32_t>(q.size())});
-    order.insert(order.end(), q.begin(), q.end());
+  for (size_t q = 0; q < queues.size(); ++q) {
+    const auto first = static_cast<uint32_t>(order.size()), count = static_cast<uint32_t>(queues[q].size());
+    const int parts = static_cast<int>(q) == localWorker ? localParts : 1;
+    for (int part = 0; part < parts; ++part) {
+      workers.push_back({first, count, static_cast<uint16_t>(part), static_cast<uint16_t>(parts)});
+    }
+    order.insert(order.end(), queues[q].begin(), queues[q].end());
   }
 
   PlanHeader h{};

@@ -2,7 +2,9 @@
 // flat plan the kernel reads (plan_format.h). Steps keep their index, so `after` and
 // `writeAfter` carry over unchanged; each step gets the connection it uses, its wire and its
 // flags, and the steps are dealt to workers: one per connection (peer, channel, direction) and
-// one for the local copies, each in plan order, which are the host executor's queues.
+// the local copies, each in plan order, which are the host executor's queues. Large local
+// copies are split among as many workers as the budget leaves (up to kMaxLocalParts), each
+// running the whole local queue and doing its part of every step.
 #pragma once
 
 #include <cstdint>
@@ -19,11 +21,15 @@ namespace loom::device {
 struct ConnectionMap {
   int channels = 1;  // connections per peer and direction; plan channel c uses c % channels
   int nranks = 1;    // the divisor of a loomAvg
+  int workerBudget = 0;  // workers a launch may have (0: no limit); spare ones split local copies
   // Index in the connection table of (peer, channel, send or receive).
   std::function<int(int peer, int channel, bool send)> index;
   // Whether the peer is on another host: its connections carry only the simple wire.
   std::function<bool(int peer)> offHost;
 };
+
+constexpr int kMaxLocalParts = 16;
+constexpr uint64_t kLocalPartBytes = 256 << 10;  // the least a part of a copy is worth a worker for
 
 // Flattens `plan` into *out (PlanHeader first), numbered `id`. A recvReduce with writeAfter
 // gets scratch from plan.scratch() for bytes that arrive before it may write. A one-shot step

@@ -34,6 +34,7 @@ struct Ctx {
   uint32_t worker;
   uint32_t step = 0;  // the step running now
   int32_t peer = -1;  // its peer (-1: a local step)
+  uint32_t part = 0, parts = 1;  // this worker's share of each step (WorkerRange)
 
   // Records the first failure of the rank (any thread may call; the first caller wins), then
   // stops this rank's other workers and tells peers this rank failed.

@@ -119,4 +119,39 @@ TEST_P(EmulatedDeviceCollectives, EveryCollectiveTypeAndOpAgainstTheReference) {
 INSTANTIATE_TEST_SUITE_P(Matrix, EmulatedDeviceCollectives, testing::ValuesIn(configs(fullMatrix())),
                          [](const auto& info) { return configName(info.param); });
 
+// Local copies of 256 KiB or more run on several workers, each doing its part of every copy
+// (plan_lowering.h): out-of-place calls whose own data is copied (one rank alone, the root of
+// a broadcast, an allgather's own block), an average's scaled copy, odd byte counts that cut
+// parts off 16-byte multiples, on 1, 2 and 3 ranks, and twice in a row (the parts' count of
+// each step starts again at every launch).
+TEST(EmulatedLocalParts, LargeLocalCopiesSplitAmongWorkers) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  for (int nranks : {1, 2, 3}) {
+    std::vector<CollectiveCase> cases;
+    uint64_t seed = 7000;
+    for (size_t count : {size_t{1} << 20, (size_t{1} << 20) + 3}) {
+      for (int repeat = 0; repeat < 2; ++repeat) {
+        CollectiveCase c;
+        c.count = count;
+        c.seed = ++seed;
+        c.collective = loomtest::Collective::kAllReduce;
+        c.op = nranks == 1 ? loomAvg : loomSum;
+        cases.push_back(c);
+        c.collective = loomtest::Collective::kBroadcast;
+        c.type = loomBfloat16;
+        c.root = nranks - 1;
+        c.seed = ++seed;
+        cases.push_back(c);
+        c.collective = loomtest::Collective::kAllGather;
+        c.type = loomInt8;
+        c.count = count / 4;
+        c.seed = ++seed;
+        cases.push_back(c);
+      }
+    }
+    loomtest::runRanks(nranks, Mode::kThreads, [&](loomComm_t comm, int rank) { runCases(cases, comm, rank, nranks); },
+                       emulatedDevice(false));
+  }
+}
+
 }  // namespace
