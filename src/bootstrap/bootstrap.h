@@ -31,6 +31,11 @@ struct PeerInfo {
   uint64_t pidNamespace = 0;  // inode of its /proc/self/ns/pid (0: unknown)
 };
 
+// Whether two ranks are threads of one process (one host, one pid in one pid namespace).
+inline bool sameProcess(const PeerInfo& a, const PeerInfo& b) {
+  return a.hostHash == b.hostHash && a.pid == b.pid && a.pidNamespace == b.pidNamespace;
+}
+
 class Bootstrap {
  public:
   // Tags below kFirstInternalTag are for users of the channel (transports); the rest are

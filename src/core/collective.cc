@@ -55,11 +55,8 @@ int connectionsPerChannel(Algorithm algorithm, int nranks) {
 // local copies, and every rank's workers must be resident at once on the device they share:
 // the channels are as many as fit the communicator's block budget (device_comm.h).
 int deviceChannels(Communicator& comm, Algorithm algorithm) {
-  const int configured = comm.config().deviceChannels;
-  const int budget = comm.deviceComm().blockBudget();
-  if (budget <= 0) return configured;
-  const int fit = (budget - 1) / connectionsPerChannel(algorithm, comm.nranks());
-  return std::clamp(fit, 1, configured);
+  return channelsWithin(comm.deviceComm().blockBudget(), connectionsPerChannel(algorithm, comm.nranks()),
+                        comm.config().deviceChannels);
 }
 
 }  // namespace

@@ -300,7 +300,7 @@ Status Communicator::agreeOnProfile() {
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
   const PeerInfo& self = peers[static_cast<size_t>(rank_)];
   const bool threadsOnly = std::all_of(peers.begin(), peers.end(), [&](const PeerInfo& p) {
-    return p.hostHash != self.hostHash || (p.pid == self.pid && p.pidNamespace == self.pidNamespace);
+    return p.hostHash != self.hostHash || sameProcess(p, self);
   });
   if (!device) LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, &mine.directMinBytes));
   mine.channels = config_.channels > 0 ? config_.channels

@@ -197,9 +197,9 @@ Status DeviceCommImpl::init() {
   const CommConfig& config = comm_->config();
   LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, Registry::instance().emulatedDeviceBlocks(), &runtime_));
   LOOM_TRY(agreeOnBlockBudget());
-  // No plan uses more channels than its share of resident blocks holds (collective.cc; two
-  // workers per channel at the least), so no more are connected: each costs FIFO memory.
-  channels_ = blockBudget_ > 0 ? std::clamp((blockBudget_ - 1) / 2, 1, config.deviceChannels) : config.deviceChannels;
+  // No plan uses more channels than fit its share of resident blocks (collective.cc), two
+  // workers per channel at the least, so no more are connected: each costs FIFO memory.
+  channels_ = channelsWithin(blockBudget_, 2, config.deviceChannels);
   shape_.slots = 8;
   shape_.slotBytes = static_cast<uint32_t>(config.deviceFifoBytes / shape_.slots / 256 * 256);
   shape_.llSlots = 8;
@@ -251,8 +251,7 @@ Status DeviceCommImpl::connectEagerly() {
   bool threads = false;
   for (size_t a = 0; a < info.size() && !threads; ++a) {
     for (size_t b = a + 1; b < info.size() && !threads; ++b) {
-      threads = info[a].hostHash == info[b].hostHash && info[a].pid == info[b].pid &&
-                info[a].pidNamespace == info[b].pidNamespace;
+      threads = sameProcess(info[a], info[b]);
     }
   }
   if (!threads) return Status::ok();

@@ -14,6 +14,7 @@
 // communicator's sockets (proxy.h). Launches of one communicator run one after another.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -70,6 +71,13 @@ class DeviceComm {
   // right after the stream was synchronised, must already see it.
   virtual void collectFailure() = 0;
 };
+
+// Channels of `connectionsPerChannel` workers each that fit `blockBudget` beside one worker
+// for local copies: at least one, at most `most` (`most` where the budget is 0: no limit).
+inline int channelsWithin(int blockBudget, int connectionsPerChannel, int most) {
+  if (blockBudget <= 0) return most;
+  return std::clamp((blockBudget - 1) / connectionsPerChannel, 1, most);
+}
 
 // Launches each job's calls as one kernel on its communicator's stream and returns without
 // waiting for them (but for the emulation's NULL stream, whose calls complete first). Errors
