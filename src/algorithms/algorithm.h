@@ -16,10 +16,11 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // latency-optimal small allreduce over links
   kOneShot,            // small allreduce through one shared-memory board (one host)
   kPairwise,           // all-to-all: every pair exchanges directly
+  kHierarchical,       // allreduce across hosts: within each host, then between them, then back
 };
-constexpr int kNumAlgorithms = 5;
+constexpr int kNumAlgorithms = 6;
 
-// "ring", "tree", "rd", "oneshot", "pairwise" (the LOOM_ALGO names).
+// "ring", "tree", "rd", "oneshot", "pairwise", "hierarchical" (the LOOM_ALGO names).
 const char* algorithmName(Algorithm algorithm);
 
 // The ranks in the order they sit on rings and trees (docs/TOPOLOGY.md, "Rings"):
@@ -27,7 +28,8 @@ const char* algorithmName(Algorithm algorithm);
 // neighbours in the machine; results do not depend on the order.
 class RingOrder {
  public:
-  // `ranks`: a permutation of 0..n-1. `hostStarts`: the first position of each host (hosts
+  // `ranks`: a permutation of 0..n-1, or distinct ranks of a bigger communicator (a ring
+  // of some of its ranks: positionOf is -1 for the others). `hostStarts`: the first position of each host (hosts
   // are contiguous on the ring); empty or {0} for one host.
   explicit RingOrder(std::vector<int> ranks, std::vector<int> hostStarts = {});
   int rankAt(int position) const { return rankAt_[static_cast<size_t>(position)]; }
@@ -76,5 +78,7 @@ void treeBroadcast(const CollectiveArgs& a, Plan& plan);
 void treeReduce(const CollectiveArgs& a, Plan& plan);
 void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan);
 void pairwiseAllToAll(const CollectiveArgs& a, Plan& plan);
+// Needs `order` with hostStarts (several hosts); on one host it is ringAllReduce.
+void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan);
 
 }  // namespace loom

@@ -318,9 +318,42 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
     }
     case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p, channels);
     case Algorithm::kPairwise: return pairwise(bytes, p, channels);
-    case Algorithm::kOneShot: break;  // no links: predictUs times it
+    case Algorithm::kOneShot:       // no links: predictUs times it
+    case Algorithm::kHierarchical:  // three schedules: hierarchicalUs
+      break;
   }
   return Schedule();
+}
+
+// Hierarchical allreduce (hierarchical.cc) over hosts of r ranks: a reduce-scatter pass
+// around each host's ring, an allreduce of each rank's shard (bytes / r) around the ring of
+// the H ranks holding it, one per host, all r rings of a host at once on their own
+// connections, then an allgather pass around each host's ring (through the FIFO, as the
+// ring allreduce's). Each slice of a phase waits for its shard's previous phase, so the
+// phases overlap little and their times add:
+//   2(r-1) intra alpha + 2(r-1)/r bytes / intra + (r-1)/r bytes / reduce (in place)
+//     + 2(H-1) inter alpha + 2(H-1)/H (bytes / r) / inter + (H-1)/H (bytes / r) / reduce.
+// Against the flat ring's 2(n-1)/n bytes over the inter links, the network carries r times
+// fewer bytes per connection. That counts connections, not a host's one network link, which
+// the model does not know: where that link is the limit, the network bytes a host sends fall
+// only from 2(n-1)/n to 2(H-1)/H of the buffer (docs/PERF.md).
+double hierarchicalUs(Protocol protocol, size_t size, const CommProfile& p) {
+  const int r = p.ranksPerHost();
+  const int channels = activeChannels(size, p);
+  const double bytes = static_cast<double>(size);
+  CommProfile across = p;
+  across.nranks = p.nhosts;
+  double us = scheduleUs(ringPasses(2, true, bytes / r, across, channels), across, protocol, size);
+  if (r > 1) {
+    CommProfile host = p;
+    host.nranks = r;
+    host.nhosts = 1;
+    Schedule allGather = ringPasses(1, false, bytes, host, channels);
+    allGather.direct = 0;
+    us += scheduleUs(ringPasses(1, true, bytes, host, channels), host, protocol, size) +
+          scheduleUs(allGather, host, protocol, size);
+  }
+  return us;
 }
 
 // One-shot (one_shot.cc): each rank posts its buffer in its board slot (a copy), then folds
@@ -418,9 +451,13 @@ double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, si
   if (protocol == Protocol::kStreaming && !pastTheCache(bytes, p)) return kInfinity;
   if (protocol == Protocol::kLowLatency && !p.device) return kInfinity;
   if (algorithm == Algorithm::kOneShot && (p.device || p.nhosts > 1 || bytes > p.oneShotMaxBytes)) return kInfinity;
+  if (algorithm == Algorithm::kHierarchical && p.device) return kInfinity;
+  // On one host the hierarchical allreduce is the ring.
+  if (algorithm == Algorithm::kHierarchical && p.nhosts == 1) algorithm = Algorithm::kRing;
   // Alone, every algorithm is one local copy.
   if (p.nranks == 1) return transferUs(static_cast<double>(bytes), p.copyGbps);
   if (algorithm == Algorithm::kOneShot) return oneShotUs(bytes, p);
+  if (algorithm == Algorithm::kHierarchical) return hierarchicalUs(protocol, bytes, p);
   return scheduleUs(linkSchedule(kind, algorithm, bytes, p), p, protocol, bytes);
 }
 

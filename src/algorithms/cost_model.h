@@ -90,7 +90,8 @@ int channelsFor(size_t bytes, size_t sliceBytes, int links);
 // Predicted µs for one call of `kind` moving `bytes` (the whole buffer one rank contributes
 // or receives, as CallShape::bytes in select.h) with `algorithm` and `protocol`. +infinity
 // where that cannot run: an algorithm the collective lacks (supports() in select.h),
-// one-shot across hosts, above oneShotMaxBytes or on a device, streaming below
+// one-shot across hosts, above oneShotMaxBytes or on a device, hierarchical on a device
+// (on one host it is the ring, and predicts as the ring), streaming below
 // streamingMinBytes, low latency off a device.
 // Non-decreasing in bytes for a fixed protocol, except at the sizes where channels switch on
 // (the inter-host bandwidth then multiplies by channels) and where calls leave the cache
@@ -108,7 +109,7 @@ Prediction predict(CallInfo::Kind kind, Algorithm algorithm, size_t bytes, const
 
 // The algorithms `allowed` (a bit per Algorithm, 1u << Algorithm, as
 // AlgorithmSetting::allowed) that can run this call, fastest first, each with its best
-// protocol; equal times keep the order ring, tree, rd, oneshot, pairwise.
+// protocol; equal times keep the order ring, tree, rd, oneshot, pairwise, hierarchical.
 std::vector<Prediction> rankAlgorithms(CallInfo::Kind kind, size_t bytes, const CommProfile& p,
                                        uint32_t allowed = ~0u);
 

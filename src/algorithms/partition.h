@@ -8,6 +8,9 @@
 
 namespace loom {
 
+// Position a on a ring of n, for any a (negative too).
+inline int mod(int a, int n) { return ((a % n) + n) % n; }
+
 // Elements [begin, end).
 struct Range {
   size_t begin = 0;

@@ -13,15 +13,19 @@
 //
 // Steps are emitted slice-major (step, slice, channel) on every rank alike, so when channels
 // share a link their bytes still arrive in the order the peer expects.
+#include <algorithm>
 #include <vector>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/partition.h"
+#include "algorithms/ring_pass.h"
 
 namespace loom {
 
 RingOrder::RingOrder(std::vector<int> ranks, std::vector<int> hostStarts)
-    : rankAt_(std::move(ranks)), positionOf_(rankAt_.size()), hostStarts_(std::move(hostStarts)) {
+    : rankAt_(std::move(ranks)), hostStarts_(std::move(hostStarts)) {
+  positionOf_.assign(rankAt_.empty() ? 0 : static_cast<size_t>(*std::max_element(rankAt_.begin(), rankAt_.end())) + 1,
+                     -1);
   for (size_t p = 0; p < rankAt_.size(); ++p) positionOf_[static_cast<size_t>(rankAt_[p])] = static_cast<int>(p);
 }
 
@@ -34,8 +38,6 @@ bool RingOrder::isIdentity() const {
 }
 
 namespace {
-
-int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Copies `range` of the send buffer to the same place in the receive buffer, slice by slice
 // (a slice at a time keeps the executor free to move other steps in between).
@@ -50,49 +52,6 @@ void copySlices(const CollectiveArgs& a, Plan& plan, const Range& range, bool fi
 Range blockPart(size_t count, int channels, int c, int k) {
   Range p = part(count, channels, c);
   return {static_cast<size_t>(k) * count + p.begin, static_cast<size_t>(k) * count + p.end};
-}
-
-// The step that last wrote slice j of chunk k on channel c (kNone before any).
-class LastWrite {
- public:
-  LastWrite(int channels, int chunks, size_t slices)
-      : chunks_(chunks), slices_(slices), index_(static_cast<size_t>(channels * chunks) * slices, Step::kNone) {}
-  int& at(int c, int k, size_t j) { return index_[(static_cast<size_t>(c * chunks_ + k)) * slices_ + j]; }
-
- private:
-  int chunks_;
-  size_t slices_;
-  std::vector<int> index_;
-};
-
-// One pass around the ring: n-1 steps in which every rank forwards what it received the step
-// before. At step s this rank sends chunk firstSend - s, taken from source(s, slice), and
-// receives chunk firstSend - s - 1 with the step incoming(s, slice, channel) makes (peer and
-// channel filled in here). Steps go slice-major; `last` tracks what each slice waits for.
-template <class RangeOf, class Source, class Incoming>
-void ringPass(const CollectiveArgs& a, Plan& plan, LastWrite& last, size_t slices, int firstSend, RangeOf range,
-              Source source, Incoming incoming) {
-  const int n = a.nranks, next = a.rankAt(a.position() + 1), prev = a.rankAt(a.position() - 1);
-  const size_t se = a.sliceElems(), es = a.elemSize();
-  for (int s = 0; s < n - 1; ++s) {
-    const int sendK = mod(firstSend - s, n), recvK = mod(firstSend - s - 1, n);
-    for (size_t j = 0; j < slices; ++j) {
-      for (int c = 0; c < a.channels; ++c) {
-        Range out = slice(range(c, sendK), se, j);
-        if (out.size() > 0) {
-          plan.add(linkStep(Step::Kind::kSend, next, c, source(s, out), nullptr, out.size() * es, last.at(c, sendK, j)));
-        }
-        Range in = slice(range(c, recvK), se, j);
-        if (in.size() > 0) {
-          Step st = incoming(s, in);
-          st.peer = prev;
-          st.channel = c;
-          st.bytes = in.size() * es;
-          last.at(c, recvK, j) = plan.add(st);
-        }
-      }
-    }
-  }
 }
 
 }  // namespace

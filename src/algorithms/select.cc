@@ -22,7 +22,7 @@ constexpr NamedKind kCollectives[] = {
     {"reducescatter", CallInfo::Kind::kReduceScatter}, {"alltoall", CallInfo::Kind::kAllToAll},
 };
 constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kRecursiveDoubling,
-                                     Algorithm::kOneShot, Algorithm::kPairwise};
+                                     Algorithm::kOneShot, Algorithm::kPairwise, Algorithm::kHierarchical};
 
 bool parseAlgorithm(const std::string& name, Algorithm* out) {
   for (Algorithm a : kAlgorithms) {
@@ -60,13 +60,14 @@ const char* algorithmName(Algorithm algorithm) {
     case Algorithm::kRecursiveDoubling: return "rd";
     case Algorithm::kOneShot: return "oneshot";
     case Algorithm::kPairwise: return "pairwise";
+    case Algorithm::kHierarchical: return "hierarchical";
   }
   return "unknown";
 }
 
 bool supports(CallInfo::Kind kind, Algorithm algorithm) {
   switch (kind) {
-    case CallInfo::Kind::kAllReduce: return algorithm != Algorithm::kPairwise;
+    case CallInfo::Kind::kAllReduce: return algorithm != Algorithm::kPairwise;  // hierarchical included
     case CallInfo::Kind::kBroadcast:
     case CallInfo::Kind::kReduce: return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree;
     case CallInfo::Kind::kAllGather:
@@ -88,7 +89,8 @@ Status parseAlgorithmSetting(const std::string& value, AlgorithmSetting* out) {
     Algorithm algorithm;
     if (!parseAlgorithm(algoName, &algorithm)) {
       return error(loomInvalidArgument,
-                   "LOOM_ALGO=\"%s\": unknown algorithm \"%s\" (ring, tree, rd, oneshot, pairwise; ^ excludes one)",
+                   "LOOM_ALGO=\"%s\": unknown algorithm \"%s\" (ring, tree, rd, oneshot, pairwise, hierarchical; ^ excludes "
+                   "one)",
                    value.c_str(), algoName.c_str());
     }
     if (eq == std::string::npos) {
@@ -161,8 +163,11 @@ Status parseProtocolSetting(const std::string& value, ProtocolSetting* out) {
 
 namespace {
 
-// One-shot needs the board, which exists only when every rank is on this host.
+// One-shot needs the board, which exists only when every rank is on this host. The
+// hierarchical allreduce runs on host communicators (a device communicator's plans have not
+// been run with it).
 bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profile) {
+  if (algorithm == Algorithm::kHierarchical) return !profile.device;
   return algorithm != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= profile.oneShotMaxBytes);
 }
 
@@ -203,7 +208,8 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     choice.why = AlgorithmSetting().forced(kind) ? "the only algorithm of this collective" : "forced by LOOM_ALGO";
     return choice;
   }
-  // Allowed first; if LOOM_ALGO allows only what cannot run here (oneshot), any.
+  // Allowed first; if LOOM_ALGO allows only what cannot run here (oneshot, hierarchical on a
+  // device), any.
   for (bool onlyAllowed : {true, false}) {
     Choice best{Algorithm::kRing, Protocol::kSimple, std::numeric_limits<double>::infinity(), nullptr};
     for (Algorithm a : kAlgorithms) {
@@ -217,7 +223,8 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     }
     if (best.why == nullptr) continue;
     best.why = onlyAllowed ? "predicted fastest"
-                           : "LOOM_ALGO's oneshot set aside: it carries at most 32 KiB between ranks of one host";
+                           : "LOOM_ALGO's choice set aside: oneshot carries at most 32 KiB between ranks of one host, "
+                             "hierarchical runs on host communicators";
     return best;
   }
   // Unreachable for a collective: every one has an algorithm that always fits.

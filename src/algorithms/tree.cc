@@ -39,7 +39,6 @@ TreeNode mapped(TreeNode node, Map toReal) {
   return node;
 }
 
-int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // A tree node over positions, with its neighbours named by rank.
 TreeNode inRanks(const CollectiveArgs& a, TreeNode node) {

@@ -25,6 +25,7 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
   switch (args.info.kind) {
     case CallInfo::Kind::kAllReduce:
       if (algorithm == Algorithm::kTree) return treeAllReduce(args, plan);
+      if (algorithm == Algorithm::kHierarchical) return hierarchicalAllReduce(args, plan);
       // kOneShot lands here only where there is no board (see appendCollective).
       if (algorithm == Algorithm::kRecursiveDoubling || algorithm == Algorithm::kOneShot) {
         return recursiveDoublingAllReduce(args, plan);

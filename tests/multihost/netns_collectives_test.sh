@@ -21,7 +21,7 @@ loomrun=$2
 # below cannot collide with anything outside them).
 make_two_hosts lcol 10.231.8
 out=$(mktemp -d)
-trap 'remove_two_hosts; rm -rf "$out"' EXIT
+trap 'remove_hosts; rm -rf "$out"' EXIT
 
 secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 failed=0
@@ -29,7 +29,7 @@ coverage=
 limit=150
 if [ "${LOOM_TEST_FULL:-}" = 1 ]; then coverage=full limit=3000; fi
 # "" is the default choice; the last one forces a different algorithm per collective.
-algos=("" ring tree rd oneshot pairwise "allreduce=rd,broadcast=tree,reduce=tree")
+algos=("" ring tree rd oneshot pairwise hierarchical "allreduce=rd,broadcast=tree,reduce=tree")
 
 # Four ranks by hand, interleaved: 0 and 2 on host A, 1 and 3 on host B, so the ring keeps
 # each host's ranks together (0 2 1 3, docs/TOPOLOGY.md) and every algorithm runs in that order.

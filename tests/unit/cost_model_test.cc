@@ -21,7 +21,7 @@ using Kind = CallInfo::Kind;
 constexpr Kind kCollectives[] = {Kind::kAllReduce, Kind::kBroadcast,     Kind::kReduce,
                                  Kind::kAllGather, Kind::kReduceScatter, Kind::kAllToAll};
 constexpr Algorithm kAlgorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kRecursiveDoubling,
-                                     Algorithm::kOneShot, Algorithm::kPairwise};
+                                     Algorithm::kOneShot, Algorithm::kPairwise, Algorithm::kHierarchical};
 constexpr size_t kKiB = 1 << 10, kMiB = 1 << 20;
 
 double simpleUs(Kind kind, Algorithm algorithm, size_t bytes, const CommProfile& p) {
@@ -324,23 +324,46 @@ TEST(CostModel, LowLatencyOnlyOnDevicesAndOnlyWhileSmall) {
 TEST(CostModel, RankingIsFastestFirstAndHonoursTheMask) {
   const CommProfile p = CommProfile::defaults(8, 1);
   const std::vector<Prediction> all = rankAlgorithms(Kind::kAllReduce, 8, p);
-  ASSERT_EQ(all.size(), 4u);  // pairwise is no allreduce
+  ASSERT_EQ(all.size(), 5u);  // pairwise is no allreduce
   EXPECT_EQ(all.front().algorithm, Algorithm::kOneShot);
   for (size_t i = 1; i < all.size(); ++i) EXPECT_LE(all[i - 1].us, all[i].us);
   for (const Prediction& x : all) EXPECT_EQ(x.us, allReduceUs(x.algorithm, 8, p));
 
   const uint32_t noOneShot = ~(1u << static_cast<unsigned>(Algorithm::kOneShot));
   const std::vector<Prediction> rest = rankAlgorithms(Kind::kAllReduce, 8, p, noOneShot);
-  ASSERT_EQ(rest.size(), 3u);
+  ASSERT_EQ(rest.size(), 4u);
   EXPECT_EQ(rest.front().algorithm, Algorithm::kRecursiveDoubling);
 
-  // Alone, every algorithm is the same copy: ties keep ring, tree, rd, oneshot.
+  // Alone, every algorithm is the same copy: ties keep ring, tree, rd, oneshot, hierarchical.
   const std::vector<Prediction> tied = rankAlgorithms(Kind::kAllReduce, kKiB, CommProfile::defaults(1, 1));
-  ASSERT_EQ(tied.size(), 4u);
+  ASSERT_EQ(tied.size(), 5u);
   EXPECT_EQ(tied[0].algorithm, Algorithm::kRing);
   EXPECT_EQ(tied[1].algorithm, Algorithm::kTree);
   EXPECT_EQ(tied[2].algorithm, Algorithm::kRecursiveDoubling);
   EXPECT_EQ(tied[3].algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(tied[4].algorithm, Algorithm::kHierarchical);
+}
+
+// Across hosts the hierarchical allreduce sends each connection 1/r of the flat ring's bytes
+// (r ranks per host) and crosses fewer host boundaries: it wins large calls there. On one host
+// it is the ring; on a device it cannot run.
+TEST(CostModel, HierarchicalWinsLargeCallsAcrossHosts) {
+  const CommProfile hosts = CommProfile::defaults(8, 4);
+  EXPECT_LT(allReduceUs(Algorithm::kHierarchical, 64 * kMiB, hosts), allReduceUs(Algorithm::kRing, 64 * kMiB, hosts));
+  EXPECT_EQ(rankAlgorithms(Kind::kAllReduce, 64 * kMiB, hosts).front().algorithm, Algorithm::kHierarchical);
+  // By hand: 4 hosts x 2 ranks, 64 MiB, 2 channels (one per socket).
+  const double b = 64.0 * kMiB, perRank = b / 2;
+  const double across = 6 * 25.0 + 6 * (perRank / 4) / (2 * 1.2e3) + 3 * (perRank / 4) / 10e3;
+  const double host = 2 * 1.5 + 2 * (b / 4) / (8e3 / 2) + std::max(0.0, (b / 2) / 10e3 - (b / 2) / 13e3);
+  const CommProfile streamingOff = [&] {
+    CommProfile p = hosts;
+    p.streamingMinBytes = 0;
+    return p;
+  }();
+  EXPECT_NEAR(allReduceUs(Algorithm::kHierarchical, 64 * kMiB, streamingOff), across + host, 1e-6 * (across + host));
+  const CommProfile oneHost = CommProfile::defaults(8, 1);
+  EXPECT_EQ(allReduceUs(Algorithm::kHierarchical, 4 * kMiB, oneHost), allReduceUs(Algorithm::kRing, 4 * kMiB, oneHost));
+  EXPECT_TRUE(std::isinf(allReduceUs(Algorithm::kHierarchical, 4 * kMiB, CommProfile::deviceDefaults(8, 4))));
 }
 
 // ---- tuning file ----

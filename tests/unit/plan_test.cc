@@ -133,6 +133,7 @@ const Case kCases[] = {
     {"ring allgather", CallInfo::Kind::kAllGather, ringAllGather},
     {"ring reducescatter", CallInfo::Kind::kReduceScatter, ringReduceScatter},
     {"pairwise alltoall", CallInfo::Kind::kAllToAll, pairwiseAllToAll},
+    {"hierarchical allreduce", CallInfo::Kind::kAllReduce, hierarchicalAllReduce},
 };
 
 int32_t input(int rank, size_t i) { return static_cast<int32_t>(rank * 1000 + static_cast<int>(i % 997)); }
@@ -361,6 +362,67 @@ TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
         EXPECT_GT(receives, 0) << c.name << " n=" << n;
       }
     }
+  }
+}
+
+// Hosts of equal and unequal sizes, channels on links of their own and sharing one: every
+// rank gets the sum, and each host sends the network only what the hierarchy needs, less
+// than the flat ring's.
+TEST(Schedules, HierarchicalAllReduceOverHostsOfAnySize) {
+  const Case hierarchical{"hierarchical allreduce", CallInfo::Kind::kAllReduce, hierarchicalAllReduce};
+  const Case ring{"ring allreduce", CallInfo::Kind::kAllReduce, ringAllReduce};
+  const std::vector<std::vector<int>> layouts = {{0, 2, 4, 6}, {0, 3, 6}, {0, 1, 4}, {0, 4, 5}, {0, 2, 5, 9}};
+  for (const std::vector<int>& starts : layouts) {
+    const int n = starts.back() + (starts == std::vector<int>{0, 2, 4, 6} ? 2 : 3);
+    std::vector<int> ranks(static_cast<size_t>(n));
+    std::iota(ranks.rbegin(), ranks.rend(), 0);  // not rank order, so positions and ranks differ
+    RingOrder order(ranks, starts);
+    for (size_t count : {size_t{1}, size_t{13}, size_t{1031}}) {
+      for (bool inPlace : {false, true}) {
+        checkCase(hierarchical, n, count, 1, 16, inPlace, 1, &order);
+        checkCase(hierarchical, n, count, 3, 32, inPlace, 3, &order);
+        checkCase(hierarchical, n, count, 2, 16, inPlace, 1, &order);
+      }
+    }
+    // Bytes each host sends to other hosts, for an allreduce of 4096 elements.
+    auto hostOf = [&](int rank) {
+      const int p = order.positionOf(rank);
+      int h = 0;
+      while (h + 1 < static_cast<int>(starts.size()) && starts[static_cast<size_t>(h + 1)] <= p) ++h;
+      return h;
+    };
+    auto networkBytes = [&](const Case& c) {
+      std::vector<size_t> perHost(starts.size(), 0);
+      std::vector<int32_t> buffer(4096);
+      for (int r = 0; r < n; ++r) {
+        CollectiveArgs a;
+        a.info.kind = c.kind;
+        a.info.type = loomInt32;
+        a.info.op = loomSum;
+        a.info.count = buffer.size();
+        a.rank = r;
+        a.nranks = n;
+        a.order = &order;
+        a.send = a.recv = buffer.data();
+        Plan plan;
+        plan.beginCall(a.info);
+        c.build(a, plan);
+        for (const Step& s : plan.steps) {
+          if (s.kind == Step::Kind::kSend && hostOf(s.peer) != hostOf(r)) perHost[static_cast<size_t>(hostOf(r))] += s.bytes;
+        }
+      }
+      return *std::max_element(perHost.begin(), perHost.end());
+    };
+    const size_t hosts = starts.size(), buffer = 4096 * 4;
+    size_t shards = static_cast<size_t>(n);  // the fewest ranks on a host
+    for (size_t h = 0; h < hosts; ++h) {
+      shards = std::min(shards, static_cast<size_t>((h + 1 < hosts ? starts[h + 1] : n) - starts[h]));
+    }
+    SCOPED_TRACE(testing::Message() << n << " ranks on " << hosts << " hosts");
+    // Each of the K shard rings sends 2 (H-1)/H of its shard from every host (give or take an
+    // element per chunk where the sizes do not divide).
+    EXPECT_LE(networkBytes(hierarchical), 2 * (hosts - 1) * buffer / hosts + 2 * hosts * shards * 4);
+    EXPECT_LT(networkBytes(hierarchical), networkBytes(ring));
   }
 }
 

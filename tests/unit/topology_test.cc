@@ -381,16 +381,18 @@ TEST(LoomTopo, PredictsTheTunersChoices) {
   std::string out;
   ASSERT_EQ(loomTopo("--predict allreduce --ranks 4 --hosts 2", &out), 0) << out;
   EXPECT_NE(out.find("# predicted µs, 4 ranks on 2 host(s), constants built in"), std::string::npos) << out;
-  EXPECT_NE(out.find("ring       tree         rd    oneshot  choice"), std::string::npos) << out;
-  // Across hosts: no one-shot board, recursive doubling's two latencies win 8 B, ring 256 MiB.
+  EXPECT_NE(out.find("ring       tree         rd    oneshot hierarchical  choice"), std::string::npos) << out;
+  // Across hosts: no one-shot board, recursive doubling's two latencies win 8 B, the
+  // hierarchical allreduce 256 MiB.
   std::istringstream lines(out);
   std::string line, first, last;
   while (std::getline(lines, line)) {
     if (line.find("       8 ") == 4) first = line;
     if (line.find("268435456") != std::string::npos) last = line;
   }
-  EXPECT_NE(first.find("-  rd/simple"), std::string::npos) << out;
-  EXPECT_NE(last.find("ring/"), std::string::npos) << out;
+  EXPECT_NE(first.find("rd/simple"), std::string::npos) << out;
+  EXPECT_NE(first.find("       -  "), std::string::npos) << out;  // no oneshot
+  EXPECT_NE(last.find("hierarchical/"), std::string::npos) << out;
   EXPECT_EQ(loomTopo("--predict gather --ranks 2", &out), 2);
   EXPECT_NE(out.find("--predict needs a collective"), std::string::npos) << out;
   EXPECT_EQ(loomTopo("--predict allreduce", &out), 2);

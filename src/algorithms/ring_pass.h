@@ -1,0 +1,55 @@
+// One pass around a ring, the building block of the ring algorithms (ring.cc) and of the
+// hierarchical allreduce's rings within and across hosts (hierarchical.cc).
+#pragma once
+
+#include <vector>
+
+#include "algorithms/algorithm.h"
+#include "algorithms/partition.h"
+
+namespace loom {
+
+// The step that last wrote slice j of chunk k on channel c (kNone before any).
+class LastWrite {
+ public:
+  LastWrite(int channels, int chunks, size_t slices)
+      : chunks_(chunks), slices_(slices), index_(static_cast<size_t>(channels * chunks) * slices, Step::kNone) {}
+  int& at(int c, int k, size_t j) { return index_[(static_cast<size_t>(c * chunks_ + k)) * slices_ + j]; }
+
+ private:
+  int chunks_;
+  size_t slices_;
+  std::vector<int> index_;
+};
+
+// One pass around the ring: n-1 steps in which every rank forwards what it received the step
+// before. At step s this rank sends chunk firstSend - s, taken from source(s, slice), and
+// receives chunk firstSend - s - 1 with the step incoming(s, slice, channel) makes (peer and
+// channel filled in here). Steps go slice-major; `last` tracks what each slice waits for.
+template <class RangeOf, class Source, class Incoming>
+void ringPass(const CollectiveArgs& a, Plan& plan, LastWrite& last, size_t slices, int firstSend, RangeOf range,
+              Source source, Incoming incoming) {
+  const int n = a.nranks, next = a.rankAt(a.position() + 1), prev = a.rankAt(a.position() - 1);
+  const size_t se = a.sliceElems(), es = a.elemSize();
+  for (int s = 0; s < n - 1; ++s) {
+    const int sendK = mod(firstSend - s, n), recvK = mod(firstSend - s - 1, n);
+    for (size_t j = 0; j < slices; ++j) {
+      for (int c = 0; c < a.channels; ++c) {
+        Range out = slice(range(c, sendK), se, j);
+        if (out.size() > 0) {
+          plan.add(linkStep(Step::Kind::kSend, next, c, source(s, out), nullptr, out.size() * es, last.at(c, sendK, j)));
+        }
+        Range in = slice(range(c, recvK), se, j);
+        if (in.size() > 0) {
+          Step st = incoming(s, in);
+          st.peer = prev;
+          st.channel = c;
+          st.bytes = in.size() * es;
+          last.at(c, recvK, j) = plan.add(st);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace loom
