@@ -427,7 +427,12 @@ Status DeviceCommImpl::acceptIn() {
       void* mapped = nullptr;
       LOOM_TRY(runtime_->openShared(handle, p, &mapped));
       peer.peerBlock = static_cast<uint8_t*>(mapped);
-      if (them.pid != ::getpid()) peer.process.identify(them.pid, them.pidNamespace);
+      if (them.pid != ::getpid()) {
+        peer.process.identify(them.pid, them.pidNamespace);
+        const uint8_t mappedNotice = 1;
+        LOOM_TRY(comm_->bootstrap().send(p, kConnectTag, &mappedNotice, sizeof mappedNotice).withContext(
+            format("device connection to rank %d", p)));
+      }
     }
     LOOM_TRY(fillConnections(p));
     if (peer.offHost) {
@@ -443,6 +448,15 @@ Status DeviceCommImpl::acceptIn() {
               : them.pid == ::getpid() ? "same process: the peer's memory by address"
                                        : (std::strcmp(runtime_->name(), "cuda") == 0 ? "CUDA IPC" : "shared memory"),
               channels_);
+  }
+  // A process's block stays open to its peer until the peer has mapped it: a sender whose
+  // call fits the FIFO may finish and destroy its communicator (removing the block's name)
+  // before the receiver, just connected, has opened it.
+  for (int p : connecting_) {
+    if (peers_[static_cast<size_t>(p)].offHost || info[static_cast<size_t>(p)].pid == ::getpid()) continue;
+    uint8_t mappedNotice = 0;
+    LOOM_TRY(comm_->bootstrap().recv(p, kConnectTag, &mappedNotice, sizeof mappedNotice).withContext(
+        format("device connection from rank %d: waiting for it to map this rank's block", p)));
   }
   connecting_.clear();
   return Status::ok();
