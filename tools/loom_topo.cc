@@ -9,6 +9,10 @@
 //                                  the cost model's time for each algorithm of COLL and the
 //                                  tuner's choice, 8 B to 256 MiB, with LOOM_TUNING_FILE's
 //                                  constants (built-in ones without it), LOOM_ALGO, LOOM_PROTO
+//   loom-topo --scale [--per-host R] [--intra GBPS,US] [--inter GBPS,US] [--reduce GBPS]
+//                     [--bytes N]     the allreduce of N bytes (default 1 GiB) predicted for
+//                                  ring, tree and hierarchical from 2 to 65,536 ranks on a
+//                                  described cluster (docs/TUNING.md, "A model of scale")
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,7 +41,9 @@ int usage(const char* problem) {
   if (problem) std::fprintf(stderr, "loom-topo: %s\n", problem);
   std::fprintf(stderr,
                "usage: loom-topo [--file TOPOLOGY.xml] [--tree] [--matrix] [--dot FILE] [--svg FILE]\n"
-               "                 [--rings N [--host]] [--predict COLLECTIVE --ranks N [--hosts H]]\n");
+               "                 [--rings N [--host]] [--predict COLLECTIVE --ranks N [--hosts H]]\n"
+               "                 [--scale [--per-host R] [--intra GBPS,US] [--inter GBPS,US] [--reduce GBPS]\n"
+               "                          [--bytes N]]\n");
   return 2;
 }
 
@@ -155,11 +161,71 @@ int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts) {
   return 0;
 }
 
+// A cluster described by its links: ranks per host, one link kind within a host and one
+// between hosts (each rank's own connection, as with a network port per GPU), a reduction
+// speed. The defaults are an 8-GPU H100 host (docs/ANCHORS: NVLink ring busbw 370 GB/s,
+// NCCL's Simple per-hop latency 3.4 µs) with one 400 Gb/s NDR port per GPU (46-48 GB/s,
+// network hop 14 µs).
+struct Cluster {
+  int perHost = 8;
+  loom::LinkCost intra{3.4, 370.0};
+  loom::LinkCost inter{14.0, 47.0};
+  double reduceGbps = 2000.0;
+  size_t bytes = size_t{1} << 30;
+};
+
+// "GBPS,US" into a link; false when it is not two positive numbers.
+bool parseLink(const char* text, loom::LinkCost* out) {
+  double gbps = 0, us = -1;
+  if (text == nullptr || std::sscanf(text, "%lf,%lf", &gbps, &us) != 2 || gbps <= 0 || us < 0) return false;
+  *out = {us, gbps};
+  return true;
+}
+
+// Ring, tree and hierarchical allreduce times and bus bandwidths by rank count.
+int printScale(const Cluster& cluster) {
+  using namespace loom;
+  std::printf("# allreduce of %zu bytes, %d ranks per host; within a host %.0f GB/s, %.1f us a hop; between "
+              "hosts %.0f GB/s per rank, %.1f us a hop; reduction %.0f GB/s\n",
+              cluster.bytes, cluster.perHost, cluster.intra.gbps, cluster.intra.latencyUs, cluster.inter.gbps,
+              cluster.inter.latencyUs, cluster.reduceGbps);
+  const Algorithm algorithms[] = {Algorithm::kRing, Algorithm::kTree, Algorithm::kHierarchical};
+  std::printf("%8s %6s", "ranks", "hosts");
+  for (Algorithm a : algorithms) std::printf(" %14s %8s", (std::string(algorithmName(a)) + " us").c_str(), "busbw");
+  std::printf("  fastest\n");
+  for (int n = 2; n <= 65536; n *= 2) {
+    const int hosts = std::max(1, n / cluster.perHost);
+    CommProfile p = CommProfile::defaults(n, hosts);
+    p.intra = cluster.intra;
+    p.inter = cluster.inter;
+    p.reduceGbps = p.copyGbps = cluster.reduceGbps;
+    p.streamingMinBytes = 0;  // no CPU caches to leave
+    p.directMinBytes = 0;
+    p.channels = 1;  // a rank's one network port
+    p.sliceBytes = 4 << 20;  // NCCL's Simple buffer (docs/ANCHORS)
+    std::printf("%8d %6d", n, hosts);
+    double best = INFINITY;
+    Algorithm fastest = Algorithm::kRing;
+    for (Algorithm a : algorithms) {
+      const double us = predictUs(CallInfo::Kind::kAllReduce, a, Protocol::kSimple, cluster.bytes, p);
+      const double busbw = static_cast<double>(cluster.bytes) * 2 * (n - 1) / n / (us * 1e3);
+      std::printf(" %14.1f %8.1f", us, busbw);
+      if (us < best) {
+        best = us;
+        fastest = a;
+      }
+    }
+    std::printf("  %s\n", algorithmName(fastest));
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string file, dotFile, svgFile;
-  bool tree = false, matrix = false, hostRanks = false;
+  bool tree = false, matrix = false, hostRanks = false, scale = false;
+  Cluster cluster;
   int rings = 0, ranks = 0, hosts = 1;
   const NamedCollective* predicted = nullptr;
   for (int i = 1; i < argc; ++i) {
@@ -188,6 +254,25 @@ int main(int argc, char** argv) {
       const char* v = value();
       (arg == "--ranks" ? ranks : hosts) = v ? std::atoi(v) : 0;
       if ((arg == "--ranks" ? ranks : hosts) < 1) return usage((arg + " needs a count of at least 1").c_str());
+    } else if (arg == "--scale") {
+      scale = true;
+    } else if (arg == "--per-host") {
+      const char* v = value();
+      cluster.perHost = v ? std::atoi(v) : 0;
+      if (cluster.perHost < 1 || cluster.perHost > 65536) return usage("--per-host needs a rank count from 1 to 65536");
+    } else if (arg == "--intra" || arg == "--inter") {
+      if (!parseLink(value(), arg == "--intra" ? &cluster.intra : &cluster.inter)) {
+        return usage((arg + " needs GBPS,US: a bandwidth in GB/s and a latency in us, e.g. 47,14").c_str());
+      }
+    } else if (arg == "--reduce") {
+      const char* v = value();
+      cluster.reduceGbps = v ? std::atof(v) : 0;
+      if (!(cluster.reduceGbps > 0)) return usage("--reduce needs a bandwidth in GB/s");
+    } else if (arg == "--bytes") {
+      const char* v = value();
+      const long long bytes = v ? std::atoll(v) : 0;
+      if (bytes < 8) return usage("--bytes needs a size of at least 8");
+      cluster.bytes = static_cast<size_t>(bytes);
     } else if (arg == "--tree") {
       tree = true;
     } else if (arg == "--matrix") {
@@ -201,6 +286,7 @@ int main(int argc, char** argv) {
       return usage(("unknown argument " + arg).c_str());
     }
   }
+  if (scale) return printScale(cluster);
   if (predicted) {
     if (ranks < 1) return usage("--predict needs --ranks N");
     if (hosts > ranks || ranks % hosts != 0) return usage("--hosts must divide --ranks");

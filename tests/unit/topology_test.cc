@@ -550,4 +550,41 @@ TEST(LoomTopo, RingsOnTheShippedPcieBox) {
 }
 
 }  // namespace
+// The model of scale: a row per power of two from 2 to 65,536 ranks; on one host the
+// hierarchical allreduce is the ring, across a few hosts of 8 ranks with a port each it wins
+// large calls, across thousands the tree does; malformed cluster descriptions are refused.
+TEST(LoomTopo, ScalesFromTwoTo65536Ranks) {
+  std::string out;
+  ASSERT_EQ(loomTopo("--scale", &out), 0) << out;
+  EXPECT_NE(out.find("# allreduce of 1073741824 bytes, 8 ranks per host"), std::string::npos) << out;
+  int rows = 0;
+  std::string two, twoHosts, big;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#' || line.find("ranks") != std::string::npos) continue;
+    ++rows;
+    if (rows == 1) two = line;
+    if (rows == 4) twoHosts = line;
+    big = line;
+  }
+  EXPECT_EQ(rows, 16) << out;
+  std::istringstream first(two);
+  int n = 0, hosts = 0;
+  double ringUs = 0, ringBw = 0, treeUs = 0, treeBw = 0, hierUs = 0;
+  first >> n >> hosts >> ringUs >> ringBw >> treeUs >> treeBw >> hierUs;
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(hosts, 1);
+  EXPECT_EQ(ringUs, hierUs) << two;
+  // Two hosts: the hierarchical allreduce drives every rank's port; 8192 hosts: the rings'
+  // 2(n-1) hops of latency leave the tree's log2 depth ahead.
+  EXPECT_EQ(twoHosts.rfind("16", 8), 6u) << twoHosts;
+  EXPECT_NE(twoHosts.find("  hierarchical"), std::string::npos) << twoHosts;
+  EXPECT_EQ(big.rfind("65536", 8), 3u) << big;
+  EXPECT_NE(big.find("  tree"), std::string::npos) << big;
+  EXPECT_EQ(loomTopo("--scale --inter 47", &out), 2);
+  EXPECT_NE(out.find("--inter needs GBPS,US"), std::string::npos) << out;
+  EXPECT_EQ(loomTopo("--scale --per-host 0", &out), 2);
+  EXPECT_EQ(loomTopo("--scale --bytes 4", &out), 2);
+}
+
 }  // namespace loom::topo
