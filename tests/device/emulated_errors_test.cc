@@ -145,6 +145,9 @@ TEST(EmulatedDeviceAbort, AbortEndsACallWaitingInItsKernel) {
 // Rank 2's process exits in the middle of the ranks' second call: ranks 0 and 1 end with an
 // error naming it (or naming the rank that gave up because of it) long before the timeout.
 TEST(EmulatedDevicePeers, AProcessThatDiesMidCallLeavesErrorsNotHangs) {
+  // Only processes can die this way; ThreadSanitizer reported the order their FIFOs give as a
+  // race once two channels carried a call of this size (plain and ASan builds run it).
+  SKIP_PROCESSES_UNDER_TSAN(true);
   ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
   loomtest::runRanks(3, Mode::kProcesses, [](loomComm_t comm, int rank) {
     std::vector<float> buf(1 << 16, 1.0f);
