@@ -145,21 +145,20 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
   auto mine = [&](size_t e) -> const void* { return folded ? a.recvAt(e) : a.sendAt(e); };
   // Before each pass, every slice waits for what last wrote it; afterwards the log learns
   // what the pass wrote.
-  auto lastWrites = [&](int chunks, size_t slices, auto range) {
-    LastWrite last(a.channels, chunks, slices);
+  auto forEachSlot = [&](int chunks, size_t slices, auto f) {
     for (int c = 0; c < a.channels; ++c) {
       for (int k = 0; k < chunks; ++k) {
-        for (size_t j = 0; j < slices; ++j) last.at(c, k, j) = written.latest(slice(range(c, k), se, j));
+        for (size_t j = 0; j < slices; ++j) f(c, k, j);
       }
     }
+  };
+  auto lastWrites = [&](int chunks, size_t slices, auto range) {
+    LastWrite last(a.channels, chunks, slices);
+    forEachSlot(chunks, slices, [&](int c, int k, size_t j) { last.at(c, k, j) = written.latest(slice(range(c, k), se, j)); });
     return last;
   };
   auto learn = [&](LastWrite& last, int chunks, size_t slices, auto range) {
-    for (int c = 0; c < a.channels; ++c) {
-      for (int k = 0; k < chunks; ++k) {
-        for (size_t j = 0; j < slices; ++j) written.record(slice(range(c, k), se, j), last.at(c, k, j));
-      }
-    }
+    forEachSlot(chunks, slices, [&](int c, int k, size_t j) { written.record(slice(range(c, k), se, j), last.at(c, k, j)); });
   };
 
   // The host's leaders, around their own ring; afterwards this rank holds shard `own`
@@ -211,12 +210,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
              });
     ringPass(acrossHosts, plan, last, chunkSlices, hosts.host + 1, chunk,
              [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
-             [&](int, const Range& in) {
-               Step st{Step::Kind::kRecv};
-               st.dst = a.recvAt(in.begin);
-               st.viaFifo = true;  // as ringAllReduce's allgather
-               return st;
-             });
+             [&](int, const Range& in) { return fifoReceiveInto(a, in); });
     learn(last, H, chunkSlices, chunk);
   }
 
@@ -224,12 +218,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
     LastWrite last = lastWrites(K, shardSlices, shard);
     ringPass(inHost, plan, last, shardSlices, local + 1, shard,
              [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
-             [&](int, const Range& in) {
-               Step st{Step::Kind::kRecv};
-               st.dst = a.recvAt(in.begin);
-               st.viaFifo = true;
-               return st;
-             });
+             [&](int, const Range& in) { return fifoReceiveInto(a, in); });
     learn(last, K, shardSlices, shard);
   }
 

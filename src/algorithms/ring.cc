@@ -80,12 +80,7 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
   // Allgather: pass the complete chunks around. What arrives is the sender's receive
   // buffer, which its next allreduce reduces into: through the FIFO (Step::viaFifo).
   ringPass(a, plan, last, slices, p + 1, chunk, [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
-           [&](int, const Range& in) {
-             Step st{Step::Kind::kRecv};
-             st.dst = a.recvAt(in.begin);
-             st.viaFifo = true;
-             return st;
-           });
+           [&](int, const Range& in) { return fifoReceiveInto(a, in); });
 }
 
 // A chain from the root through the ring: root -> root+1 -> ... -> root-1 (in positions).

@@ -22,6 +22,15 @@ class LastWrite {
   std::vector<int> index_;
 };
 
+// A plain receive into the receive buffer through the FIFO (Step::viaFifo): an allreduce's
+// allgather pass, whose sender reduces into that range again in its next allreduce.
+inline Step fifoReceiveInto(const CollectiveArgs& a, const Range& in) {
+  Step st{Step::Kind::kRecv};
+  st.dst = a.recvAt(in.begin);
+  st.viaFifo = true;
+  return st;
+}
+
 // One pass around the ring: n-1 steps in which every rank forwards what it received the step
 // before. At step s this rank sends chunk firstSend - s, taken from source(s, slice), and
 // receives chunk firstSend - s - 1 with the step incoming(s, slice, channel) makes (peer and
