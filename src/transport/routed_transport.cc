@@ -1,24 +1,24 @@
-// Each peer routed to shared memory or TCP (routed_transport.h).
+// Each peer routed to shared memory or the network (routed_transport.h).
 #include "transport/routed_transport.h"
 
 #include <string_view>
 
 namespace loom::transport {
 
-RoutedTransport::RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> socket,
+RoutedTransport::RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> network,
                                  std::vector<bool> viaShm)
-    : shm_(std::move(shm)), socket_(std::move(socket)), viaShm_(std::move(viaShm)) {}
+    : shm_(std::move(shm)), network_(std::move(network)), viaShm_(std::move(viaShm)) {}
 
 const char* RoutedTransport::name() const {
-  if (!socket_) return "shm";
-  if (!shm_) return socket_->name();
-  return std::string_view(socket_->name()) == "ucx" ? "shm+ucx" : "shm+socket";
+  if (!network_) return "shm";
+  if (!shm_) return network_->name();
+  return std::string_view(network_->name()) == "ucx" ? "shm+ucx" : "shm+socket";
 }
 
 Status RoutedTransport::onEachRoute(const std::vector<int>& peers, const Deadline& deadline, Phase phase) {
-  std::vector<int> shm, socket;
-  for (int p : peers) (viaShm_[static_cast<size_t>(p)] ? shm : socket).push_back(p);
-  for (auto [route, routed] : {std::pair{shm_.get(), &shm}, std::pair{socket_.get(), &socket}}) {
+  std::vector<int> shm, network;
+  for (int p : peers) (viaShm_[static_cast<size_t>(p)] ? shm : network).push_back(p);
+  for (auto [route, routed] : {std::pair{shm_.get(), &shm}, std::pair{network_.get(), &network}}) {
     if (routed->empty()) continue;
     Status s = (route->*phase)(*routed, deadline);
     if (!s.isOk()) {
@@ -38,12 +38,17 @@ Status RoutedTransport::acceptIn(const std::vector<int>& peers, const Deadline& 
 }
 
 Link* RoutedTransport::link(int peer, int index) {
-  return viaShm_[static_cast<size_t>(peer)] ? shm_->link(peer, 0) : socket_->link(peer, index);
+  return viaShm_[static_cast<size_t>(peer)] ? shm_->link(peer, 0) : network_->link(peer, index);
 }
 
 void RoutedTransport::closeAll(int causeRank) {
   if (shm_) shm_->closeAll(causeRank);
-  if (socket_) socket_->closeAll(causeRank);
+  if (network_) network_->closeAll(causeRank);
+}
+
+bool RoutedTransport::flushSome() {
+  const bool shmFlushed = !shm_ || shm_->flushSome();
+  return (!network_ || network_->flushSome()) && shmFlushed;
 }
 
 }  // namespace loom::transport

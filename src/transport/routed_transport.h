@@ -12,18 +12,19 @@ namespace loom::transport {
 
 class RoutedTransport : public Transport {
  public:
-  // viaShm[peer]: whether peer goes to `shm` (else to `socket`). Either transport may be
-  // null when no peer uses it.
-  RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> socket, std::vector<bool> viaShm);
+  // viaShm[peer]: whether peer goes to `shm` (else to `network`: sockets or UCX). Either
+  // transport may be null when no peer uses it.
+  RoutedTransport(std::unique_ptr<Transport> shm, std::unique_ptr<Transport> network, std::vector<bool> viaShm);
 
   const char* name() const override;
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
   int connectFailureCause() const override { return failed_ ? failed_->connectFailureCause() : -1; }
-  // The socket transport's count; a shared-memory peer has one link, which every index maps to.
-  int linksPerPeer() const override { return socket_ ? socket_->linksPerPeer() : 1; }
+  // The network transport's count; a shared-memory peer has one link, which every index maps to.
+  int linksPerPeer() const override { return network_ ? network_->linksPerPeer() : 1; }
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
+  bool flushSome() override;
 
  private:
   using Phase = Status (Transport::*)(const std::vector<int>&, const Deadline&);
@@ -31,7 +32,7 @@ class RoutedTransport : public Transport {
   Status onEachRoute(const std::vector<int>& peers, const Deadline& deadline, Phase phase);
 
   std::unique_ptr<Transport> shm_;
-  std::unique_ptr<Transport> socket_;
+  std::unique_ptr<Transport> network_;
   std::vector<bool> viaShm_;
   Transport* failed_ = nullptr;  // the route whose connectOut or acceptIn failed last
 };

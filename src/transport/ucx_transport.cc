@@ -74,6 +74,7 @@ struct UcxTransport::State {
     // progress, which a peer whose thread already left does not (communicators of one process
     // destroyed one after another): it gets a short budget.
     const auto until = std::chrono::steady_clock::now() + kFlushBudget;
+    finish(worker, flushRequest, until);
     for (Peer& p : peers) {
       if (p.ep == nullptr || p.failure != UCS_OK) continue;
       ucp_request_param_t param{};
@@ -132,6 +133,10 @@ struct UcxTransport::State {
   std::vector<std::vector<uint8_t>> addresses;  // every rank's worker address
   std::vector<Peer> peers;
   bool closed = false;
+  // A send completed since the worker's last flush was posted: its bytes may still be in
+  // the worker (see flushSome).
+  bool unflushed = false;
+  ucs_status_ptr_t flushRequest = nullptr;  // the worker flush in flight
 };
 
 class UcxTransport::UcxLink : public Link {
@@ -221,6 +226,7 @@ class UcxTransport::UcxLink : public Link {
     ucs_status_ptr_t request = ucp_tag_send_nbx(peer_.ep, data, bytes, tagOf(state_.rank, index_), &param);
     if (UCS_PTR_IS_ERR(request)) return state_.peerFailed(peer_.rank, UCS_PTR_STATUS(request));
     if (request == nullptr) {  // sent (or buffered) at once
+      state_.unflushed = true;
       *done = bytes;
       return Status::ok();
     }
@@ -236,6 +242,7 @@ class UcxTransport::UcxLink : public Link {
     ucp_request_free(sendRequest_);
     sendRequest_ = nullptr;
     if (status != UCS_OK) return state_.peerFailed(peer_.rank, status);
+    state_.unflushed = true;
     logTransportsOnce();
     *done = sendBytes_;
     return Status::ok();
@@ -397,6 +404,8 @@ void UcxTransport::closeAll(int causeRank) {
     sends.push_back(ucp_tag_send_nbx(p.ep, &cause, sizeof cause, tagOf(st.rank, kNoticeIndex), &param));
   }
   for (ucs_status_ptr_t request : sends) finish(st.worker, request, until);
+  finish(st.worker, st.flushRequest, until);
+  st.flushRequest = nullptr;
   for (State::Peer& p : st.peers) {
     if (p.ep == nullptr || p.failure != UCS_OK) continue;
     ucp_request_param_t param{};
@@ -414,6 +423,25 @@ void UcxTransport::closeAll(int causeRank) {
   }
   st.closed = true;
   for (auto& link : links_) link.reset();
+}
+
+bool UcxTransport::flushSome() {
+  State& st = *state_;
+  if (st.closed) return true;
+  if (st.flushRequest == nullptr) {
+    if (!st.unflushed) return true;
+    // Sends that complete from here on need the next flush.
+    st.unflushed = false;
+    ucp_request_param_t param{};
+    ucs_status_ptr_t request = ucp_worker_flush_nbx(st.worker, &param);
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) return !st.unflushed;
+    st.flushRequest = request;
+  }
+  ucp_worker_progress(st.worker);
+  if (ucp_request_check_status(st.flushRequest) == UCS_INPROGRESS) return false;
+  ucp_request_free(st.flushRequest);
+  st.flushRequest = nullptr;
+  return !st.unflushed;
 }
 
 }  // namespace loom::transport

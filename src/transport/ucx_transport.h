@@ -10,7 +10,10 @@
 // fits the caller's range lands there directly, a larger one (the sender joined ranges the
 // receiver splits) lands in a staging buffer that the next receives drain. Progress is made
 // inside sendSome and recvSome (ucp_worker_progress); links have no descriptor, so an idle
-// executor yields and looks again, as with shared memory.
+// executor yields and looks again, as with shared memory. UCX may report a small send done
+// while its bytes still wait in the worker (TCP writes them out on a later progress call):
+// flushSome flushes the worker after sends, so that an executor that no longer drives a
+// link, or has finished its call, still delivers them.
 //
 // A peer that dies is found by UCX's peer error handling (the endpoint's error callback, or a
 // request that completes with an error) and is loomRemoteError naming the rank.
@@ -36,6 +39,7 @@ class UcxTransport : public Transport {
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
+  bool flushSome() override;
 
   struct State;  // the UCP objects (ucx_transport.cc)
 

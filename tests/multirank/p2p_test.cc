@@ -1,7 +1,12 @@
 // Point-to-point calls, groups and host streams, as threads and as processes.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -122,6 +127,55 @@ TEST(P2PSingleThread, SendToSelfInAGroupAndNestedGroups) {
       << loomGetLastError(nullptr);
   LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
   LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+}
+
+// UCX over TCP reports an eager send done once its bytes are in the worker's buffer; when the
+// socket is full (the receiver is busy elsewhere) the rest of them stay there until a
+// progress call. A sender that returns from its call and then waits outside Loom must still
+// deliver them: here it waits on a pipe for the receiver, who reads only after a while. The
+// UCX settings make that certain rather than likely: 512 KiB messages go as one eager copy
+// (no zero-copy, no rendezvous) into socket buffers far smaller than a message.
+TEST(P2PUcx, SendsReachAPeerWhileTheSenderWaitsOutsideLoom) {
+  if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
+  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "ucx");
+  env.set("UCX_TLS", "tcp").set("UCX_TCP_TX_SEG_SIZE", "1m").set("UCX_TCP_RX_SEG_SIZE", "1m");
+  env.set("UCX_ZCOPY_THRESH", "inf").set("UCX_RNDV_THRESH", "inf");
+  env.set("UCX_TCP_SNDBUF", "4k").set("UCX_TCP_RCVBUF", "64k");
+  int received[2];
+  ASSERT_EQ(pipe(received), 0);
+  constexpr int kMessages = 4;
+  constexpr size_t kInts = 128 << 10;  // 512 KiB
+  loomtest::RankOptions options;
+  options.timeoutMs = 5000;
+  loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    std::vector<int32_t> buffer(kInts);
+    if (rank == 0) {
+      for (int m = 0; m < kMessages; ++m) {
+        for (size_t i = 0; i < kInts; ++i) buffer[i] = pattern(0, m, i);
+        LOOM_ASSERT_OK(loomSend(buffer.data(), kInts, loomInt32, 1, comm, nullptr), comm);
+      }
+      pollfd fd{received[0], POLLIN, 0};
+      ASSERT_EQ(poll(&fd, 1, 15000), 1) << "the receiver did not report within 15 s";
+      char ok = 0;
+      ASSERT_EQ(read(received[0], &ok, 1), 1);
+      EXPECT_EQ(ok, 1) << "the receiver did not get every message";
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    char ok = 1;
+    for (int m = 0; m < kMessages && ok; ++m) {
+      loomResult_t r = loomRecv(buffer.data(), kInts, loomInt32, 0, comm, nullptr);
+      EXPECT_EQ(r, loomSuccess) << "message " << m << ": " << loomGetLastError(comm);
+      for (size_t i = 0; i < kInts && r == loomSuccess; ++i) {
+        if (buffer[i] != pattern(0, m, i)) r = loomInternalError;
+      }
+      EXPECT_EQ(r, loomSuccess) << "message " << m << " arrived wrong";
+      ok = r == loomSuccess;
+    }
+    ASSERT_EQ(write(received[1], &ok, 1), 1);
+  }, options);
+  close(received[0]);
+  close(received[1]);
 }
 
 // The stream call returns before the matching receive is even posted. 16 MiB: more than
