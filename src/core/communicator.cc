@@ -157,6 +157,7 @@ Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommCo
 Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel,
                            const CommConfig& config)
     : bootstrap_(std::move(bootstrap)),
+      failureNotices_(*bootstrap_),
       cancel_(std::move(cancel)),
       config_(config),
       rank_(bootstrap_->rank()),

@@ -17,6 +17,7 @@
 #include "bootstrap/bootstrap.h"
 #include "bootstrap/unique_id.h"
 #include "core/call_log.h"
+#include "core/failure_notices.h"
 #include "transport/shm_board.h"
 #include "transport/transport.h"
 
@@ -81,6 +82,8 @@ class Communicator {
   uint64_t commId() const { return bootstrap_->commId(); }
   const CommConfig& config() const { return config_; }
   Bootstrap& bootstrap() { return *bootstrap_; }
+  // Why this rank gave up, told to peers; why they did (executor's failure paths).
+  FailureNotices& failureNotices() { return failureNotices_; }
   transport::Transport& transport() { return *transport_; }
   // The one-shot board when every rank is on this host and shm is allowed; else nullptr.
   transport::ShmBoard* board() { return board_.get(); }
@@ -135,6 +138,7 @@ class Communicator {
   Status agreeOnProfile();
 
   std::unique_ptr<Bootstrap> bootstrap_;
+  FailureNotices failureNotices_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::ShmBoard> board_;
   std::unique_ptr<RingOrder> ringOrder_;

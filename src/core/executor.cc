@@ -25,15 +25,16 @@ constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 // How long a pass that moved nothing keeps looking before it sleeps in poll.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(100);
 
-// The rank whose failure a failed connectOut / acceptIn found (-1: none known).
 // The rank whose failure a loomRemoteError while making links comes from: the peer the
 // transport found gone or, where that peer gave up itself, the cause it recorded on the
-// board (-1: unknown). *gone: the peer.
+// board or told in its notice (-1: unknown). *gone: the peer.
 int connectFailureCause(Communicator& comm, const Status& s, int* gone) {
   *gone = s.code() == loomRemoteError ? comm.transport().connectFailureCause() : -1;
-  if (*gone < 0 || comm.board() == nullptr) return *gone;
-  const int recorded = comm.board()->recordedCause(*gone);
-  return recorded >= 0 ? recorded : *gone;
+  if (*gone < 0) return -1;
+  const int recorded = comm.board() != nullptr ? comm.board()->recordedCause(*gone) : -1;
+  if (recorded >= 0) return recorded;
+  const int noticed = comm.failureNotices().causeFrom(*gone);
+  return noticed >= 0 ? noticed : *gone;
 }
 
 // A failure to make a plan's links, named after the call that needed them and, when the
@@ -108,9 +109,11 @@ class Run {
   Status fail(const Status& s, size_t origin, int causeRank = -1);
   // fail() for a plan whose links could not be made, naming the rank behind it.
   Status failToConnect(size_t plan, const Status& s);
-  // The rank behind a failure of queue q's link: the one its peer named when it closed,
-  // else the peer itself (it died, closed or went silent).
-  int causeOf(const Queue& q, const Status& s) const;
+  // s, a failure of queue q's link, and *cause: the rank behind it (see Transport::closeAll).
+  // That is the rank the peer named when it closed (its transport's notice, else its notice
+  // over the bootstrap, which s then names too), else the peer itself (it died, closed or
+  // went silent); -1 for a failure that is not a peer's.
+  Status withCause(const Queue& q, const Status& s, int* cause);
   bool pending(size_t plan) const;
   std::string describe(const Queue& q, int index) const;
 
@@ -156,7 +159,11 @@ Status Run::go() {
     for (Queue& q : queues_) {
       if (q.head == q.steps.size()) continue;
       Status s = advance(q, &progressed);
-      if (!s.isOk()) return fail(s, q.plan, causeOf(q, s));
+      if (!s.isOk()) {
+        int cause = -1;
+        const Status named = withCause(q, s, &cause);
+        return fail(named, q.plan, cause);
+      }
       if (q.head < q.steps.size()) {
         pending = true;
         spin = spin || (!q.waitsForStep && (q.link == nullptr || q.link->waitFd() < 0));
@@ -576,15 +583,24 @@ Status Run::fail(const Status& s, size_t origin, int causeRank) {
     // Another communicator's peer is no rank of this one.
     // The board first: a peer that finds this rank's links gone looks there for the cause.
     if (own && plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(causeRank);
+    plans_[i].comm->failureNotices().tellPeers(own ? causeRank : -1);
     plans_[i].comm->transport().closeAll(own ? causeRank : -1);
   }
   return s;
 }
 
-int Run::causeOf(const Queue& q, const Status& s) const {
-  if (s.code() != loomRemoteError || q.link == nullptr || q.head == q.steps.size()) return -1;
-  const int named = q.link->closedBecauseOf();
-  return named >= 0 ? named : state_[q.plan].plan->steps[static_cast<size_t>(q.steps[q.head])].peer;
+Status Run::withCause(const Queue& q, const Status& s, int* cause) {
+  *cause = -1;
+  if (s.code() != loomRemoteError || q.link == nullptr || q.head == q.steps.size()) return s;
+  *cause = q.link->closedBecauseOf();
+  if (*cause >= 0) return s;
+  const int peer = state_[q.plan].plan->steps[static_cast<size_t>(q.steps[q.head])].peer;
+  *cause = plans_[q.plan].comm->failureNotices().causeFrom(peer);
+  if (*cause < 0 || *cause == peer) {
+    *cause = peer;
+    return s;
+  }
+  return Status(s.code(), format("%s (rank %d gave up because rank %d failed)", s.message().c_str(), peer, *cause));
 }
 
 bool Run::pending(size_t plan) const {

@@ -104,6 +104,8 @@ constexpr size_t kMaxName = 240;
 constexpr long long kOfferSliceMs = 100;
 // How long a rank that gives up spends telling each waiting peer.
 constexpr long long kGaveUpNoticeMs = 1000;
+// A peer whose segment is gone may have sent why: wait this long for that notice.
+constexpr long long kGoneNoticeWaitMs = 100;
 
 Header& headerOf(const ShmSegment& segment) { return *static_cast<Header*>(segment.data()); }
 
@@ -206,6 +208,8 @@ class ShmTransport::ShmLink : public Link {
   int closedBecauseOf() const override {
     return static_cast<int>(peerEnd_.cause.load(std::memory_order_acquire)) - 1;
   }
+  // Whether the peer has mapped the segment (the creator's side asks).
+  bool peerAttached() const { return peerEnd_.attached.load(std::memory_order_acquire) != 0; }
 
  private:
   // A send of this rank that the peer reads from this process's memory.
@@ -547,6 +551,8 @@ Status ShmTransport::ShmLink::closedError() const {
 }
 
 Status ShmTransport::ShmLink::exitedError() const {
+  // A peer that gave up closed its end (naming why) before it exited.
+  if (peerEnd_.closed.load(std::memory_order_acquire) != 0) return closedError();
   return error(loomRemoteError, "shm link with rank %d: its process (pid %d) has exited", peer_, process_.pid());
 }
 
@@ -568,10 +574,13 @@ ShmTransport::~ShmTransport() = default;
 void ShmTransport::closeAll(int causeRank) {
   // A higher peer that will ask for this rank's segment would wait for it until its
   // deadline: tell it there will be none (a peer that is gone refuses at once).
+  // A higher peer that has the offer but has not mapped the segment yet will find it gone
+  // once the link below unlinks it: the same notice, sent before, tells it why.
   SegmentOffer none{};
   none.gaveUpFor = causeRank;
   for (int peer = rank_ + 1; peer < static_cast<int>(links_.size()); ++peer) {
-    if (!served_[static_cast<size_t>(peer)] || links_[static_cast<size_t>(peer)]) continue;
+    const auto& link = links_[static_cast<size_t>(peer)];
+    if (!served_[static_cast<size_t>(peer)] || (link && link->peerAttached())) continue;
     (void)bootstrap_.send(peer, kSegmentTag, &none, sizeof(none), Deadline::afterMs(kGaveUpNoticeMs));
   }
   for (auto& link : links_) {
@@ -725,7 +734,15 @@ Status ShmTransport::acceptSegment(int peer, const Deadline& deadline) {
   ShmSegment segment;
   Status opened = ShmSegment::open(offer.name, segmentBytes(fifoBytes), &segment);
   if (!opened.isOk() && ::access(offer.name, F_OK) != 0 && errno == ENOENT) {
-    // The creator removes its segment when it fails or exits before this rank maps it.
+    // The creator removes its segment when it fails or exits before this rank maps it; one
+    // that gave up sent why first.
+    SegmentOffer notice{};
+    if (bootstrap_.recv(peer, kSegmentTag, &notice, sizeof(notice), Deadline::afterMs(kGoneNoticeWaitMs)).isOk() &&
+        notice.name[0] == '\0' && notice.gaveUpFor >= 0 && notice.gaveUpFor != peer) {
+      connectFailureCause_ = notice.gaveUpFor;
+      return error(loomRemoteError, "shm transport: rank %d gave up because rank %d failed, before this rank mapped its segment",
+                   peer, notice.gaveUpFor);
+    }
     return error(loomRemoteError, "shm transport: rank %d's segment %s is gone: rank %d failed or exited", peer,
                  offer.name, peer);
   }

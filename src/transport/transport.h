@@ -92,12 +92,12 @@ class Transport {
   // whose failure made this one give up (-1: none known), told to peers where the transport
   // can (shared memory), so that their errors name the first failure, not this rank.
   virtual void closeAll(int causeRank) { (void)causeRank; }
-  // Some transports hold bytes after their link reported them sent (UCX keeps a small eager
-  // message in its worker until a progress call writes it out), and a peer waits for them
-  // even when this rank no longer drives that link. The executor calls this in passes that
-  // moved nothing and at the end of a run until it returns true: it moves such bytes on
-  // without waiting and says whether none are left. A failure is not reported here: the
-  // link's next call reports it.
+  // Some transports hold bytes after their link reported them sent (UCX's TCP keeps what a
+  // full socket did not take until a later progress call), and a peer waits for them even
+  // when this rank no longer drives that link. The executor calls this in passes that moved
+  // nothing and at the end of a run until it returns true: it moves such bytes on without
+  // waiting and says whether none are left. A failure is not reported here: the link's next
+  // call reports it.
   virtual bool flushSome() { return true; }
 };
 

@@ -10,13 +10,14 @@
 // fits the caller's range lands there directly, a larger one (the sender joined ranges the
 // receiver splits) lands in a staging buffer that the next receives drain. Progress is made
 // inside sendSome and recvSome (ucp_worker_progress); links have no descriptor, so an idle
-// executor yields and looks again, as with shared memory. UCX may report a small send done
-// while its bytes still wait in the worker (TCP writes them out on a later progress call):
-// flushSome flushes the worker after sends, so that an executor that no longer drives a
-// link, or has finished its call, still delivers them.
+// executor yields and looks again, as with shared memory. UCX may report a send done while
+// its bytes still wait in the worker (TCP writes what a full socket did not take on a later
+// progress call): flushSome flushes the worker after sends, so that an executor that no
+// longer drives a link, or has finished its call, still delivers them.
 //
 // A peer that dies is found by UCX's peer error handling (the endpoint's error callback, or a
-// request that completes with an error) and is loomRemoteError naming the rank.
+// request that completes with an error) and is loomRemoteError naming the rank; why a peer
+// that gave up did so comes from its failure notice over the bootstrap (the executor's).
 #pragma once
 
 #include <memory>
@@ -37,6 +38,7 @@ class UcxTransport : public Transport {
   const char* name() const override { return "ucx"; }
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
+  int connectFailureCause() const override { return connectFailureCause_; }
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
   bool flushSome() override;
@@ -49,6 +51,7 @@ class UcxTransport : public Transport {
 
   std::unique_ptr<State> state_;
   std::vector<std::unique_ptr<UcxLink>> links_;
+  int connectFailureCause_ = -1;  // the peer an endpoint could not be made to
 };
 
 }  // namespace loom::transport

@@ -4,13 +4,16 @@
 # ops, counts, roots and in place (collectives_rank) over sockets between the hosts, with
 # the tuner's choices and with the hierarchical allreduce forced, and the same over UCX
 # (UCX_TLS=tcp) where Loom was built with it (LOOM_TEST_UCX). Shared memory joins the two
-# ranks of a host throughout. Without root or netns support the test is skipped with the
-# reason.
+# ranks of a host throughout. Then kill trials (survivor_rank): one rank is killed with
+# kill -9 mid-loop, and once before its first data connection; every survivor on every host
+# must error within 5 s of the kill (Loom's own deadline is 30 s) naming the killed rank.
+# Without root or netns support the test is skipped with the reason.
 #
-#   netns_four_hosts_test.sh COLLECTIVES_RANK LOOMRUN
+#   netns_four_hosts_test.sh COLLECTIVES_RANK LOOMRUN SURVIVOR_RANK
 set -u
 rankprog=$1
 loomrun=$2
+survivor=$3
 # shellcheck source=netns_hosts.sh
 . "$(dirname "$0")/netns_hosts.sh"
 subnet=10.231.9
@@ -61,5 +64,59 @@ if [ -n "${LOOM_TEST_UCX:-}" ]; then
 else
   echo "UCX across the hosts: skipped: this Loom was built without UCX"
 fi
-[ $failed -eq 0 ] && echo "every collective passed on 4 namespace hosts of 2 ranks, hierarchical forced and chosen"
+
+# kill_trial LABEL MODE VICTIM VAR=VALUE...: 8 survivor_rank processes, VICTIM killed with
+# kill -9 one second after every rank is ready; each survivor's error within 5 s of the kill
+# (or of its first call, which in before-mode comes a second after the kill), naming it.
+kill_trial() {
+  local label=$1 mode=$2 victim=$3 node pids=() rank start=$SECONDS ok=1 ready=0 pid killMs at from late=0 line
+  shift 3
+  port=$((port + 1))
+  for node in 0 1 2 3; do
+    ip netns exec "${hostNs[$node]}" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TIMEOUT_MS=30000 "$@" \
+      "$loomrun" -n 8 --nnodes 4 --node-rank $node --master-addr $subnet.1 --master-port $port --timeout 60 \
+      --tag-output "$survivor" "$victim" "$mode" >"$out/$label.$node" 2>&1 &
+    pids+=($!)
+  done
+  for _ in $(seq 300); do
+    ready=$(cat "$out/$label".? | grep -c " pid [0-9]* ready")
+    [ "$ready" -eq 8 ] && break
+    sleep 0.1
+  done
+  pid=$(sed -n "s/^\[$victim\] rank $victim pid \([0-9]*\) ready/\1/p" "$out/$label.$((victim / 2))")
+  if [ "$ready" -ne 8 ] || [ -z "$pid" ]; then
+    echo "$label: only $ready of 8 ranks became ready"; cat "$out/$label".? | head -40
+    kill "${pids[@]}" 2>/dev/null; wait; return 1
+  fi
+  sleep 1
+  kill -9 "$pid"
+  killMs=$(date +%s%3N)
+  for node in 0 1 2 3; do wait "${pids[$node]}"; done
+  for rank in 0 1 2 3 4 5 6 7; do
+    [ $rank -eq "$victim" ] && continue
+    node=$((rank / 2))
+    line=$(grep "^\[$rank\] rank $rank failed at" "$out/$label.$node")
+    if [ -z "$line" ]; then
+      echo "$label: rank $rank (host $node) reported no error:"; grep "^\[$rank\]" "$out/$label.$node" | head -5; ok=0; continue
+    fi
+    at=$(echo "$line" | sed 's/.* failed at \([0-9]*\) ms.*/\1/')
+    # From the kill, or from the rank's first call where that came later (before-mode).
+    from=$(sed -n "s/^\[$rank\] rank $rank calls from \([0-9]*\) ms/\1/p" "$out/$label.$node")
+    [ -n "$from" ] && [ "$from" -gt "$killMs" ] || from=$killMs
+    [ $((at - from)) -gt $late ] && late=$((at - from))
+    [ $((at - from)) -le 5000 ] || { echo "$label: rank $rank erred $((at - from)) ms after the kill or its first call: $line"; ok=0; }
+    echo "$line" | grep -Eq "rank $victim([^0-9]|\$)" || { echo "$label: rank $rank does not name rank $victim: $line"; ok=0; }
+  done
+  [ $ok -eq 1 ] || { echo "$label: every rank's last words:"; cat "$out/$label".? | grep -v "ready$" | head -40; }
+  [ $ok -eq 1 ] && echo "$label: rank $victim killed ($([ "$mode" = before ] && echo "before its first call" || echo "mid-loop")); 7 survivors on 4 hosts erred within $late ms of it or their first call, naming it ($((SECONDS - start)) s)"
+  [ $ok -eq 1 ]
+}
+
+kill_trial kill-during during 5 LOOM_TRANSPORTS= || failed=1
+kill_trial kill-before before 2 LOOM_TRANSPORTS= || failed=1
+if [ -n "${LOOM_TEST_UCX:-}" ]; then
+  kill_trial ucx-kill-during during 3 LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp || failed=1
+  kill_trial ucx-kill-before before 6 LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp || failed=1
+fi
+[ $failed -eq 0 ] && echo "every collective passed on 4 namespace hosts of 2 ranks, hierarchical forced and chosen; every kill found"
 exit $failed
