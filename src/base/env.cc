@@ -48,12 +48,13 @@ const std::vector<Variable>& variables() {
       {"LOOM_HOSTID", "", kCore,
        "Host identity used to group ranks by host; default host name + boot id. Tests use "
        "it to place ranks of one machine on different hosts."},
-      {"LOOM_TRANSPORTS", "shm,socket", kData,
+      {"LOOM_TRANSPORTS", "shm,auto", kData,
        "Transports a communicator may use, comma-separated: shm (ranks on one host), socket "
-       "(TCP) and ucx (UCX: RDMA verbs, shared memory or TCP as UCX chooses; UCX_TLS narrows it; "
-       "builds with UCX only), socket and ucx not both. A pair of ranks on one host uses shm "
-       "when it is listed, otherwise socket or ucx; ranks on different hosts use socket or ucx. "
-       "Read at communicator creation."},
+       "(TCP), ucx (UCX: RDMA verbs, shared memory or TCP as UCX chooses; UCX_TLS narrows it; "
+       "builds with UCX only) and auto (ucx between hosts where every rank's UCX reports an "
+       "RDMA device, InfiniBand or RoCE, else socket); one of socket, ucx and auto. A pair of "
+       "ranks on one host uses shm when it is listed, otherwise the network transport; ranks on "
+       "different hosts use the network transport. Read at communicator creation."},
       {"LOOM_CHECK", "0", kData,
        "1: before each launch of collectives (a call, or a group), the ranks of the communicator "
        "exchange what they are about to call and every rank returns loomInvalidUsage naming the "

@@ -23,6 +23,7 @@
 #include "transport/shm_transport.h"
 #include "transport/socket_transport.h"
 #if LOOM_HAVE_UCX
+#include "transport/ucx_devices.h"
 #include "transport/ucx_transport.h"
 #endif
 
@@ -35,28 +36,33 @@ namespace {
 // LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
-  c->shm = c->socket = c->ucx = false;
+  c->shm = c->socket = c->ucx = c->networkAuto = false;
   for (const std::string& name : env::splitList(transports)) {
     if (name == "shm") {
       c->shm = true;
     } else if (name == "socket") {
       c->socket = true;
+    } else if (name == "auto") {
+      c->networkAuto = true;
     } else if (name == "ucx") {
       c->ucx = true;
     } else {
-      return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\": unknown transport \"%s\" (shm, socket, ucx)",
+      return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\": unknown transport \"%s\" (shm, socket, ucx, auto)",
                    transports.c_str(), name.c_str());
     }
   }
-  if (!c->shm && !c->socket && !c->ucx) {
-    return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket, ucx)",
+  if (!c->shm && !c->socket && !c->ucx && !c->networkAuto) {
+    return error(loomInvalidArgument, "LOOM_TRANSPORTS=\"%s\" allows no transport (shm, socket, ucx, auto)",
                  transports.c_str());
   }
-  if (c->socket && c->ucx) {
+  if (int(c->socket) + int(c->ucx) + int(c->networkAuto) > 1) {
     return error(loomInvalidArgument,
-                 "LOOM_TRANSPORTS=\"%s\": socket and ucx both serve the peers shared memory does not; list one",
+                 "LOOM_TRANSPORTS=\"%s\": socket, ucx and auto all choose what serves the peers shared memory "
+                 "does not; list one",
                  transports.c_str());
   }
+  // Sockets unless the communicator finds RDMA everywhere (Communicator::finishInit).
+  if (c->networkAuto) c->socket = true;
 #if !LOOM_HAVE_UCX
   if (c->ucx) {
     return error(loomInvalidArgument,
@@ -187,6 +193,35 @@ Status Communicator::create(const UniqueId& id, int rank, int nranks, const Comm
   return Status::ok();
 }
 
+Status Communicator::chooseNetwork() {
+  config_.socket = true;
+  config_.ucx = false;
+#if LOOM_HAVE_UCX
+  if (hosts_ == 1) return Status::ok();
+  const std::vector<std::string> mine = transport::ucxRdmaTransports();
+  std::vector<uint8_t> rdma(static_cast<size_t>(nranks_));
+  rdma[static_cast<size_t>(rank_)] = mine.empty() ? 0 : 1;
+  LOOM_TRY(bootstrap_->allGather(rdma.data(), 1).withContext("which ranks have an RDMA device in UCX"));
+  int without = -1;
+  for (int r = nranks_ - 1; r >= 0; --r) {
+    if (rdma[static_cast<size_t>(r)] == 0) without = r;
+  }
+  if (without >= 0) {
+    LOOM_INFO("comm %016llx: sockets between hosts (LOOM_TRANSPORTS auto): rank %d's UCX reports no RDMA device%s",
+              static_cast<unsigned long long>(commId()), without, without == rank_ ? " (this rank)" : "");
+    return Status::ok();
+  }
+  std::string names;
+  for (const std::string& n : mine) names += (names.empty() ? "" : ", ") + n;
+  LOOM_INFO("comm %016llx: UCX between hosts (LOOM_TRANSPORTS auto): every rank's UCX reports an RDMA device; "
+            "this rank's: %s",
+            static_cast<unsigned long long>(commId()), names.c_str());
+  config_.socket = false;
+  config_.ucx = true;
+#endif
+  return Status::ok();
+}
+
 Status Communicator::finishInit() {
   log::RankScope scope(rank_);
   std::string differing;
@@ -220,6 +255,7 @@ Status Communicator::finishInit() {
   // Every rank takes the same decisions from the same allgathered table, so the collective
   // steps below (the socket listeners' exchange, the board) run on all ranks or none.
   bool needSocket = hosts_ > 1 || !config_.shm;
+  if (config_.networkAuto) LOOM_TRY(chooseNetwork());
   if (needSocket && !config_.socket && !config_.ucx) {
     return error(loomInvalidUsage,
                  "LOOM_TRANSPORTS has neither socket nor ucx, but the ranks are on %d hosts and shared memory joins "

@@ -33,6 +33,9 @@ struct CommConfig {
   bool shm = true;     // LOOM_TRANSPORTS lists shm
   bool socket = true;  // LOOM_TRANSPORTS lists socket
   bool ucx = false;    // LOOM_TRANSPORTS lists ucx (in place of socket)
+  // LOOM_TRANSPORTS lists auto (with socket set): between hosts, ucx where every rank's UCX
+  // reports an RDMA device, else socket.
+  bool networkAuto = false;
   AlgorithmSetting algorithms;  // LOOM_ALGO
   ProtocolSetting protocols;    // LOOM_PROTO
   std::string tuningFile;       // LOOM_TUNING_FILE
@@ -132,6 +135,9 @@ class Communicator {
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
   // The common end of create and split: transport, host grouping, logs.
   Status finishInit();
+  // LOOM_TRANSPORTS's auto (collective across hosts): UCX between hosts where every rank's
+  // UCX reports an RDMA device, else sockets.
+  Status chooseNetwork();
   void findDeviceCpus();
   // Builds the tuner's profile (defaults, LOOM_TUNING_FILE, data-path settings) and makes
   // every rank use rank 0's (collective).

@@ -17,7 +17,7 @@ struct Record {
   uint32_t protocols;
   int32_t channels;
   int32_t socketLinks;
-  uint8_t shm, socket, ucx, topologyRing, check, deviceEmulation;
+  uint8_t shm, socket, ucx, networkAuto, topologyRing, check, deviceEmulation;
   int32_t deviceChannels;
   uint64_t sliceBytes;
   uint64_t streamingMinBytes;
@@ -36,6 +36,7 @@ Record recordOf(const CommConfig& c) {
   r.shm = c.shm;
   r.socket = c.socket;
   r.ucx = c.ucx;
+  r.networkAuto = c.networkAuto;
   r.topologyRing = c.topologyRing;
   r.check = c.check;
   r.deviceEmulation = c.deviceEmulation;
@@ -55,6 +56,7 @@ void apply(const Record& r, CommConfig* c) {
   c->shm = r.shm != 0;
   c->socket = r.socket != 0;
   c->ucx = r.ucx != 0;
+  c->networkAuto = r.networkAuto != 0;
   c->topologyRing = r.topologyRing != 0;
   c->check = r.check != 0;
   c->deviceEmulation = r.deviceEmulation != 0;
@@ -71,7 +73,7 @@ std::string namesOfDifferences(const Record& a, const Record& b) {
   auto note = [&](bool differs, const char* name) {
     if (differs) names += std::string(names.empty() ? "" : ", ") + name;
   };
-  note(a.shm != b.shm || a.socket != b.socket || a.ucx != b.ucx, "LOOM_TRANSPORTS");
+  note(a.shm != b.shm || a.socket != b.socket || a.ucx != b.ucx || a.networkAuto != b.networkAuto, "LOOM_TRANSPORTS");
   note(a.algorithms != b.algorithms, "LOOM_ALGO");
   note(a.protocols != b.protocols, "LOOM_PROTO");
   note(a.channels != b.channels, "LOOM_CHANNELS");

@@ -51,6 +51,12 @@ run() {
 }
 
 run default 0 LOOM_TRANSPORTS= || failed=1
+# The default network choice (LOOM_TRANSPORTS's auto): no RDMA device exists here, so sockets,
+# and the INFO log says why.
+if [ -n "${LOOM_TEST_UCX:-}" ]; then
+  grep -q "sockets between hosts (LOOM_TRANSPORTS auto): rank 0's UCX reports no RDMA device" "$out/default.0" ||
+    { echo "default: the INFO log does not say why the hosts use sockets"; failed=1; }
+fi
 if run hierarchical 1 LOOM_TRANSPORTS= LOOM_ALGO=allreduce=hierarchical; then
   grep -q "loomAllReduce.* uses hierarchical/" "$out/hierarchical.0" ||
     { echo "hierarchical: the INFO log names no hierarchical allreduce"; failed=1; }

@@ -2,6 +2,7 @@
 // barrier, destroy, and loomCommSplit.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -29,6 +30,31 @@ TEST_P(CommTest, InitQueryBarrierDestroy) {
     EXPECT_EQ(async, loomSuccess);
     for (int i = 0; i < 3; ++i) LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
   });
+}
+
+// LOOM_TRANSPORTS names one network transport (socket, ucx or auto) and known names only; the
+// error says which. auto across hosts (here, two LOOM_HOSTIDs) works: sockets where UCX sees
+// no RDMA device, as on every machine the tests run on (netns_four_hosts checks the log line).
+TEST(CommTransports, OneNetworkTransportAndAutoAcrossHosts) {
+  struct Bad {
+    const char* value;
+    const char* says;
+  } bad[] = {{"shm,socket,auto", "list one"}, {"ucx,auto", "list one"}, {"shm,rdma", "unknown transport \"rdma\""}};
+  for (const Bad& b : bad) {
+    loomtest::ScopedEnv env("LOOM_TRANSPORTS", b.value);
+    loomComm_t comm = nullptr;
+    EXPECT_EQ(loomCommInitAll(&comm, 1, nullptr), loomInvalidArgument) << b.value;
+    const std::string message = loomGetLastError(nullptr);
+    EXPECT_NE(message.find(b.says), std::string::npos) << b.value << ": " << message;
+  }
+  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "shm,auto");
+  loomtest::RankOptions options;
+  options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank == 0 ? "host-a" : "host-b", 1); };
+  loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    double value = rank + 1.0;
+    LOOM_EXPECT_OK(loomAllReduce(&value, &value, 1, loomFloat64, loomSum, comm, nullptr), comm);
+    EXPECT_EQ(value, 3.0);
+  }, options);
 }
 
 TEST_P(CommTest, SplitByParityWithReversedKeys) {
