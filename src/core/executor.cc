@@ -545,7 +545,12 @@ Status Run::idle(bool spin) {
   if (!spin) {
     for (const Queue& q : queues_) {
       if (q.head == q.steps.size() || q.waitsForStep) continue;
-      fds.push_back({q.link->waitFd(), static_cast<short>(q.send ? POLLOUT : POLLIN), 0});
+      pollfd fd{};
+      if (!q.link->prepareWait(q.send, &fd)) {
+        sched_yield();
+        return Status::ok();
+      }
+      fds.push_back(fd);
     }
   }
   size_t firstCancel = fds.size();

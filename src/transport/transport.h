@@ -3,6 +3,8 @@
 // knows which collective it serves.
 #pragma once
 
+#include <poll.h>
+
 #include <cstddef>
 #include <vector>
 
@@ -43,6 +45,14 @@ class Link {
   // caller's next sendSome on this link passes the same remaining range, and the range
   // stays untouched until the link reports it done.
   virtual int waitFd() const = 0;
+  // Right before the caller sleeps in poll on this link: fills *fd with waitFd() and the
+  // events that mean the link can move bytes again (for a send or a receive); false when
+  // bytes may be ready already, so the caller looks again instead of sleeping. A link whose
+  // descriptor must be armed first (UCX's worker) arms it here.
+  virtual bool prepareWait(bool send, pollfd* fd) {
+    *fd = {waitFd(), static_cast<short>(send ? POLLOUT : POLLIN), 0};
+    return true;
+  }
 
   // Zero-copy receive, for links whose bytes arrive in memory this process maps (shared
   // memory), so a reduction can read them in place: *data points at the next *available

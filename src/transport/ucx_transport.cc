@@ -96,6 +96,7 @@ struct UcxTransport::State {
 
   ucp_context_h context = nullptr;
   ucp_worker_h worker = nullptr;
+  int eventFd = -1;  // the worker's wakeup descriptor (-1: none; the executor then spins)
   int rank = 0;
   std::vector<std::vector<uint8_t>> addresses;  // every rank's worker address
   std::vector<Peer> peers;
@@ -189,7 +190,14 @@ class UcxTransport::UcxLink : public Link {
     return delivered(data, bytes, done);
   }
 
-  int waitFd() const override { return -1; }
+  int waitFd() const override { return state_.eventFd; }
+  // The worker's descriptor signals only once armed, and arming fails while events wait to
+  // be progressed (then the executor looks again). Every direction waits for input on it.
+  bool prepareWait(bool /*send*/, pollfd* fd) override {
+    if (state_.eventFd < 0 || ucp_worker_arm(state_.worker) != UCS_OK) return false;
+    *fd = {state_.eventFd, POLLIN, 0};
+    return true;
+  }
 
  private:
   // Posts one message; *done is its length once UCX has taken it (at once, or later through
@@ -293,7 +301,7 @@ Status UcxTransport::create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>*
   if (status != UCS_OK) return ucxError("reading the UCX configuration (UCX_* variables)", status);
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   status = ucp_init(&params, config, &state->context);
   ucp_config_release(config);
   if (status != UCS_OK) return ucxError("ucp_init", status);
@@ -304,6 +312,7 @@ Status UcxTransport::create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>*
   workerParams.thread_mode = UCS_THREAD_MODE_MULTI;
   status = ucp_worker_create(state->context, &workerParams, &state->worker);
   if (status != UCS_OK) return ucxError("ucp_worker_create", status);
+  if (ucp_worker_get_efd(state->worker, &state->eventFd) != UCS_OK) state->eventFd = -1;
 
   ucp_address_t* address = nullptr;
   size_t length = 0;

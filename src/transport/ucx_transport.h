@@ -9,8 +9,8 @@
 // messages of one tag from one sender in order. recvSome probes the next message: one that
 // fits the caller's range lands there directly, a larger one (the sender joined ranges the
 // receiver splits) lands in a staging buffer that the next receives drain. Progress is made
-// inside sendSome and recvSome (ucp_worker_progress); links have no descriptor, so an idle
-// executor yields and looks again, as with shared memory. UCX may report a send done while
+// inside sendSome and recvSome (ucp_worker_progress); an executor that found nothing to move
+// for a while sleeps on the worker's event descriptor, armed first (prepareWait). UCX may report a send done while
 // its bytes still wait in the worker (TCP writes what a full socket did not take on a later
 // progress call): flushSome flushes the worker after sends, so that an executor that no
 // longer drives a link, or has finished its call, still delivers them.

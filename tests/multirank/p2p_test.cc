@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <poll.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -176,6 +177,39 @@ TEST(P2PUcx, SendsReachAPeerWhileTheSenderWaitsOutsideLoom) {
   }, options);
   close(received[0]);
   close(received[1]);
+}
+
+// A rank that waits on UCX links sleeps on the worker's event descriptor instead of spinning:
+// the receiver waits a second for a sender that is busy elsewhere, and uses a small part of
+// that second's CPU time (spinning, even yielding, took nearly all of it).
+TEST(P2PUcx, AWaitingRankSleepsOnTheWorkersDescriptor) {
+  if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
+  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "ucx");
+  env.set("UCX_TLS", "tcp");
+  loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    int64_t value = 42;
+    LOOM_ASSERT_OK(loomBarrier(comm, nullptr), comm);  // links made, both sides ready
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      LOOM_EXPECT_OK(loomSend(&value, 1, loomInt64, 0, comm, nullptr), comm);
+      return;
+    }
+    auto cpuSeconds = [] {
+      rusage usage{};
+      getrusage(RUSAGE_THREAD, &usage);
+      return usage.ru_utime.tv_sec + usage.ru_stime.tv_sec + 1e-6 * (usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    };
+    const double cpuBefore = cpuSeconds();
+    const auto start = std::chrono::steady_clock::now();
+    value = 0;
+    LOOM_EXPECT_OK(loomRecv(&value, 1, loomInt64, 1, comm, nullptr), comm);
+    const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double cpu = cpuSeconds() - cpuBefore;
+    EXPECT_EQ(value, 42);
+    EXPECT_GT(wall, 0.5);
+    EXPECT_LT(cpu, 0.2 * wall) << "the waiting rank used " << cpu << " s of CPU in " << wall << " s";
+    std::printf("waiting %.2f s on a UCX link took %.3f s of CPU\n", wall, cpu);
+  });
 }
 
 // The stream call returns before the matching receive is even posted. 16 MiB: more than
