@@ -397,8 +397,8 @@ void UcxTransport::closeAll(int /*causeRank*/) {
 // A worker flush, not one per endpoint: flushes of the endpoints sent to, tried first, did not
 // complete in collectives_test's UCX runs (UCX 1.13; cause not found), while a worker with
 // nothing outstanding answers at once. Once a peer failed, a flush may wait on its endpoint
-// for good: the bytes of the others then go with the failure's own traffic, and the failed
-// link reports it.
+// for good (it held a survivor for the whole timeout once): it is dropped then, since the
+// communicator is failing anyway and the failed link reports why.
 bool UcxTransport::flushSome() {
   State& st = *state_;
   if (st.closed) return true;
