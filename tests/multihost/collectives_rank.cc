@@ -12,20 +12,15 @@
 #include <vector>
 
 #include "multirank/collective_reference.h"
+#include "multihost/join_job.h"
 
 int main(int argc, char** argv) {
   const unsigned rotation = argc > 1 ? static_cast<unsigned>(std::atoi(argv[1])) : 0;
   const bool full = argc > 2 && std::string(argv[2]) == "full";
   const char* algo = std::getenv("LOOM_ALGO");
-  loomComm_t comm = nullptr;
-  loomResult_t r = loomCommInitFromEnv(&comm, nullptr);
-  if (r != loomSuccess) {
-    std::fprintf(stderr, "loomCommInitFromEnv: %s: %s\n", loomGetErrorString(r), loomGetLastError(nullptr));
-    return 2;
-  }
   int rank = -1, nranks = 0;
-  loomCommUserRank(comm, &rank);
-  loomCommCount(comm, &nranks);
+  loomComm_t comm = loomtest::joinJob(&rank, &nranks);
+  if (comm == nullptr) return 2;
 
   int wrong = 0, done = 0;
   auto report = [&](const loomtest::CaseOutcome& outcome) {
@@ -56,7 +51,7 @@ int main(int argc, char** argv) {
     stopped = outcome.callFailed;
   }
 
-  r = loomCommDestroy(comm);
+  const loomResult_t r = loomCommDestroy(comm);
   if (r != loomSuccess) {
     std::fprintf(stderr, "rank %d: loomCommDestroy: %s: %s\n", rank, loomGetErrorString(r), loomGetLastError(nullptr));
     ++wrong;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "loom/loom.h"
+#include "multihost/join_job.h"
 
 namespace {
 
@@ -46,15 +47,9 @@ int main(int argc, char** argv) {
   // loomrun stops the other ranks of a host once one of them ended in failure (SIGTERM,
   // SIGKILL 3 s later): the trial wants each survivor's own error, not the launcher's stop.
   signal(SIGTERM, SIG_IGN);
-  loomComm_t comm = nullptr;
-  loomResult_t r = loomCommInitFromEnv(&comm, nullptr);
-  if (r != loomSuccess) {
-    std::fprintf(stderr, "loomCommInitFromEnv: %s: %s\n", loomGetErrorString(r), loomGetLastError(nullptr));
-    return 2;
-  }
   int rank = -1, nranks = 0;
-  loomCommUserRank(comm, &rank);
-  loomCommCount(comm, &nranks);
+  loomComm_t comm = loomtest::joinJob(&rank, &nranks);
+  if (comm == nullptr) return 2;
   std::printf("rank %d pid %d ready\n", rank, static_cast<int>(getpid()));
   std::fflush(stdout);
   if (before && rank == victim) {
@@ -67,7 +62,7 @@ int main(int argc, char** argv) {
   std::vector<float> data(256 << 10, 1.0f);  // 1 MiB
   const auto start = std::chrono::steady_clock::now();
   for (long call = 0; std::chrono::steady_clock::now() - start < kGiveUp; ++call) {
-    r = call % 2 == 0 ? loomAllReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, comm, nullptr)
+    const loomResult_t r = call % 2 == 0 ? loomAllReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, comm, nullptr)
                       : loomBroadcast(data.data(), data.data(), data.size(), loomFloat32, static_cast<int>(call % nranks),
                                       comm, nullptr);
     if (r != loomSuccess) {
