@@ -106,6 +106,14 @@ struct UcxTransport::State {
   bool unflushed = false;
   ucs_status_ptr_t flushRequest = nullptr;  // the worker flush in flight
 
+  // Progress that may have taken in a message some link has already looked for in this pass:
+  // until the links looked again, the executor must not sleep (an armed descriptor signals
+  // only what arrives later).
+  void progress() {
+    if (ucp_worker_progress(worker) != 0) movedSinceArm = true;
+  }
+  bool movedSinceArm = false;
+
   bool anyPeerFailed() const {
     for (const Peer& p : peers) {
       if (p.failure != UCS_OK) return true;
@@ -157,7 +165,7 @@ class UcxTransport::UcxLink : public Link {
     LOOM_TRY(usable());
     if (bytes == 0) return Status::ok();
     if (recvRequest_ == nullptr) {
-      ucp_worker_progress(state_.worker);
+      state_.progress();
       ucp_tag_recv_info_t info{};
       ucp_tag_message_h message =
           ucp_tag_probe_nb(state_.worker, tagOf(peer_.rank, index_), kFullMask, 1, &info);
@@ -181,7 +189,7 @@ class UcxTransport::UcxLink : public Link {
       return error(loomInternalError, "ucx transport: rank %d: the receive range moved while a message was landing in it",
                    peer_.rank);
     }
-    ucp_worker_progress(state_.worker);
+    state_.progress();
     const ucs_status_t status = ucp_request_check_status(recvRequest_);
     if (status == UCS_INPROGRESS) return usable();
     ucp_request_free(recvRequest_);
@@ -194,7 +202,11 @@ class UcxTransport::UcxLink : public Link {
   // The worker's descriptor signals only once armed, and arming fails while events wait to
   // be progressed (then the executor looks again). Every direction waits for input on it.
   bool prepareWait(bool /*send*/, pollfd* fd) override {
-    if (state_.eventFd < 0 || ucp_worker_arm(state_.worker) != UCS_OK) return false;
+    if (state_.eventFd < 0 || state_.movedSinceArm) {
+      state_.movedSinceArm = false;
+      return false;
+    }
+    if (ucp_worker_arm(state_.worker) != UCS_OK) return false;
     *fd = {state_.eventFd, POLLIN, 0};
     return true;
   }
@@ -217,7 +229,7 @@ class UcxTransport::UcxLink : public Link {
   }
 
   Status progressSend(size_t* done) {
-    ucp_worker_progress(state_.worker);
+    state_.progress();
     const ucs_status_t status = ucp_request_check_status(sendRequest_);
     if (status == UCS_INPROGRESS) return usable();
     ucp_request_free(sendRequest_);
@@ -411,7 +423,7 @@ bool UcxTransport::flushSome() {
     if (request == nullptr || UCS_PTR_IS_ERR(request)) return !st.unflushed;
     st.flushRequest = request;
   }
-  ucp_worker_progress(st.worker);
+  st.progress();
   if (ucp_request_check_status(st.flushRequest) == UCS_INPROGRESS && !st.anyPeerFailed()) return false;
   ucp_request_free(st.flushRequest);
   st.flushRequest = nullptr;
