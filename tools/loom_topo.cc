@@ -24,11 +24,13 @@
 #include <fstream>
 #include <string>
 
+#include "algorithms/calibration_cache.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/select.h"
 #include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
 #include "base/env.h"
+#include "core/tuner_constants.h"
 #include "topology/discover.h"
 #include "topology/render.h"
 #include "topology/rings.h"
@@ -120,18 +122,28 @@ constexpr NamedCollective kCollectives[] = {
 int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts) {
   using namespace loom;
   CommProfile profile = CommProfile::defaults(nranks, nhosts);
-  const std::string tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
+  // The layers a communicator of this shape would take on this machine.
+  TunerLayers layers;
+  layers.tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
+  long long calibrate = 0, streaming = -1;
+  Status status = env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibrate);
+  if (status.isOk() && env::get("LOOM_STREAMING_MIN_BYTES")) {
+    status = env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming);
+  }
+  layers.streamingMinBytes = streaming;
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  layers.calibrationThreads = calibrate != 0 && !sanitizedBuild() ? static_cast<int>(std::min<long>(cpus, profile.ranksPerHost())) : 0;
   AlgorithmSetting algorithms;
   ProtocolSetting protocols;
-  Status status = tuningFile.empty() ? Status::ok() : loadTuningFile(tuningFile, &profile);
+  std::string sources;
+  if (status.isOk()) status = layerTunerConstants(layers, &profile, &sources);
   if (status.isOk()) status = parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &algorithms);
   if (status.isOk()) status = parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &protocols);
   if (!status.isOk()) {
     std::fprintf(stderr, "loom-topo: %s\n", status.message().c_str());
     return 1;
   }
-  std::printf("# predicted µs, %d ranks on %d host(s), constants %s\n", nranks, nhosts,
-              tuningFile.empty() ? "built in" : tuningFile.c_str());
+  std::printf("# predicted µs, %d ranks on %d host(s), constants: %s\n", nranks, nhosts, sources.c_str());
   std::printf("%12s", "bytes");
   std::vector<Algorithm> candidates;
   for (int a = 0; a < kNumAlgorithms; ++a) {

@@ -9,7 +9,9 @@
 //                        sender), time fitted to a line
 //   direct               the same exchange at 2, 4 and 8 x LOOM_SHM_DIRECT_MIN_BYTES, which
 //                        the receiver reads straight from the sender: the line's bandwidth
-//   reduce, copy         the kernels on 1 MiB arrays in this process (cache-resident)
+//   reduce, copy,        the machine calibration rank 0 took at the communicator's creation
+//   streaming threshold  (calibration_cache.h): the kernels on 1 MiB arrays, and copies by
+//                        as many threads as rank 0's host has ranks, 512 KiB to 64 MiB
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
 //   mem, streaming       a ring allreduce past the cache with each protocol forced; the
 //                        bandwidth that makes the model predict the measured time
@@ -29,10 +31,11 @@
 #include <utility>
 #include <vector>
 
+#include "algorithms/calibration_cache.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/tuning_file.h"
+#include "core/registry.h"
 #include "fatal.h"
-#include "kernels/reduce.h"
 #include "transport/shm_transport.h"
 
 namespace loomperf {
@@ -118,19 +121,6 @@ loom::LinkCost fitLink(const LinkPoints& points, int rank, const char* what) {
   loom::Status fit = loom::fitLinkCost(points, &link);
   if (!fit.isOk()) fatal("--calibrate: %s link: %s", what, fit.message().c_str());
   return link;
-}
-
-// GB/s of `run` moving `bytes` per call, best of a few rounds.
-template <typename Run>
-double kernelGbps(size_t bytes, Run run) {
-  double best = 0;
-  for (int round = 0; round < 5; ++round) {
-    const int iters = 50;
-    const Clock::time_point start = Clock::now();
-    for (int i = 0; i < iters; ++i) run();
-    best = std::max(best, static_cast<double>(bytes) * iters / secondsSince(start) / 1e9);
-  }
-  return best;
 }
 
 // µs of one allreduce of `bytes` on `comm`, the slowest rank's mean over a few calls.
@@ -238,20 +228,34 @@ int calibrate(loomComm_t comm, const std::string& path) {
   const loom::Status read = loom::transport::ShmTransport::directReadMinBytes(false, &p.directMinBytes);
   if (!read.isOk()) fatal("--calibrate: %s", read.message().c_str());
   if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
-  const size_t kernelBytes = size_t{1} << 20;
-  std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), out(a.size());
-  p.reduceGbps = fromRankZero(
-      kernelGbps(kernelBytes,
-                 [&] { loom::kernels::reduce(out.data(), a.data(), b.data(), a.size(), loomFloat32, loomSum); }),
-      comm);
-  p.copyGbps = fromRankZero(kernelGbps(kernelBytes, [&] { loom::kernels::copy(out.data(), a.data(), kernelBytes); }),
-                            comm);
+  // Copy, reduce and the streaming threshold: the machine calibration (calibration_cache.h),
+  // which rank 0 took at the communicator's creation for the ranks on its host.
+  if (loom::sanitizedBuild()) {
+    if (rank == 0) std::printf("#   copy, reduce, streaming: a sanitized build, kept built in\n");
+  } else {
+    CommProfile measured = p;
+    if (rank == 0) {
+      int onHost = 0;
+      for (int r = 0; r < nranks; ++r) onHost += host(r) == host(0);
+      loom::MachineCalibration calibration;
+      loom::Status status = loom::Registry::instance().machineCalibration(
+          static_cast<int>(std::min<long>(onHost, sysconf(_SC_NPROCESSORS_ONLN))), &calibration);
+      if (status.isOk()) status = loom::applyTuningText(calibration.text, calibration.source, &measured);
+      if (!status.isOk()) fatal("--calibrate: machine calibration: %s", status.message().c_str());
+      std::printf("#   copy, reduce, streaming: machine calibration %s\n", calibration.source.c_str());
+    }
+    p.copyGbps = fromRankZero(measured.copyGbps, comm);
+    p.reduceGbps = fromRankZero(measured.reduceGbps, comm);
+    p.streamingGbps = fromRankZero(measured.streamingGbps, comm);
+    p.streamingMinBytes = static_cast<size_t>(fromRankZero(static_cast<double>(measured.streamingMinBytes), comm));
+  }
 
   // Every round measures everything once, in turn: a slow phase of the machine must last
   // the whole calibration to spoil a figure, where rounds of one figure back to back fall
   // into it together.
   const char* minBytesText = std::getenv("LOOM_STREAMING_MIN_BYTES");
-  const size_t pastCache = 2 * (minBytesText ? std::strtoull(minBytesText, nullptr, 10) : p.streamingMinBytes);
+  if (minBytesText != nullptr) p.streamingMinBytes = std::strtoull(minBytesText, nullptr, 10);
+  const size_t pastCache = 2 * p.streamingMinBytes;
   const bool timesPastCache = nhosts == 1 && pastCache > 0;
   const loom::Protocol protocols[] = {loom::Protocol::kSimple, loom::Protocol::kStreaming};
   LinkPoints intra = linkPoints(), inter = linkPoints(), direct = directPoints(p.directMinBytes);

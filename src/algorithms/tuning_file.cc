@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <sstream>
 
 namespace loom {
 namespace {
@@ -15,26 +16,41 @@ constexpr const char* kHeader = "# loom tuning file v1";
 constexpr const char* kMachineKey = "machine";
 
 // A constant the file carries: its key, where it lives in a profile, and what it may be.
-struct Key {
-  const char* name;
-  double* (*field)(CommProfile*);
-  bool bandwidth;  // must be > 0; otherwise a latency, >= 0
+enum class Kind {
+  kLatency,    // µs, >= 0
+  kBandwidth,  // GB/s, > 0
+  kBytes,      // a whole number of bytes, >= 0
 };
 
-const Key kKeys[] = {
-    {"intra.latency_us", [](CommProfile* p) { return &p->intra.latencyUs; }, false},
-    {"intra.gbps", [](CommProfile* p) { return &p->intra.gbps; }, true},
-    {"inter.latency_us", [](CommProfile* p) { return &p->inter.latencyUs; }, false},
-    {"inter.gbps", [](CommProfile* p) { return &p->inter.gbps; }, true},
-    {"reduce.gbps", [](CommProfile* p) { return &p->reduceGbps; }, true},
-    {"copy.gbps", [](CommProfile* p) { return &p->copyGbps; }, true},
-    {"oneshot.latency_us", [](CommProfile* p) { return &p->oneShotLatencyUs; }, false},
-    {"mem.gbps", [](CommProfile* p) { return &p->memGbps; }, true},
-    {"streaming.gbps", [](CommProfile* p) { return &p->streamingGbps; }, true},
-    {"direct.gbps", [](CommProfile* p) { return &p->directGbps; }, true},
-    {"ll.latency_us", [](CommProfile* p) { return &p->lowLatency.latencyUs; }, false},
-    {"ll.gbps", [](CommProfile* p) { return &p->lowLatency.gbps; }, true},
+struct Key {
+  const char* name;
+  Kind kind;
+  double (*get)(const CommProfile&);
+  void (*set)(CommProfile*, double);
 };
+
+// One Key for a field of CommProfile; values travel as doubles (sizes below 2^53 exactly).
+#define LOOM_TUNING_KEY(name, kind, field)                                                   \
+  Key{name, kind, [](const CommProfile& p) { return static_cast<double>(p.field); },       \
+      [](CommProfile* p, double v) { p->field = static_cast<decltype(p->field)>(v); }}
+
+const Key kKeys[] = {
+    LOOM_TUNING_KEY("intra.latency_us", Kind::kLatency, intra.latencyUs),
+    LOOM_TUNING_KEY("intra.gbps", Kind::kBandwidth, intra.gbps),
+    LOOM_TUNING_KEY("inter.latency_us", Kind::kLatency, inter.latencyUs),
+    LOOM_TUNING_KEY("inter.gbps", Kind::kBandwidth, inter.gbps),
+    LOOM_TUNING_KEY("reduce.gbps", Kind::kBandwidth, reduceGbps),
+    LOOM_TUNING_KEY("copy.gbps", Kind::kBandwidth, copyGbps),
+    LOOM_TUNING_KEY("oneshot.latency_us", Kind::kLatency, oneShotLatencyUs),
+    LOOM_TUNING_KEY("mem.gbps", Kind::kBandwidth, memGbps),
+    LOOM_TUNING_KEY("streaming.gbps", Kind::kBandwidth, streamingGbps),
+    LOOM_TUNING_KEY("streaming.min_bytes", Kind::kBytes, streamingMinBytes),
+    LOOM_TUNING_KEY("direct.gbps", Kind::kBandwidth, directGbps),
+    LOOM_TUNING_KEY("ll.latency_us", Kind::kLatency, lowLatency.latencyUs),
+    LOOM_TUNING_KEY("ll.gbps", Kind::kBandwidth, lowLatency.gbps),
+};
+
+#undef LOOM_TUNING_KEY
 
 const Key* findKey(const std::string& name) {
   for (const Key& key : kKeys) {
@@ -74,7 +90,8 @@ std::string shortestText(double value) {
 }
 
 // Applies line `number` of `path` to *profile.
-Status applyLine(const std::string& path, int number, const std::string& raw, CommProfile* profile) {
+Status applyLine(const std::string& path, int number, const std::string& raw, CommProfile* profile,
+                 std::vector<std::string>* keysRead) {
   const std::string line = trim(raw.substr(0, raw.find('#')));
   if (line.empty()) return Status::ok();
   const size_t eq = line.find('=');
@@ -94,47 +111,80 @@ Status applyLine(const std::string& path, int number, const std::string& raw, Co
     return error(loomInvalidArgument, "tuning file %s:%d: %s = \"%s\" is not a number", path.c_str(), number,
                  name.c_str(), value.c_str());
   }
-  if (key->bandwidth && parsed <= 0) {
+  if (key->kind == Kind::kBandwidth && parsed <= 0) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: a bandwidth must be more than 0 GB/s",
                  path.c_str(), number, name.c_str(), value.c_str());
   }
-  if (!key->bandwidth && parsed < 0) {
+  if (key->kind == Kind::kLatency && parsed < 0) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: a latency cannot be negative", path.c_str(),
                  number, name.c_str(), value.c_str());
   }
-  *key->field(profile) = parsed;
+  // 2^53: beyond it a double no longer holds every whole number.
+  if (key->kind == Kind::kBytes && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
+    return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: expected a whole number of bytes", path.c_str(),
+                 number, name.c_str(), value.c_str());
+  }
+  key->set(profile, parsed);
+  if (keysRead != nullptr) keysRead->push_back(key->name);
   return Status::ok();
 }
 
 }  // namespace
 
-Status loadTuningFile(const std::string& path, CommProfile* inout) {
+Status applyTuningText(const std::string& text, const std::string& origin, CommProfile* inout,
+                       std::vector<std::string>* keysRead) {
+  // Applied to a copy, so that a bad line leaves the caller's profile as it was.
+  CommProfile loaded = *inout;
+  std::vector<std::string> read;
+  std::istringstream in(text);
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) LOOM_TRY(applyLine(origin, number, line, &loaded, &read));
+  *inout = loaded;
+  if (keysRead != nullptr) *keysRead = std::move(read);
+  return Status::ok();
+}
+
+Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<std::string>* keysRead) {
   std::ifstream in(path);
   if (!in) {
     return error(loomInvalidArgument, "tuning file %s: cannot open it (%s)", path.c_str(), std::strerror(errno));
   }
-  // Read into a copy, so that a bad line leaves the caller's profile as it was.
-  CommProfile loaded = *inout;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) LOOM_TRY(applyLine(path, number, line, &loaded));
+  std::ostringstream text;
+  text << in.rdbuf();
   if (in.bad()) return error(loomInvalidArgument, "tuning file %s: reading it failed", path.c_str());
-  *inout = loaded;
-  return Status::ok();
+  return applyTuningText(text.str(), path, inout, keysRead);
 }
 
-std::string tuningText(const CommProfile& profile) {
-  CommProfile values = profile;  // Key::field takes a mutable profile
+std::vector<std::string> tuningKeys() {
+  std::vector<std::string> names;
+  for (const Key& key : kKeys) names.push_back(key.name);
+  return names;
+}
+
+double tuningValue(const CommProfile& profile, const std::string& key) {
+  const Key* found = findKey(key);
+  return found == nullptr ? NAN : found->get(profile);
+}
+
+std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys) {
   std::string text;
-  for (const Key& key : kKeys) text += std::string(key.name) + " = " + shortestText(*key.field(&values)) + "\n";
+  for (const Key& key : kKeys) {
+    if (keys.empty() || std::find(keys.begin(), keys.end(), key.name) != keys.end()) {
+      text += std::string(key.name) + " = " + shortestText(key.get(profile)) + "\n";
+    }
+  }
   return text;
 }
 
-Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname) {
+Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname,
+                      const std::vector<std::string>& keys, const std::string& comment) {
   std::ofstream out(path, std::ios::trunc);
   if (!out) return error(loomSystemError, "tuning file %s: cannot create it (%s)", path.c_str(), std::strerror(errno));
   out << kHeader << '\n';
+  std::istringstream comments(comment);
+  for (std::string line; std::getline(comments, line);) out << "# " << line << '\n';
   if (!hostname.empty()) out << kMachineKey << " = " << hostname << '\n';
-  out << tuningText(profile);
+  out << tuningText(profile, keys);
   out.close();
   if (!out) return error(loomSystemError, "tuning file %s: writing it failed (%s)", path.c_str(), std::strerror(errno));
   return Status::ok();

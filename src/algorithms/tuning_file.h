@@ -13,6 +13,8 @@
 //   oneshot.latency_us = 0.5
 //   mem.gbps = 4.5                shared memory past the cache, plain stores
 //   streaming.gbps = 6            ... and non-temporal stores
+//   streaming.min_bytes = 33554432  calls from this size on no longer fit the cache (0: none
+//                                 counted as past it); a whole number
 //   direct.gbps = 10              shared memory read straight from the sender's buffer
 //   ll.latency_us = 1             a device communicator's low-latency hop (intra.* is then
 //   ll.gbps = 100                 its simple hop)
@@ -30,19 +32,32 @@
 
 namespace loom {
 
-// Sets the constants that `path` names in *inout and leaves the others. An unreadable file,
-// a line without '=', an unknown key, a value that is not a finite number, a negative
-// latency or a bandwidth <= 0 is loomInvalidArgument naming the file, the line and the key;
-// *inout is then untouched.
-Status loadTuningFile(const std::string& path, CommProfile* inout);
+// Sets the constants that `path` names in *inout and leaves the others; *keysRead (when not
+// null) gets the keys the file set, in file order. An unreadable file, a line without '=', an
+// unknown key, a value that is not a finite number, a negative latency, a bandwidth <= 0 or
+// a size that is not a whole number >= 0 is loomInvalidArgument naming the file, the line
+// and the key; *inout is then untouched.
+Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<std::string>* keysRead = nullptr);
 
-// Every key above as the file's lines, for `profile`.
-std::string tuningText(const CommProfile& profile);
+// loadTuningFile for the lines of `text`; `origin` stands for the file in messages.
+Status applyTuningText(const std::string& text, const std::string& origin, CommProfile* inout,
+                       std::vector<std::string>* keysRead = nullptr);
 
-// Writes every key above for `profile` (`machine` when `hostname` is not empty), each value
-// in the fewest digits that read back to the same double. loomSystemError when the file
+// Every key above, in the order above.
+std::vector<std::string> tuningKeys();
+
+// The value `key` names in `profile` (NaN for a key not above).
+double tuningValue(const CommProfile& profile, const std::string& key);
+
+// The lines of `keys` (every key when empty) for `profile`, each value in the fewest digits
+// that read back to the same double.
+std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys = {});
+
+// Writes the header, each line of `comment` as a comment line, `machine` (when
+// `hostname` is not empty) and tuningText(profile, keys). loomSystemError when the file
 // cannot be written.
-Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname);
+Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname,
+                      const std::vector<std::string>& keys = {}, const std::string& comment = "");
 
 // The link that best explains measured (bytes, µs) points: the least-squares line
 // time = latencyUs + bytes / (gbps * 1e3). A negative intercept is clamped to 0 (the line

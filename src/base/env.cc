@@ -14,6 +14,7 @@ constexpr const char* kLog = "Logging";
 constexpr const char* kLaunch = "Launcher variables read by loomCommInitFromEnv";
 constexpr const char* kData = "Transports and algorithms";
 constexpr const char* kTopo = "Topology";
+constexpr const char* kSystem = "System variables Loom reads";
 }  // namespace
 
 const std::vector<Variable>& variables() {
@@ -76,7 +77,13 @@ const std::vector<Variable>& variables() {
       {"LOOM_TUNING_FILE", "", kData,
        "A tuning file written by `loom-perf --calibrate FILE`: the cost model's latencies and "
        "bandwidths measured on this machine (docs/TUNING.md). Rank 0's file decides for the whole "
-       "communicator. Default: built-in constants."},
+       "communicator; each key it holds overrides the machine calibration's and the built-in value."},
+      {"LOOM_MACHINE_CALIBRATION", "1", kData,
+       "1: at a host communicator's creation rank 0 takes the copy, reduce and streaming constants "
+       "from a calibration of this machine: measured at first use (a few tenths of a second) and kept "
+       "as a tuning file in $XDG_CACHE_HOME/loom (else $HOME/.cache/loom), one per CPU model, CPU "
+       "count, ranks on rank 0's host and build of Loom; delete it to measure again (docs/TUNING.md). "
+       "0: built-in constants. LOOM_DEBUG=INFO names where each constant came from."},
       {"LOOM_CHANNELS", "0", kData,
        "Channels per call (1 to 64): each channel carries its share of the buffer over its own "
        "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS; on a device communicator its own FIFOs, "
@@ -91,11 +98,12 @@ const std::vector<Variable>& variables() {
       {"LOOM_CHUNK_SIZE", "524288", kData,
        "Pipeline chunk (slice): collectives move and reduce data in pieces of at most this many "
        "bytes, so that sending one piece overlaps with reducing the next."},
-      {"LOOM_STREAMING_MIN_BYTES", "33554432", kData,
+      {"LOOM_STREAMING_MIN_BYTES", "", kData,
        "Calls whose buffer is at least this large no longer fit the cache: the streaming protocol "
        "(non-temporal stores, saving the read of each destination line) exists for them, in-place "
        "calls from twice this size, never for an in-place reduction; the tuner decides whether it "
-       "runs. 0: never."},
+       "runs. 0: never. Default: LOOM_TUNING_FILE's streaming.min_bytes, else the machine calibration's "
+       "(LOOM_MACHINE_CALIBRATION), else 33554432."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
       {"LOOM_SOCKET_SNDBUF", "262144", kData,
@@ -165,6 +173,9 @@ const std::vector<Variable>& variables() {
       {"SLURM_PROCID", "", kLaunch, "Slurm's rank (srun)."},
       {"SLURM_NTASKS", "", kLaunch, "Slurm's world size."},
       {"SLURM_LOCALID", "", kLaunch, "Slurm's local rank."},
+      {"XDG_CACHE_HOME", "", kSystem,
+       "Where the machine calibration is kept (in loom/ under it) when it is an absolute path."},
+      {"HOME", "", kSystem, "The machine calibration is kept in $HOME/.cache/loom when XDG_CACHE_HOME is not usable."},
   };
   return table;
 }

@@ -8,6 +8,7 @@
 #include <set>
 #include <type_traits>
 
+#include "algorithms/calibration_cache.h"
 #include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
 #include "base/env.h"
@@ -17,6 +18,7 @@
 #include "core/registry.h"
 #include "core/ring_placement.h"
 #include "core/shared_settings.h"
+#include "core/tuner_constants.h"
 #include "device/runtime.h"
 #include "loom_build_config.h"
 #include "transport/routed_transport.h"
@@ -88,9 +90,11 @@ Status readDataPathSettings(CommConfig* c) {
   long long slice = 0;
   LOOM_TRY(env::getInt("LOOM_CHUNK_SIZE", 4096, 1LL << 30, &slice));
   c->sliceBytes = static_cast<size_t>(slice);
-  long long streaming = 0;
-  LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming));
-  c->streamingMinBytes = static_cast<size_t>(streaming);
+  c->streamingMinBytes = -1;
+  if (env::get("LOOM_STREAMING_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes));
+  long long calibration = 0;
+  LOOM_TRY(env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibration));
+  c->machineCalibration = calibration != 0;
   long long socketLinks = 0;
   LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks));
   c->socketLinks = static_cast<int>(socketLinks);
@@ -331,7 +335,6 @@ Status Communicator::agreeOnProfile() {
   const bool device = config_.device >= 0;
   CommProfile mine = device ? CommProfile::deviceDefaults(nranks_, hosts_) : CommProfile::defaults(nranks_, hosts_);
   mine.sliceBytes = device ? config_.deviceSliceBytes : config_.sliceBytes;
-  if (!device) mine.streamingMinBytes = config_.streamingMinBytes;
   // Whether the ranks of this host are all threads of this process, which LOOM_SHM_DIRECT's
   // default lets read each other's large sends directly.
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
@@ -344,24 +347,54 @@ Status Communicator::agreeOnProfile() {
                   : device             ? config_.deviceChannels
                                        : transport_->linksPerPeer();
   mine.channelsFixed = config_.channels > 0;
-  if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &mine));
-  // Ranks that chose differently would run different plans and wait on each other
-  // forever, so every rank takes rank 0's constants.
+  // Every rank takes rank 0's constants (ranks that chose differently would run different
+  // plans and wait on each other forever), so only rank 0 builds them. A device
+  // communicator's kernel neither streams nor runs on the host's caches: no calibration.
+  std::string sources;
+  if (rank_ == 0) {
+    TunerLayers layers;
+    layers.tuningFile = config_.tuningFile;
+    if (!device) {
+      layers.streamingMinBytes = config_.streamingMinBytes;
+      layers.calibrationThreads = calibrationThreads();
+    }
+    LOOM_TRY(layerTunerConstants(layers, &mine, &sources));
+  }
   static_assert(std::is_trivially_copyable_v<CommProfile>);
   std::vector<CommProfile> all(static_cast<size_t>(nranks_));
   all[static_cast<size_t>(rank_)] = mine;
   LOOM_TRY(bootstrap_->allGather(all.data(), sizeof(CommProfile)).withContext("tuner constants exchange"));
   profile_ = all[0];
-  const std::string ours = tuningText(mine), chosen = tuningText(profile_);
-  // The data-path settings in it are rank 0's already (finishInit); only the file can differ.
-  if (ours != chosen) {
-    LOOM_WARN("comm %016llx: this rank's tuning constants (LOOM_TUNING_FILE) differ from rank 0's; choosing "
-              "algorithms with rank 0's",
-              static_cast<unsigned long long>(commId()));
+  if (rank_ == 0) {
+    LOOM_INFO("comm %016llx: tuner constants: %s", static_cast<unsigned long long>(commId()), sources.c_str());
+    return Status::ok();
   }
-  LOOM_INFO("comm %016llx: tuner constants (%s): %s", static_cast<unsigned long long>(commId()),
-            config_.tuningFile.empty() ? "built in" : config_.tuningFile.c_str(), oneLine(chosen).c_str());
+  // A rank whose own file says something else is told that it is not the one deciding.
+  CommProfile own = profile_;
+  if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &own));
+  if (tuningText(own) != tuningText(profile_)) {
+    LOOM_WARN("comm %016llx: this rank's tuning file (LOOM_TUNING_FILE %s) differs from rank 0's constants; "
+              "choosing algorithms with rank 0's",
+              static_cast<unsigned long long>(commId()), config_.tuningFile.c_str());
+  }
+  LOOM_INFO("comm %016llx: tuner constants (rank 0's): %s", static_cast<unsigned long long>(commId()),
+            oneLine(tuningText(profile_)).c_str());
   return Status::ok();
+}
+
+int Communicator::calibrationThreads() const {
+  if (!config_.machineCalibration) return 0;
+  if (sanitizedBuild()) {
+    // Its figures would be wrong, and measuring them slow.
+    LOOM_INFO("comm %016llx: no machine calibration in a sanitized build: built-in constants",
+              static_cast<unsigned long long>(commId()));
+    return 0;
+  }
+  // The ranks on rank 0's host copy at once during a collective, as many as there are CPUs.
+  const std::vector<PeerInfo>& peers = bootstrap_->peers();
+  const long ranks = std::count_if(peers.begin(), peers.end(),
+                                   [&](const PeerInfo& p) { return p.hostHash == peers[0].hostHash; });
+  return static_cast<int>(std::max(1L, std::min(ranks, sysconf(_SC_NPROCESSORS_ONLN))));
 }
 
 void Communicator::findDeviceCpus() {

@@ -39,10 +39,11 @@ struct CommConfig {
   AlgorithmSetting algorithms;  // LOOM_ALGO
   ProtocolSetting protocols;    // LOOM_PROTO
   std::string tuningFile;       // LOOM_TUNING_FILE
+  bool machineCalibration = true;  // LOOM_MACHINE_CALIBRATION
   int channels = 0;             // LOOM_CHANNELS (0: by size)
   bool topologyRing = true;     // LOOM_RING_ORDER=topology
   size_t sliceBytes = 0;        // LOOM_CHUNK_SIZE
-  size_t streamingMinBytes = 0; // LOOM_STREAMING_MIN_BYTES (0: never)
+  long long streamingMinBytes = -1;  // LOOM_STREAMING_MIN_BYTES (0: never; -1: unset)
   int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
   int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF (0: the kernel's autotuning)
   bool check = false;           // LOOM_CHECK
@@ -139,9 +140,12 @@ class Communicator {
   // UCX reports an RDMA device, else sockets.
   Status chooseNetwork();
   void findDeviceCpus();
-  // Builds the tuner's profile (defaults, LOOM_TUNING_FILE, data-path settings) and makes
+  // Builds the tuner's profile (tuner_constants.h on rank 0, data-path settings) and makes
   // every rank use rank 0's (collective).
   Status agreeOnProfile();
+  // Threads the machine calibration copies with: the ranks on rank 0's host, at most its
+  // CPUs; 0 where there is to be none (LOOM_MACHINE_CALIBRATION=0, a sanitized build).
+  int calibrationThreads() const;
 
   std::unique_ptr<Bootstrap> bootstrap_;
   FailureNotices failureNotices_;

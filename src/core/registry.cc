@@ -100,4 +100,17 @@ Status Registry::hostGraph(const std::string& topoFile, const topo::Graph** out,
   return Status::ok();
 }
 
+Status Registry::machineCalibration(int threads, MachineCalibration* out) {
+  const std::string dir = machineCalibrationDir();
+  std::lock_guard<std::mutex> lock(calibrationsMutex_);
+  auto found = calibrations_.find({dir, threads});
+  if (found == calibrations_.end()) {
+    MachineCalibration calibration;
+    LOOM_TRY(loadOrMeasureMachineCalibration(threads, dir, &calibration));
+    found = calibrations_.emplace(std::make_pair(dir, threads), calibration).first;
+  }
+  *out = found->second;
+  return Status::ok();
+}
+
 }  // namespace loom

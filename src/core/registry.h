@@ -1,6 +1,7 @@
 // The one place Loom keeps process-wide mutable state: the live communicators, host streams
 // and DDP reducers (so a destroyed or made-up handle is an error, not a crash), the bootstrap
-// roots loomGetUniqueId started, the host's topology and the emulated device's blocks.
+// roots loomGetUniqueId started, the host's topology and calibration, and the emulated
+// device's blocks.
 // Thread-safe. The log's sink is the one object kept elsewhere (base/log.cc): the ground
 // may not reach up to this layer, and the sink is fixed by the environment at first use.
 #pragma once
@@ -14,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "algorithms/calibration_cache.h"
 #include "base/slot_pool.h"
 #include "base/spin_lock.h"
 #include "base/status.h"
@@ -57,6 +59,12 @@ class Registry {
   // failure is not kept, so the next communicator tries again.
   Status hostGraph(const std::string& topoFile, const topo::Graph** out, topo::Source* source);
 
+  // This machine's calibration for `threads` ranks copying at once (calibration_cache.h),
+  // read or measured once per process and cache directory and kept; a failure is not kept. Callers wait while
+  // another thread measures: they would measure the same, and two measuring at once would
+  // share the memory bus and measure it wrong.
+  Status machineCalibration(int threads, MachineCalibration* out);
+
   // The emulated device's resident blocks, shared by the process's emulated communicators
   // (LOOM_DEVICE_EMULATION_BLOCKS).
   SlotPool& emulatedDeviceBlocks() { return emulatedDeviceBlocks_; }
@@ -75,6 +83,8 @@ class Registry {
   std::vector<std::unique_ptr<BootstrapRoot>> roots_;
   std::mutex graphsMutex_;
   std::map<std::string, std::pair<std::unique_ptr<topo::Graph>, topo::Source>> graphs_;
+  std::mutex calibrationsMutex_;
+  std::map<std::pair<std::string, int>, MachineCalibration> calibrations_;
   SlotPool emulatedDeviceBlocks_;
 };
 

@@ -20,7 +20,7 @@ struct Record {
   uint8_t shm, socket, ucx, networkAuto, topologyRing, check, deviceEmulation;
   int32_t deviceChannels;
   uint64_t sliceBytes;
-  uint64_t streamingMinBytes;
+  int64_t streamingMinBytes;  // -1: unset
   uint64_t deviceFifoBytes;
   uint64_t deviceSliceBytes;
 };
@@ -62,7 +62,7 @@ void apply(const Record& r, CommConfig* c) {
   c->deviceEmulation = r.deviceEmulation != 0;
   c->deviceChannels = r.deviceChannels;
   c->sliceBytes = static_cast<size_t>(r.sliceBytes);
-  c->streamingMinBytes = static_cast<size_t>(r.streamingMinBytes);
+  c->streamingMinBytes = r.streamingMinBytes;
   c->deviceFifoBytes = static_cast<size_t>(r.deviceFifoBytes);
   c->deviceSliceBytes = static_cast<size_t>(r.deviceSliceBytes);
 }

@@ -321,3 +321,70 @@ TEST(Logging, DebugFilePerProcessWithRankPrefix) {
 }
 
 }  // namespace
+
+namespace {
+
+// Every rank's log of one run of ring_hello on 2 ranks under `env`, with LOOM_DEBUG=INFO.
+std::string infoLogOfRun(const std::string& dir, const std::string& env) {
+  const char* loomrun = std::getenv("LOOMRUN");
+  const char* example = std::getenv("RING_HELLO");
+  if (loomrun == nullptr || example == nullptr) {
+    ADD_FAILURE() << "LOOMRUN and RING_HELLO are set by meson";
+    return "";
+  }
+  std::system(("rm -f " + dir + "/log.*").c_str());
+  const std::string command = env + " LOOM_DEBUG=INFO LOOM_DEBUG_FILE=" + dir + "/log.%p " + loomrun +
+                              " -n 2 --timeout 60 " + example + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(command.c_str()), 0) << command;
+  std::string all;
+  FILE* cat = ::popen(("cat " + dir + "/log.*").c_str(), "r");
+  char buffer[4096];
+  while (cat != nullptr && std::fgets(buffer, sizeof(buffer), cat) != nullptr) all += buffer;
+  if (cat != nullptr) ::pclose(cat);
+  return all;
+}
+
+}  // namespace
+
+// Rank 0 says where each tuner constant came from: the machine calibration (measured at the
+// first communicator, read from its cache file after), LOOM_TUNING_FILE and
+// LOOM_STREAMING_MIN_BYTES over it key by key, built in for the rest.
+TEST(Logging, TunerConstantsNameTheirSources) {
+  char dir[] = "/tmp/loom-tuner-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string cache = std::string(dir) + "/cache";
+  const std::string xdg = "XDG_CACHE_HOME=" + cache;
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  std::string all = infoLogOfRun(dir, xdg);
+  EXPECT_NE(all.find("no machine calibration in a sanitized build"), std::string::npos) << all;
+  EXPECT_NE(all.find("[0] LOOM INFO comm "), std::string::npos) << all;
+  EXPECT_NE(all.find("tuner constants: built in: intra.latency_us = 1.5"), std::string::npos) << all;
+  std::printf("this sanitized build takes built-in constants; the calibration's sources were checked in the "
+              "plain build\n");
+#else
+  std::string all = infoLogOfRun(dir, xdg);
+  const std::string calibrated = "tuner constants: machine calibration (" + cache + "/loom/machine-";
+  EXPECT_NE(all.find(calibrated), std::string::npos) << all;
+  EXPECT_NE(all.find(".txt (measured now in "), std::string::npos) << all;
+  EXPECT_NE(all.find("): reduce.gbps = "), std::string::npos) << all;
+  EXPECT_NE(all.find("; built in: intra.latency_us = "), std::string::npos) << all;
+  EXPECT_NE(all.find("[1] LOOM INFO comm "), std::string::npos) << all;
+  EXPECT_NE(all.find("tuner constants (rank 0's): "), std::string::npos) << all;
+
+  const std::string file = std::string(dir) + "/tuning.txt";
+  FILE* tuning = std::fopen(file.c_str(), "w");
+  ASSERT_NE(tuning, nullptr);
+  std::fputs("reduce.gbps = 77\nintra.gbps = 3.5\n", tuning);
+  std::fclose(tuning);
+  all = infoLogOfRun(dir, xdg + " LOOM_TUNING_FILE=" + file + " LOOM_STREAMING_MIN_BYTES=1234");
+  EXPECT_NE(all.find(calibrated), std::string::npos) << all;
+  EXPECT_EQ(all.find("measured now"), std::string::npos) << "the second run reads the cache\n" << all;
+  EXPECT_NE(all.find("; LOOM_TUNING_FILE (" + file + "): intra.gbps = 3.5, reduce.gbps = 77; "), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("; LOOM_STREAMING_MIN_BYTES: streaming.min_bytes = 1234; built in: "), std::string::npos) << all;
+
+  all = infoLogOfRun(dir, xdg + " LOOM_MACHINE_CALIBRATION=0");
+  EXPECT_NE(all.find("tuner constants: built in: intra.latency_us = 1.5"), std::string::npos) << all;
+#endif
+  std::system((std::string("rm -rf ") + dir).c_str());
+}

@@ -21,7 +21,8 @@ using Variables = std::vector<std::pair<const char*, const char*>>;
 
 const char* const kDataPathVariables[] = {"LOOM_TRANSPORTS",  "LOOM_ALGO",          "LOOM_PROTO",
                                           "LOOM_CHANNELS",    "LOOM_RING_ORDER",    "LOOM_CHUNK_SIZE",
-                                          "LOOM_SOCKET_NSOCKS", "LOOM_CHECK",        "LOOM_STREAMING_MIN_BYTES"};
+                                          "LOOM_SOCKET_NSOCKS", "LOOM_CHECK",        "LOOM_STREAMING_MIN_BYTES",
+                                          "LOOM_TUNING_FILE"};
 
 // Named after the test process (children compute it too, hence getppid there).
 std::string logPath(const std::string& tag, int rank, pid_t testProcess = ::getpid()) {
@@ -103,6 +104,24 @@ TEST(SharedSettings, TransportsAndSocketConnectionsFollowRankZero) {
   EXPECT_EQ(readLog("socket", 0).find("differ"), std::string::npos);
   expectWarning(readLog("socket", 1), "LOOM_SOCKET_NSOCKS");
   expectWarning(readLog("socket", 2), "LOOM_TRANSPORTS, LOOM_SOCKET_NSOCKS");
+}
+
+// The tuner's constants are rank 0's too: a rank whose own LOOM_TUNING_FILE says otherwise
+// is told so; one whose file agrees with rank 0's is not.
+TEST(SharedSettings, TunerConstantsFollowRankZero) {
+  const std::string fast = logPath("fast-tuning", 0) + ".txt", same = logPath("same-tuning", 0) + ".txt";
+  std::ofstream(fast) << "intra.gbps = 99\n";
+  std::ofstream(same) << "mem.gbps = 4.5\n";  // the built-in value
+  runWithSettings("tuning", {{"LOOM_MACHINE_CALIBRATION", "0"}},
+                  {{}, {{"LOOM_TUNING_FILE", fast.c_str()}}, {{"LOOM_TUNING_FILE", same.c_str()}}});
+  EXPECT_EQ(readLog("tuning", 0).find("differ"), std::string::npos);
+  const std::string warned = readLog("tuning", 1);
+  EXPECT_NE(warned.find("this rank's tuning file (LOOM_TUNING_FILE " + fast + ") differs from rank 0's constants"),
+            std::string::npos)
+      << warned;
+  EXPECT_EQ(readLog("tuning", 2).find("differ"), std::string::npos);
+  std::remove(fast.c_str());
+  std::remove(same.c_str());
 }
 
 }  // namespace

@@ -399,6 +399,7 @@ void expectSameConstants(const CommProfile& a, const CommProfile& b) {
   EXPECT_EQ(a.memGbps, b.memGbps);
   EXPECT_EQ(a.streamingGbps, b.streamingGbps);
   EXPECT_EQ(a.directGbps, b.directGbps);
+  EXPECT_EQ(a.streamingMinBytes, b.streamingMinBytes);
 }
 
 TEST(TuningFile, SavedConstantsLoadBackExactly) {
@@ -411,6 +412,7 @@ TEST(TuningFile, SavedConstantsLoadBackExactly) {
   saved.memGbps = 2.0 / 3;
   saved.streamingGbps = 9.5;
   saved.directGbps = 11.25;
+  saved.streamingMinBytes = (size_t{1} << 40) + 3;
   const std::string path = tempPath("roundtrip");
   RemoveAtEnd cleanup{path};
   Status status = saveTuningFile(path, saved, "node17");
@@ -432,11 +434,14 @@ TEST(TuningFile, LoadsOnlyTheKeysPresent) {
                                      "machine = somewhere # informational\n");
   RemoveAtEnd cleanup{path};
   CommProfile loaded = CommProfile::defaults(8, 2);
-  Status status = loadTuningFile(path, &loaded);
+  std::vector<std::string> keys;
+  Status status = loadTuningFile(path, &loaded, &keys);
   ASSERT_TRUE(status.isOk()) << status.message();
   CommProfile expected = CommProfile::defaults(8, 2);
   expected.inter.gbps = 3.5;
   expectSameConstants(loaded, expected);
+  EXPECT_EQ(keys, std::vector<std::string>{"inter.gbps"});
+  EXPECT_EQ(tuningText(loaded, {"inter.gbps", "copy.gbps"}), "inter.gbps = 3.5\ncopy.gbps = 13\n");
 }
 
 // Loads `text` and returns the error's message; the profile must come back untouched.
@@ -468,6 +473,12 @@ TEST(TuningFile, ErrorsNameFileLineAndKey) {
 
   message = loadError("negative", "inter.latency_us = -1\n");
   EXPECT_NE(message.find(":1: inter.latency_us = -1: a latency cannot be negative"), std::string::npos) << message;
+
+  message = loadError("fraction", "streaming.min_bytes = 1.5\n");
+  EXPECT_NE(message.find(":1: streaming.min_bytes = 1.5: expected a whole number of bytes"), std::string::npos)
+      << message;
+  message = loadError("negativesize", "streaming.min_bytes = -4096\n");
+  EXPECT_NE(message.find(":1: streaming.min_bytes = -4096: expected a whole number"), std::string::npos) << message;
 
   message = loadError("noequals", "intra.gbps 8\n");
   EXPECT_NE(message.find(":1: \"intra.gbps 8\" is not key = value"), std::string::npos) << message;

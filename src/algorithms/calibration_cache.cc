@@ -1,0 +1,197 @@
+// Keeping the machine calibration on disk (calibration_cache.h).
+#include "algorithms/calibration_cache.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "algorithms/tuning_file.h"
+#include "base/env.h"
+#include "base/log.h"
+#include "loom_build_config.h"
+
+namespace loom {
+namespace {
+
+// Changes whenever machine_calibration.cc measures differently, so that older files are
+// measured over.
+constexpr int kMeasureRevision = 1;
+constexpr const char* kKeyPrefix = "machine calibration: ";
+
+std::string cpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  // x86 names its model; other machines at least their implementer and part.
+  for (const char* field : {"model name", "CPU part"}) {
+    in.clear();
+    in.seekg(0);
+    while (std::getline(in, line)) {
+      const size_t colon = line.find(':');
+      if (line.rfind(field, 0) == 0 && colon != std::string::npos) {
+        const size_t begin = line.find_first_not_of(" \t", colon + 1);
+        return begin == std::string::npos ? std::string("unknown") : line.substr(begin);
+      }
+    }
+  }
+  return "unknown";
+}
+
+// A sanitized or unoptimized build copies and reduces slower: its figures are not the
+// machine's, and must not be what an optimized build reads.
+std::string buildFlavour() {
+#ifdef __OPTIMIZE__
+  const std::string flavour = "optimized";
+#else
+  const std::string flavour = "unoptimized";
+#endif
+  return sanitizedBuild() ? flavour + "+sanitized" : flavour;
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+// mkdir -p, private to the user.
+Status makeDirectories(const std::string& dir) {
+  for (size_t slash = dir.find('/', 1);; slash = dir.find('/', slash + 1)) {
+    const std::string part = dir.substr(0, slash);
+    if (mkdir(part.c_str(), 0700) != 0 && errno != EEXIST) {
+      return error(loomSystemError, "cannot create %s (%s)", part.c_str(), std::strerror(errno));
+    }
+    if (slash == std::string::npos) return Status::ok();
+  }
+}
+
+bool readFile(const std::string& path, std::string* text) {
+  std::ifstream in(path);
+  if (!in) return false;
+  std::ostringstream all;
+  all << in.rdbuf();
+  *text = all.str();
+  return !in.bad();
+}
+
+// The cache file's lines when it holds this key's every value; a file for another key (an
+// edit, or a hash collision) or none is false, quietly; a broken one is false with a warning.
+bool readCached(const std::string& path, const std::string& key, std::string* lines) {
+  std::string text;
+  if (!readFile(path, &text)) return false;
+  std::istringstream in(text);
+  std::string header, keyLine;
+  std::getline(in, header);
+  std::getline(in, keyLine);
+  if (keyLine != "# " + std::string(kKeyPrefix) + key) {
+    LOOM_INFO("machine calibration: %s was written for another machine or build; measuring again", path.c_str());
+    return false;
+  }
+  CommProfile profile = CommProfile::defaults(1, 1);
+  std::vector<std::string> keys;
+  Status status = applyTuningText(text, path, &profile, &keys);
+  for (const std::string& wanted : machineCalibrationKeys()) {
+    if (status.isOk() && std::find(keys.begin(), keys.end(), wanted) == keys.end()) {
+      status = error(loomInvalidArgument, "%s: no %s", path.c_str(), wanted.c_str());
+    }
+  }
+  if (!status.isOk()) {
+    LOOM_WARN("machine calibration: %s; measuring again and replacing it", status.message().c_str());
+    return false;
+  }
+  *lines = tuningText(profile, machineCalibrationKeys());
+  return true;
+}
+
+// Writes through a file of this thread's own and a rename, so that a reader sees the old
+// file or the whole new one, and ranks that measure at once each write whole files.
+Status writeCached(const std::string& dir, const std::string& path, const CommProfile& profile,
+                   const std::string& comment) {
+  LOOM_TRY(makeDirectories(dir));
+  const std::string temporary = path + ".tmp." + std::to_string(getpid()) + "." +
+                                std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  Status saved = saveTuningFile(temporary, profile, "", machineCalibrationKeys(), comment);
+  if (saved.isOk() && std::rename(temporary.c_str(), path.c_str()) != 0) {
+    saved = error(loomSystemError, "cannot rename %s to %s (%s)", temporary.c_str(), path.c_str(), std::strerror(errno));
+  }
+  if (!saved.isOk()) std::remove(temporary.c_str());
+  return saved;
+}
+
+std::string seconds(double s) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.2f s", s);
+  return text;
+}
+
+}  // namespace
+
+bool sanitizedBuild() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+  return true;
+#endif
+#endif
+  return false;
+}
+
+std::string machineCalibrationDir() {
+  const std::optional<std::string> xdg = env::get("XDG_CACHE_HOME");
+  if (xdg && (*xdg)[0] == '/') return *xdg + "/loom";
+  const std::optional<std::string> home = env::get("HOME");
+  if (home) return *home + "/.cache/loom";
+  return "";
+}
+
+std::string machineCalibrationKey(int threads) {
+  return "cpu=" + cpuModel() + "; cpus=" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) +
+         "; threads=" + std::to_string(threads) + "; loom=" + LOOM_VERSION_STRING +
+         "; measure=" + std::to_string(kMeasureRevision) + "; build=" + buildFlavour();
+}
+
+Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir, MachineCalibration* out,
+                                       size_t maxCopyBytes) {
+  const std::string key = machineCalibrationKey(threads);
+  const std::string& dir = cacheDir;
+  char name[40];
+  std::snprintf(name, sizeof name, "/machine-%016llx.txt", static_cast<unsigned long long>(fnv1a(key)));
+  const std::string path = dir.empty() ? "" : dir + name;
+  std::string lines;
+  if (!path.empty() && readCached(path, key, &lines)) {
+    *out = {lines, path};
+    return Status::ok();
+  }
+
+  MachineFigures figures;
+  LOOM_TRY(measureMachine(threads, maxCopyBytes, &figures));
+  const CommProfile profile = applyMachineFigures(figures, CommProfile::defaults(1, 1));
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "measured in %s by %d thread(s) at once; GB/s per thread copying, plain / non-temporal stores:",
+                seconds(figures.seconds).c_str(), threads);
+  std::string details = line;
+  for (const MachineFigures::Copy& copy : figures.copies) {
+    std::snprintf(line, sizeof line, "%s%zu KiB %.1f / %.1f", copy.bytes == figures.copies[0].bytes ? " " : ", ",
+                  copy.bytes >> 10, copy.plainGbps, copy.streamingGbps);
+    details += line;
+  }
+  const std::string measured = "measured now in " + seconds(figures.seconds);
+  Status cached = path.empty() ? error(loomSystemError, "no cache directory (neither XDG_CACHE_HOME nor HOME is set)")
+                               : writeCached(dir, path, profile, std::string(kKeyPrefix) + key + "\n" + details);
+  *out = {tuningText(profile, machineCalibrationKeys()),
+          cached.isOk() ? path + " (" + measured + ")" : measured + ", not cached: " + cached.message()};
+  LOOM_INFO("machine calibration: %s: %s", out->source.c_str(), details.c_str());
+  return Status::ok();
+}
+
+}  // namespace loom

@@ -1,0 +1,42 @@
+// The machine calibration (machine_calibration.h) measured once per machine and kept: a
+// communicator's rank 0 asks at creation; the first ask on a machine measures (a few tenths
+// of a second) and writes the result as a tuning file under $XDG_CACHE_HOME/loom/, keyed by
+// CPU model, CPU count, ranks copying at once, Loom's version and build; later asks read it
+// (tens of microseconds).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "algorithms/machine_calibration.h"
+#include "base/status.h"
+
+namespace loom {
+
+// What a calibration gives a communicator: tuning-file lines, and where they came from.
+struct MachineCalibration {
+  std::string text;    // tuning-file lines (tuning_file.h) of machineCalibrationKeys()
+  std::string source;  // "<cache file> (measured now in 0.31 s)", "<cache file>", or
+                       // "measured now in 0.31 s, not cached: <why>"
+};
+
+// Whether this build runs under a sanitizer, whose copies run at a fraction of the machine's
+// speed.
+bool sanitizedBuild();
+
+// The cache's key for `threads` copying at once on this machine with this build of Loom.
+std::string machineCalibrationKey(int threads);
+
+// $XDG_CACHE_HOME/loom, else $HOME/.cache/loom (a relative XDG_CACHE_HOME is ignored, as
+// the XDG base directory rule says); "" when neither is set.
+std::string machineCalibrationDir();
+
+// The calibration for `threads` under `cacheDir` ("": no cache): its file when the file is there and was written for this key,
+// otherwise measured and written there (atomically: a rename; a directory that cannot be
+// written costs the cache, not the calibration). A file that cannot be read as a tuning
+// file is measured over and replaced, with a warning.
+// Measuring copies up to `maxCopyBytes` per thread (machine_calibration.h).
+Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir, MachineCalibration* out,
+                                       size_t maxCopyBytes = kCalibrationMaxCopyBytes);
+
+}  // namespace loom

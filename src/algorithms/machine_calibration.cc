@@ -1,0 +1,262 @@
+// Measuring the host constants of the cost model in this process (machine_calibration.h).
+#include "algorithms/machine_calibration.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "base/spin_lock.h"
+#include "kernels/reduce.h"
+#include "topology/affinity.h"
+
+namespace loom {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsBetween(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// Copy sizes per thread: from below any core's private cache to past a large shared one.
+constexpr size_t kMinCopyBytes = size_t{512} << 10;
+// All threads' buffers together stay under this, which caps the largest size with many
+// threads (their shares of a shared cache shrink alike).
+constexpr size_t kBufferBudget = size_t{256} << 20;
+// Each figure is the best of this many rounds, interleaved across sizes and store kinds, so
+// that a slow phase of a shared machine has to last the whole calibration to spoil one.
+constexpr int kRounds = 3;
+// Non-temporal stores win at a size only when at least this much faster: within it the
+// two are a tie, and a tie keeps the cache.
+constexpr double kWinMargin = 0.97;
+
+// GB/s of `run` moving `bytes` per call in this thread, best of a few rounds.
+template <typename Run>
+double kernelGbps(size_t bytes, Run run) {
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    constexpr int kIters = 50;
+    const Clock::time_point start = Clock::now();
+    for (int i = 0; i < kIters; ++i) run();
+    best = std::max(best, static_cast<double>(bytes) * kIters / secondsBetween(start, Clock::now()) / 1e9);
+  }
+  return best;
+}
+
+// The CPUs this process may use, in order.
+std::vector<int> allowedCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+// Threads that copy between their own two buffers at once, as the ranks of a host do during
+// a collective. Between jobs they sleep; within a job they meet at a spinning barrier, so that
+// the timed part holds no wake-up (tens of microseconds on a virtual machine, as long as a
+// 512 KiB copy).
+class CopyTeam {
+ public:
+  CopyTeam(int threads, size_t maxBytes) : buffers_(static_cast<size_t>(threads)) {
+    const std::vector<int> cpus = allowedCpus();
+    const bool pin = cpus.size() >= static_cast<size_t>(threads);
+    for (int i = 0; i < threads; ++i) {
+      workers_.emplace_back([this, i, maxBytes, cpu = pin ? cpus[static_cast<size_t>(i)] : -1] {
+        work(i, maxBytes, cpu);
+      });
+    }
+    waitDone(1);  // every thread has touched its buffers where it runs
+  }
+
+  ~CopyTeam() {
+    post(Job{0, 0, false, true});
+    for (std::thread& worker : workers_) worker.join();
+  }
+
+  CopyTeam(const CopyTeam&) = delete;
+  CopyTeam& operator=(const CopyTeam&) = delete;
+
+  // Seconds for every thread to copy `bytes` `reps` times, from the first start to the last end.
+  double time(size_t bytes, int reps, bool streaming) {
+    post(Job{bytes, reps, streaming, false});
+    waitDone(generation_);
+    return secondsBetween(start_, end_);
+  }
+
+ private:
+  struct Job {
+    size_t bytes;
+    int reps;
+    bool streaming;
+    bool stop;
+  };
+  struct Buffers {
+    std::unique_ptr<char[]> from, to;
+  };
+
+  void post(const Job& job) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    job_ = job;
+    ++generation_;
+    changed_.notify_all();
+  }
+
+  void waitDone(unsigned generation) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done_ == workers_.size() && doneGeneration_ == generation; });
+  }
+
+  void finish(unsigned generation) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (doneGeneration_ != generation) {
+      doneGeneration_ = generation;
+      done_ = 0;
+    }
+    if (++done_ == workers_.size()) changed_.notify_all();
+  }
+
+  // All threads of the team meet here; the last to arrive lets the others go.
+  void barrier() {
+    const unsigned phase = phase_.load(std::memory_order_acquire);
+    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == workers_.size()) {
+      arrived_.store(0, std::memory_order_relaxed);
+      phase_.store(phase + 1, std::memory_order_release);
+      return;
+    }
+    for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins) {
+      // More threads than CPUs: the one still copying needs this one's CPU.
+      if (spins > 10000) std::this_thread::yield();
+      cpuRelax();
+    }
+  }
+
+  void work(int index, size_t maxBytes, int cpu) {
+    std::string note;
+    if (cpu >= 0) topo::bindCurrentThread({cpu}, &note);
+    Buffers& mine = buffers_[static_cast<size_t>(index)];
+    mine.from = std::make_unique<char[]>(maxBytes);  // zeroed: touched by this thread
+    mine.to = std::make_unique<char[]>(maxBytes);
+    unsigned seen = 0;
+    finish(++seen);
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [&] { return generation_ != seen; });
+        seen = generation_;
+        job = job_;
+      }
+      if (job.stop) return;
+      // Back and forth between the two buffers: each copy reads what the one before wrote,
+      // as a collective reads what arrived. Non-temporal stores skip the cache, so they win
+      // only where the data would not have stayed in it anyway.
+      auto copy = job.streaming ? kernels::copyStreaming : kernels::copy;
+      auto pass = [&](int r) {
+        char* a = mine.from.get();
+        char* b = mine.to.get();
+        if (r % 2 == 0) {
+          copy(b, a, job.bytes);
+        } else {
+          copy(a, b, job.bytes);
+        }
+      };
+      pass(0);  // untimed: the first touch of the size
+      pass(1);
+      barrier();
+      if (index == 0) start_ = Clock::now();
+      for (int r = 0; r < job.reps; ++r) pass(r);
+      barrier();
+      if (index == 0) end_ = Clock::now();
+      finish(seen);
+    }
+  }
+
+  std::vector<Buffers> buffers_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  Job job_{};
+  unsigned generation_ = 1;  // the setup counts as the first job
+  unsigned doneGeneration_ = 0;
+  size_t done_ = 0;
+  std::atomic<size_t> arrived_{0};
+  std::atomic<unsigned> phase_{0};
+  Clock::time_point start_, end_;  // written by thread 0 inside a job, read after it
+};
+
+// Three significant digits: what the measurement can tell on a shared machine, and what
+// reads well in a log line.
+double rounded(double value) {
+  if (!(value > 0)) return value;
+  const double scale = std::pow(10.0, 2 - std::floor(std::log10(value)));
+  return std::round(value * scale) / scale;
+}
+
+}  // namespace
+
+Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out) {
+  if (threads < 1 || maxCopyBytes < kMinCopyBytes) {
+    return error(loomInvalidArgument, "machine calibration: %d threads, copies up to %zu bytes", threads, maxCopyBytes);
+  }
+  const Clock::time_point begin = Clock::now();
+  MachineFigures figures;
+  figures.threads = threads;
+
+  const size_t kernelBytes = size_t{1} << 20;
+  std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), sum(a.size());
+  figures.reduceGbps = kernelGbps(
+      kernelBytes, [&] { kernels::reduce(sum.data(), a.data(), b.data(), a.size(), loomFloat32, loomSum); });
+  figures.copyGbps = kernelGbps(kernelBytes, [&] { kernels::copy(sum.data(), a.data(), kernelBytes); });
+
+  figures.maxBytes = std::max(kMinCopyBytes, std::min(maxCopyBytes, kBufferBudget / 2 / static_cast<size_t>(threads)));
+  std::vector<size_t> sizes;
+  for (size_t bytes = kMinCopyBytes; bytes <= figures.maxBytes; bytes *= 2) sizes.push_back(bytes);
+  figures.maxBytes = sizes.back();
+  std::vector<double> plain(sizes.size(), 1e30), streaming(sizes.size(), 1e30);
+  {
+    CopyTeam team(threads, figures.maxBytes);
+    for (int round = 0; round < kRounds; ++round) {
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        // At least 16 MiB a timing: a millisecond or more at any memory speed met so far.
+        const int reps = static_cast<int>(std::max<size_t>(2, (size_t{16} << 20) / sizes[i]));
+        plain[i] = std::min(plain[i], team.time(sizes[i], reps, false) / reps);
+        streaming[i] = std::min(streaming[i], team.time(sizes[i], reps, true) / reps);
+      }
+    }
+  }
+  // The smallest size from which non-temporal stores win at every size up.
+  figures.streamingMinBytes = 0;
+  for (size_t i = sizes.size(); i-- > 0 && streaming[i] <= kWinMargin * plain[i];) figures.streamingMinBytes = sizes[i];
+  figures.streamingSpeedup = plain.back() / streaming.back();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const double bytes = static_cast<double>(sizes[i]);
+    figures.copies.push_back({sizes[i], bytes / plain[i] / 1e9, bytes / streaming[i] / 1e9});
+  }
+  figures.seconds = secondsBetween(begin, Clock::now());
+  *out = figures;
+  return Status::ok();
+}
+
+std::vector<std::string> machineCalibrationKeys() {
+  return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};  // in the tuning file's order
+}
+
+CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile& base) {
+  CommProfile p = base;
+  p.copyGbps = rounded(figures.copyGbps);
+  p.reduceGbps = rounded(figures.reduceGbps);
+  p.streamingMinBytes = figures.streamingMinBytes;
+  p.streamingGbps = rounded(base.memGbps * figures.streamingSpeedup);
+  return p;
+}
+
+}  // namespace loom

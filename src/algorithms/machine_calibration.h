@@ -1,0 +1,57 @@
+// The host constants of the cost model, measured on the machine Loom runs on instead of taken
+// from the one where its defaults were tuned (docs/TUNING.md, "Machine calibration");
+// calibration_cache.h measures once per machine and keeps the result.
+//
+// What is measured, in this process:
+//   copy.gbps, reduce.gbps  one core's memcpy and float32 sum of 1 MiB arrays (in cache)
+//   streaming.min_bytes     `threads` threads copy their own buffers at once, 512 KiB to
+//                           64 MiB each, with plain and with non-temporal stores: the
+//                           smallest size from which non-temporal stores win at every larger
+//                           size (0: at none). Each thread's copy of S bytes touches 2S, as
+//                           an out-of-place call of S bytes does on each rank.
+//   streaming.gbps          mem.gbps (built in) times how much faster non-temporal stores
+//                           copied at the largest size.
+// The rest (shared-memory and network links, one-shot, mem.gbps) needs ranks:
+// `loom-perf --calibrate` measures them (and writes these keys too) for LOOM_TUNING_FILE,
+// which overrides the calibration key by key.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "algorithms/cost_model.h"
+#include "base/status.h"
+
+namespace loom {
+
+struct MachineFigures {
+  int threads = 1;
+  double copyGbps = 0;
+  double reduceGbps = 0;
+  size_t streamingMinBytes = 0;  // 0: non-temporal stores never won
+  double streamingSpeedup = 0;   // plain-store time over non-temporal time at maxBytes
+  size_t maxBytes = 0;           // the largest copy measured per thread
+  // Each size measured: GB/s per thread with plain stores and with non-temporal ones.
+  struct Copy {
+    size_t bytes;
+    double plainGbps, streamingGbps;
+  };
+  std::vector<Copy> copies;
+  double seconds = 0;            // what measuring took
+};
+
+// Copies per thread go up to this size (less with many threads: all of them hold 256 MiB
+// of buffers at most).
+constexpr size_t kCalibrationMaxCopyBytes = size_t{64} << 20;
+
+// Measures with `threads` threads (1 or more; pinned one per CPU this process may use when
+// it may use that many), copying up to `maxCopyBytes` (512 KiB or more) per thread.
+Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out);
+
+// The calibration's keys (tuning_file.h) and their values for `figures`, over `base` (whose
+// mem.gbps scales streaming.gbps).
+std::vector<std::string> machineCalibrationKeys();
+CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile& base);
+
+}  // namespace loom

@@ -1,0 +1,208 @@
+// The machine calibration (algorithms/machine_calibration.h) and its cache
+// (algorithms/calibration_cache.h): what it measures, and when it measures again.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "algorithms/calibration_cache.h"
+#include "algorithms/machine_calibration.h"
+#include "algorithms/tuning_file.h"
+
+namespace {
+
+using loom::CommProfile;
+using loom::MachineCalibration;
+using loom::MachineFigures;
+using loom::Status;
+
+// Small copies keep the cache tests quick (and bearable under TSan); the size ladder and the
+// decision are the same.
+constexpr size_t kSmallCopies = size_t{4} << 20;
+
+bool isLadderSize(size_t bytes, size_t maxBytes) {
+  for (size_t size = size_t{512} << 10; size <= maxBytes; size *= 2) {
+    if (bytes == size) return true;
+  }
+  return false;
+}
+
+TEST(MachineCalibration, MeasuresEveryFigureOnOneAndTwoThreads) {
+  for (int threads : {1, 2}) {
+    MachineFigures figures;
+    Status status = loom::measureMachine(threads, loom::kCalibrationMaxCopyBytes, &figures);
+    ASSERT_TRUE(status.isOk()) << status.message();
+    std::printf("%d thread(s): copy %.1f GB/s, reduce %.1f GB/s, streaming from %zu B (%.2fx at %zu MiB), %.2f s\n",
+                threads, figures.copyGbps, figures.reduceGbps, figures.streamingMinBytes, figures.streamingSpeedup,
+                figures.maxBytes >> 20, figures.seconds);
+    EXPECT_EQ(figures.threads, threads);
+    EXPECT_GT(figures.copyGbps, 0);
+    EXPECT_GT(figures.reduceGbps, 0);
+    EXPECT_GT(figures.streamingSpeedup, 0);
+    EXPECT_EQ(figures.maxBytes, loom::kCalibrationMaxCopyBytes);
+    // Either never, or one of the sizes measured.
+    EXPECT_TRUE(figures.streamingMinBytes == 0 || isLadderSize(figures.streamingMinBytes, figures.maxBytes))
+        << figures.streamingMinBytes;
+    // The profile it makes: the keys it names, streaming scaled from mem.gbps.
+    const CommProfile base = CommProfile::defaults(2, 1);
+    const CommProfile p = loom::applyMachineFigures(figures, base);
+    // Rounded to three significant digits.
+    EXPECT_NEAR(p.copyGbps, figures.copyGbps, figures.copyGbps * 0.005);
+    EXPECT_NEAR(p.reduceGbps, figures.reduceGbps, figures.reduceGbps * 0.005);
+    EXPECT_EQ(p.streamingMinBytes, figures.streamingMinBytes);
+    EXPECT_NEAR(p.streamingGbps, base.memGbps * figures.streamingSpeedup, p.streamingGbps * 0.005);
+    EXPECT_EQ(p.intra.gbps, base.intra.gbps);
+  }
+}
+
+TEST(MachineCalibration, ManyThreadsShareTheBufferBudget) {
+  MachineFigures figures;
+  Status status = loom::measureMachine(8, loom::kCalibrationMaxCopyBytes, &figures);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(figures.maxBytes, size_t{16} << 20);  // 256 MiB over 8 threads' two buffers
+  EXPECT_EQ(figures.threads, 8);
+
+  EXPECT_EQ(loom::measureMachine(0, kSmallCopies, &figures).code(), loomInvalidArgument);
+  EXPECT_EQ(loom::measureMachine(1, 4096, &figures).code(), loomInvalidArgument);
+}
+
+// A private cache directory, removed at the end.
+struct CacheDir {
+  std::string path;
+  CacheDir() {
+    char name[] = "/tmp/loom-calibration-XXXXXX";
+    path = ::mkdtemp(name) ? name : "";
+  }
+  ~CacheDir() { std::system(("rm -rf " + path).c_str()); }
+  // Where the calibration for `threads` lives: the one machine-*.txt there.
+  std::string file() const {
+    std::string found;
+    FILE* ls = ::popen(("ls " + path + "/loom/machine-*.txt 2>/dev/null").c_str(), "r");
+    char line[512];
+    while (ls != nullptr && std::fgets(line, sizeof line, ls) != nullptr) found += line;
+    if (ls != nullptr) ::pclose(ls);
+    if (!found.empty() && found.back() == '\n') found.pop_back();
+    return found;
+  }
+};
+
+std::string readFile(const std::string& path) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void writeFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+}
+
+// `text` with the line of `key` set to `value`.
+std::string withValue(std::string text, const std::string& key, const std::string& value) {
+  const size_t at = text.find("\n" + key + " = ");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no " << key << " in " << text;
+    return text;
+  }
+  const size_t end = text.find('\n', at + 1);
+  return text.replace(at + 1, end - at - 1, key + " = " + value);
+}
+
+MachineCalibration calibrate(const std::string& dir) {
+  MachineCalibration calibration;
+  Status status = loom::loadOrMeasureMachineCalibration(1, dir, &calibration, kSmallCopies);
+  EXPECT_TRUE(status.isOk()) << status.message();
+  return calibration;
+}
+
+TEST(CalibrationCache, MeasuresOnceThenReadsTheFile) {
+  CacheDir cache;
+  ASSERT_FALSE(cache.path.empty());
+  const std::string dir = cache.path + "/loom";  // made by the calibration
+  const MachineCalibration first = calibrate(dir);
+  const std::string file = cache.file();
+  ASSERT_FALSE(file.empty());
+  EXPECT_EQ(first.source.rfind(file + " (measured now in ", 0), 0u) << first.source;
+  const std::string text = readFile(file);
+  EXPECT_EQ(text.rfind("# loom tuning file v1\n# machine calibration: " + loom::machineCalibrationKey(1) + "\n", 0), 0u)
+      << text;
+  // The file is a tuning file: LOOM_TUNING_FILE could load it.
+  CommProfile loaded = CommProfile::defaults(2, 1);
+  std::vector<std::string> keys;
+  Status status = loom::loadTuningFile(file, &loaded, &keys);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(keys, loom::machineCalibrationKeys());
+
+  // The next ask reads it: an edited value comes back, and nothing is measured.
+  writeFile(file, withValue(text, "copy.gbps", "12345"));
+  const MachineCalibration second = calibrate(dir);
+  EXPECT_EQ(second.source, file);
+  EXPECT_NE(second.text.find("copy.gbps = 12345\n"), std::string::npos) << second.text;
+}
+
+TEST(CalibrationCache, MeasuresAgainForAnotherKeyOrABrokenFile) {
+  CacheDir cache;
+  const std::string dir = cache.path + "/loom";
+  calibrate(dir);
+  const std::string file = cache.file();
+  ASSERT_FALSE(file.empty());
+  const std::string good = readFile(file);
+  const std::string key = loom::machineCalibrationKey(1);
+  ASSERT_NE(key.find("; loom="), std::string::npos) << key;
+  ASSERT_NE(key.find("cpu="), std::string::npos) << key;
+
+  struct Case {
+    const char* what;
+    std::string text;
+  } cases[] = {
+      {"another version of Loom", good.substr(0, good.find("; loom=")) + "; loom=0.0.0" + good.substr(good.find("; measure="))},
+      {"a value that is not a number", withValue(good, "reduce.gbps", "fast")},
+      {"a key missing", good.substr(0, good.find("streaming.gbps"))},
+      {"an empty file", ""},
+  };
+  for (const Case& c : cases) {
+    writeFile(file, c.text);
+    const MachineCalibration again = calibrate(dir);
+    EXPECT_EQ(again.source.rfind(file + " (measured now in ", 0), 0u) << c.what << ": " << again.source;
+    // Replaced by a whole, current file.
+    const std::string now = readFile(file);
+    EXPECT_NE(now.find("# machine calibration: " + key + "\n"), std::string::npos) << c.what << ": " << now;
+    EXPECT_NE(now.find("streaming.gbps = "), std::string::npos) << c.what << ": " << now;
+  }
+}
+
+TEST(CalibrationCache, ADirectoryThatCannotBeWrittenCostsTheCacheOnly) {
+  // /proc takes no new directories, not even from root.
+  const MachineCalibration calibration = calibrate("/proc/loom-calibration-test");
+  EXPECT_EQ(calibration.source.rfind("measured now in ", 0), 0u) << calibration.source;
+  EXPECT_NE(calibration.source.find(", not cached: cannot create /proc/loom-calibration-test"), std::string::npos)
+      << calibration.source;
+  EXPECT_NE(calibration.text.find("copy.gbps = "), std::string::npos) << calibration.text;
+
+  const MachineCalibration nowhere = calibrate("");
+  EXPECT_NE(nowhere.source.find("not cached: no cache directory"), std::string::npos) << nowhere.source;
+}
+
+TEST(CalibrationCache, TheDirectoryFollowsXdgThenHome) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string savedXdg = xdg ? xdg : "", savedHome = home ? home : "";
+  setenv("XDG_CACHE_HOME", "/somewhere/cache", 1);
+  setenv("HOME", "/home/someone", 1);
+  EXPECT_EQ(loom::machineCalibrationDir(), "/somewhere/cache/loom");
+  setenv("XDG_CACHE_HOME", "relative/cache", 1);  // ignored, as the XDG rule says
+  EXPECT_EQ(loom::machineCalibrationDir(), "/home/someone/.cache/loom");
+  unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(loom::machineCalibrationDir(), "/home/someone/.cache/loom");
+  unsetenv("HOME");
+  EXPECT_EQ(loom::machineCalibrationDir(), "");
+  if (xdg) setenv("XDG_CACHE_HOME", savedXdg.c_str(), 1);
+  if (home) setenv("HOME", savedHome.c_str(), 1);
+}
+
+}  // namespace
