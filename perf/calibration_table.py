@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""perf/calibration_check.sh's table: per size, the best round of loom-perf allreduce with the
+machine calibration and with the built-in constants (LOOM_MACHINE_CALIBRATION=0), in place and
+out of place, and built-in time / calibrated time (> 1: the calibration is faster). The CSVs
+are named VARIANT-roundR-SIZE.csv."""
+
+import argparse
+import csv
+import os
+import sys
+
+
+def read_best(paths):
+    """{(variant, mode, bytes): best µs} over the CSVs; mode is "ip" or "oop"."""
+    best = {}
+    for path in paths:
+        variant = os.path.basename(path).split("-round")[0]
+        with open(path) as f:
+            for row in csv.DictReader(f):
+                for mode in ("ip", "oop"):
+                    if not row[f"{mode}_time_us"]:
+                        continue
+                    key = (variant, mode, int(row["size"]))
+                    best[key] = min(best.get(key, float("inf")), float(row[f"{mode}_time_us"]))
+    return best
+
+
+def size_text(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def busbw(nbytes, us, ranks):
+    return nbytes / us / 1e3 * 2 * (ranks - 1) / ranks
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ranks", type=int, required=True)
+    p.add_argument("--csv", nargs="+", required=True)
+    p.add_argument("--markdown")
+    args = p.parse_args()
+    best = read_best(args.csv)
+    sizes = sorted({size for (_, _, size) in best})
+    lines = [f"{args.ranks} ranks, float32 sum over shared memory; best round per size; busbw in GB/s",
+             "",
+             "| size | mode | calibrated µs | built-in µs | calibrated busbw | built-in busbw | built-in / calibrated |",
+             "|---:|---|---:|---:|---:|---:|---:|"]
+    for size in sizes:
+        for mode, name in (("ip", "in place"), ("oop", "out of place")):
+            cal, builtin = best.get(("calibrated", mode, size)), best.get(("builtin", mode, size))
+            if cal is None or builtin is None:
+                continue
+            lines.append(f"| {size_text(size)} | {name} | {cal:.1f} | {builtin:.1f} | "
+                         f"{busbw(size, cal, args.ranks):.2f} | {busbw(size, builtin, args.ranks):.2f} | "
+                         f"{builtin / cal:.2f} |")
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
