@@ -2,7 +2,7 @@
 // communicator's rank 0 asks at creation; the first ask on a machine measures (a few tenths
 // of a second) and writes the result as a tuning file under $XDG_CACHE_HOME/loom/, keyed by
 // CPU model, CPU count, ranks copying at once, Loom's version and build; later asks read it
-// (tens of microseconds).
+// (tens of microseconds). The file is a tuning file: LOOM_TUNING_FILE can load it too.
 #pragma once
 
 #include <cstddef>
@@ -31,11 +31,11 @@ std::string machineCalibrationKey(int threads);
 // the XDG base directory rule says); "" when neither is set.
 std::string machineCalibrationDir();
 
-// The calibration for `threads` under `cacheDir` ("": no cache): its file when the file is there and was written for this key,
-// otherwise measured and written there (atomically: a rename; a directory that cannot be
-// written costs the cache, not the calibration). A file that cannot be read as a tuning
-// file is measured over and replaced, with a warning.
-// Measuring copies up to `maxCopyBytes` per thread (machine_calibration.h).
+// The calibration for `threads` under `cacheDir` ("": no cache): its file when the file is
+// there and was written for this key, otherwise measured (copies up to `maxCopyBytes` per
+// thread) and written there (atomically: a rename; a directory that cannot be written costs
+// the cache, not the calibration). A file that cannot be read as a tuning file is measured
+// over and replaced, with a warning.
 Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir, MachineCalibration* out,
                                        size_t maxCopyBytes = kCalibrationMaxCopyBytes);
 

@@ -4,11 +4,13 @@
 //
 // What is measured, in this process:
 //   copy.gbps, reduce.gbps  one core's memcpy and float32 sum of 1 MiB arrays (in cache)
-//   streaming.min_bytes     `threads` threads copy their own buffers at once, 512 KiB to
-//                           64 MiB each, with plain and with non-temporal stores: the
-//                           smallest size from which non-temporal stores win at every larger
-//                           size (0: at none). Each thread's copy of S bytes touches 2S, as
-//                           an out-of-place call of S bytes does on each rank.
+//   streaming.min_bytes     `threads` threads copy back and forth between their own two
+//                           buffers at once, 512 KiB to 64 MiB each, with plain and with
+//                           non-temporal stores: the smallest size from which non-temporal
+//                           stores win at every larger size (0: at none). Each thread's copy
+//                           of S bytes touches 2S, as an out-of-place call of S bytes does
+//                           on each rank, and reads what the copy before it wrote, as a
+//                           collective reads what arrived.
 //   streaming.gbps          mem.gbps (built in) times how much faster non-temporal stores
 //                           copied at the largest size.
 // The rest (shared-memory and network links, one-shot, mem.gbps) needs ranks:

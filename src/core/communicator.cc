@@ -351,6 +351,10 @@ Status Communicator::agreeOnProfile() {
   // plans and wait on each other forever), so only rank 0 builds them. A device
   // communicator's kernel neither streams nor runs on the host's caches: no calibration.
   std::string sources;
+  // Another rank's own tuning file, read before the exchange so that a bad one fails here
+  // with its own message (rank 0 may not live to tell).
+  CommProfile ownFile = mine;
+  std::vector<std::string> ownKeys;
   if (rank_ == 0) {
     TunerLayers layers;
     layers.tuningFile = config_.tuningFile;
@@ -359,6 +363,8 @@ Status Communicator::agreeOnProfile() {
       layers.calibrationThreads = calibrationThreads();
     }
     LOOM_TRY(layerTunerConstants(layers, &mine, &sources));
+  } else if (!config_.tuningFile.empty()) {
+    LOOM_TRY(loadTuningFile(config_.tuningFile, &ownFile, &ownKeys));
   }
   static_assert(std::is_trivially_copyable_v<CommProfile>);
   std::vector<CommProfile> all(static_cast<size_t>(nranks_));
@@ -369,13 +375,14 @@ Status Communicator::agreeOnProfile() {
     LOOM_INFO("comm %016llx: tuner constants: %s", static_cast<unsigned long long>(commId()), sources.c_str());
     return Status::ok();
   }
-  // A rank whose own file says something else is told that it is not the one deciding.
-  CommProfile own = profile_;
-  if (!config_.tuningFile.empty()) LOOM_TRY(loadTuningFile(config_.tuningFile, &own));
-  if (tuningText(own) != tuningText(profile_)) {
-    LOOM_WARN("comm %016llx: this rank's tuning file (LOOM_TUNING_FILE %s) differs from rank 0's constants; "
+  std::string differing;
+  for (const std::string& key : ownKeys) {
+    if (tuningValue(ownFile, key) != tuningValue(profile_, key)) differing += (differing.empty() ? "" : ", ") + key;
+  }
+  if (!differing.empty()) {
+    LOOM_WARN("comm %016llx: this rank's tuning file (LOOM_TUNING_FILE %s) differs from rank 0's constants in %s; "
               "choosing algorithms with rank 0's",
-              static_cast<unsigned long long>(commId()), config_.tuningFile.c_str());
+              static_cast<unsigned long long>(commId()), config_.tuningFile.c_str(), differing.c_str());
   }
   LOOM_INFO("comm %016llx: tuner constants (rank 0's): %s", static_cast<unsigned long long>(commId()),
             oneLine(tuningText(profile_)).c_str());
