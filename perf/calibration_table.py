@@ -9,6 +9,8 @@ import csv
 import os
 import sys
 
+from compare_table import size_label
+
 
 def read_best(paths):
     """{(variant, mode, bytes): best µs} over the CSVs; mode is "ip" or "oop"."""
@@ -23,13 +25,6 @@ def read_best(paths):
                     key = (variant, mode, int(row["size"]))
                     best[key] = min(best.get(key, float("inf")), float(row[f"{mode}_time_us"]))
     return best
-
-
-def size_text(n):
-    for unit, shift in (("MiB", 20), ("KiB", 10)):
-        if n >= 1 << shift and n % (1 << shift) == 0:
-            return f"{n >> shift} {unit}"
-    return f"{n} B"
 
 
 def busbw(nbytes, us, ranks):
@@ -53,7 +48,7 @@ def main():
             cal, builtin = best.get(("calibrated", mode, size)), best.get(("builtin", mode, size))
             if cal is None or builtin is None:
                 continue
-            lines.append(f"| {size_text(size)} | {name} | {cal:.1f} | {builtin:.1f} | "
+            lines.append(f"| {size_label(size)} | {name} | {cal:.1f} | {builtin:.1f} | "
                          f"{busbw(size, cal, args.ranks):.2f} | {busbw(size, builtin, args.ranks):.2f} | "
                          f"{builtin / cal:.2f} |")
     text = "\n".join(lines) + "\n"

@@ -131,8 +131,7 @@ int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts) {
     status = env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming);
   }
   layers.streamingMinBytes = streaming;
-  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  layers.calibrationThreads = calibrate != 0 && !sanitizedBuild() ? static_cast<int>(std::min<long>(cpus, profile.ranksPerHost())) : 0;
+  layers.calibrationThreads = calibrate != 0 ? calibrationThreadsFor(profile.ranksPerHost()) : 0;
   AlgorithmSetting algorithms;
   ProtocolSetting protocols;
   std::string sources;

@@ -238,8 +238,8 @@ int calibrate(loomComm_t comm, const std::string& path) {
       int onHost = 0;
       for (int r = 0; r < nranks; ++r) onHost += host(r) == host(0);
       loom::MachineCalibration calibration;
-      loom::Status status = loom::Registry::instance().machineCalibration(
-          static_cast<int>(std::min<long>(onHost, sysconf(_SC_NPROCESSORS_ONLN))), &calibration);
+      loom::Status status = loom::Registry::instance().machineCalibration(loom::calibrationThreadsFor(onHost),
+                                                                          &calibration);
       if (status.isOk()) status = loom::applyTuningText(calibration.text, calibration.source, &measured);
       if (!status.isOk()) fatal("--calibrate: machine calibration: %s", status.message().c_str());
       std::printf("#   copy, reduce, streaming: machine calibration %s\n", calibration.source.c_str());

@@ -153,6 +153,11 @@ std::string machineCalibrationDir() {
   return "";
 }
 
+int calibrationThreadsFor(int ranksOnHost) {
+  if (sanitizedBuild()) return 0;
+  return static_cast<int>(std::max(1L, std::min<long>(ranksOnHost, sysconf(_SC_NPROCESSORS_ONLN))));
+}
+
 std::string machineCalibrationKey(int threads) {
   return "cpu=" + cpuModel() + "; cpus=" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) +
          "; threads=" + std::to_string(threads) + "; loom=" + LOOM_VERSION_STRING +

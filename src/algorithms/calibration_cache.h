@@ -24,6 +24,11 @@ struct MachineCalibration {
 // speed.
 bool sanitizedBuild();
 
+// How many threads the calibration for `ranksOnHost` ranks copies with: one per rank, at
+// most one per CPU (ranks beyond the CPUs take turns, they do not add copying); 0 (no
+// calibration) in a sanitized build.
+int calibrationThreadsFor(int ranksOnHost);
+
 // The cache's key for `threads` copying at once on this machine with this build of Loom.
 std::string machineCalibrationKey(int threads);
 

@@ -391,17 +391,14 @@ Status Communicator::agreeOnProfile() {
 
 int Communicator::calibrationThreads() const {
   if (!config_.machineCalibration) return 0;
-  if (sanitizedBuild()) {
+  // Called on rank 0: its host's ranks are the ones that copy at once during a collective.
+  const int threads = calibrationThreadsFor(localRanks_);
+  if (threads == 0) {
     // Its figures would be wrong, and measuring them slow.
     LOOM_INFO("comm %016llx: no machine calibration in a sanitized build: built-in constants",
               static_cast<unsigned long long>(commId()));
-    return 0;
   }
-  // The ranks on rank 0's host copy at once during a collective, as many as there are CPUs.
-  const std::vector<PeerInfo>& peers = bootstrap_->peers();
-  const long ranks = std::count_if(peers.begin(), peers.end(),
-                                   [&](const PeerInfo& p) { return p.hostHash == peers[0].hostHash; });
-  return static_cast<int>(std::max(1L, std::min(ranks, sysconf(_SC_NPROCESSORS_ONLN))));
+  return threads;
 }
 
 void Communicator::findDeviceCpus() {
