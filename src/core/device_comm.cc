@@ -134,6 +134,7 @@ class DeviceCommImpl final : public DeviceComm {
   }
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   Status agreeOnBlockBudget();
+  void logCounters();
   int failureCause() const;
   Status fillConnections(int peer);
   Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
@@ -321,6 +322,8 @@ DeviceCommImpl::~DeviceCommImpl() {
                 "its device memory is left allocated",
                 comm_->rank(), static_cast<long long>(comm_->config().timeoutMs));
       (void)runtime_.release();
+    } else if (log::enabled(log::Level::kTrace)) {
+      logCounters();
     }
     if (proxy_ != nullptr) proxy_->drain(std::chrono::milliseconds(comm_->config().timeoutMs));
   }
@@ -331,6 +334,26 @@ DeviceCommImpl::~DeviceCommImpl() {
   changed_.notify_all();
   if (watchdog_.joinable()) watchdog_.join();
   proxy_.reset();
+}
+
+// Every connection's counters as the kernels left them, to set beside the peer's: the two
+// ends of a connection that disagree explain a hang.
+void DeviceCommImpl::logCounters() {
+  std::vector<uint64_t> counters(conns_.size() * 2);
+  if (!runtime_->copyToHost(counters.data(), counters_, counters.size() * sizeof(uint64_t)).isOk()) return;
+  std::string text;
+  for (int p = 0; p < comm_->nranks(); ++p) {
+    for (int c = 0; c < channels_; ++c) {
+      const uint64_t* sent = &counters[2 * static_cast<size_t>(connIndex(p, c, true))];
+      const uint64_t* taken = &counters[2 * static_cast<size_t>(connIndex(p, c, false))];
+      if (sent[0] + sent[1] + taken[0] + taken[1] == 0) continue;
+      text += format(" %d/%d: %llu+%llu sent, %llu+%llu taken;", p, c, static_cast<unsigned long long>(sent[0]),
+                     static_cast<unsigned long long>(sent[1]), static_cast<unsigned long long>(taken[0]),
+                     static_cast<unsigned long long>(taken[1]));
+    }
+  }
+  LOOM_TRACE("comm %016llx rank %d: FIFO pieces at the end (peer/channel: simple+low-latency):%s",
+             static_cast<unsigned long long>(comm_->commId()), comm_->rank(), text.c_str());
 }
 
 void DeviceCommImpl::abort() {
@@ -631,6 +654,30 @@ Status DeviceCommImpl::finish(const DeviceJob& job) {
 
 // ---- Failures ---------------------------------------------------------------------------------
 
+// What the worker that was stopped had waited for: the difference between a peer that never
+// sent (a FIFO word short of its target) and a step of this rank that never ended tells a hang's
+// cause apart. Piece numbers count from the connection's first.
+std::string waitedFor(const ErrorRecord& e) {
+  const auto target = static_cast<unsigned long long>(e.expected), seen = static_cast<unsigned long long>(e.got);
+  std::string text;
+  switch (e.waitKind) {
+    case kWaitPiece:
+      text = format("; it waited for piece %llu from rank %d, and %llu had arrived", target, e.peer, seen);
+      break;
+    case kWaitSlot:
+      text = format("; it waited for rank %d to take piece %llu to free a slot, and it had taken %llu", e.peer, target,
+                    seen);
+      break;
+    case kWaitLine: text = format("; it waited for low-latency piece %llu from rank %d", target, e.peer); break;
+    case kWaitStep: text = format("; it waited for this rank's step %u to finish", e.waitStep); break;
+    default: break;
+  }
+  if (e.workersStarted < e.workers) {
+    text += format("; only %u of the launch's %u workers (thread blocks) had started", e.workersStarted, e.workers);
+  }
+  return text;
+}
+
 Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
   std::string where = format("device plan %llu", static_cast<unsigned long long>(e.plan));
   CallInfo call;
@@ -671,16 +718,19 @@ Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
     }
     default: break;
   }
+  const std::string waiting = e.kind == kStopped ? waitedFor(e) : std::string();
   switch (abortReason) {
     case kAbortedTimeout:
-      return error(loomTimeout, "%s: timed out after %lld ms without progress (timeoutMs, LOOM_TIMEOUT_MS)", where.c_str(),
-                   static_cast<long long>(comm_->config().timeoutMs));
+      return error(loomTimeout, "%s: timed out after %lld ms without progress (timeoutMs, LOOM_TIMEOUT_MS)%s",
+                   where.c_str(), static_cast<long long>(comm_->config().timeoutMs), waiting.c_str());
     case kAbortedPeerGone: {
       const int peer = __atomic_load_n(&control_->abortPeer, __ATOMIC_ACQUIRE);
-      return error(loomRemoteError, "%s: rank %d is gone (its process exited or its connection closed)",
-                   where.c_str(), peer);
+      return error(loomRemoteError, "%s: rank %d is gone (its process exited or its connection closed)%s",
+                   where.c_str(), peer, waiting.c_str());
     }
-    default: return error(loomInvalidUsage, "%s: the communicator was aborted (loomCommAbort)", where.c_str());
+    default:
+      return error(loomInvalidUsage, "%s: the communicator was aborted (loomCommAbort)%s", where.c_str(),
+                   waiting.c_str());
   }
 }
 
@@ -771,6 +821,15 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
                 comm_->rank(), comm_->device(), static_cast<long long>(comm_->config().timeoutMs));
     }
     return;
+  }
+  // Said after the fact too: a launch held back nearly as long as the timeout has left its
+  // peers timing out, and its own stream is where the cause sits.
+  const auto held = std::chrono::duration_cast<std::chrono::milliseconds>(now - queuedSince_);
+  if (queuedSince_ != Clock::time_point() && held.count() > comm_->config().timeoutMs / 2) {
+    LOOM_WARN("rank %d: a launch on device %d started %lld ms after it was made: its stream held earlier work that "
+              "long (with ranks that are threads of one process on one GPU: docs/ARCHITECTURE.md, 'Thread ranks "
+              "on one GPU')",
+              comm_->rank(), comm_->device(), static_cast<long long>(held.count()));
   }
   queuedSince_ = Clock::time_point();
   if (started != watched_) {

@@ -56,6 +56,7 @@ class CudaRuntime final : public DeviceRuntime {
   Status allocHostMapped(size_t bytes, void** host, void** device) override;
   Status allocDevice(size_t bytes, void** out) override;
   Status copyToDevice(void* dst, const void* src, size_t bytes) override;
+  Status copyToHost(void* dst, const void* src, size_t bytes) override;
   Status writeWord(uint32_t* word, uint32_t value) override;
   Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override;
   Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) override;
@@ -163,8 +164,7 @@ Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
   return Status::ok();
 }
 
-// A copy from pinned memory on the runtime's own stream: it waits for no stream of the caller's,
-// and the word it copies from is not reused for kStagedWords writes (failures are rare).
+// Copies on the runtime's own stream: they wait for no stream of the caller's.
 Status CudaRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {
   DeviceScope scope(device_);
   cuda::RelaxedCapture capture;
@@ -173,6 +173,14 @@ Status CudaRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {
   return Status::ok();
 }
 
+Status CudaRuntime::copyToHost(void* dst, const void* src, size_t bytes) {
+  DeviceScope scope(device_);
+  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, own_.get()));
+  LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
+  return Status::ok();
+}
+
+// The pinned word it copies from is not reused for kStagedWords writes (failures are rare).
 Status CudaRuntime::writeWord(uint32_t* word, uint32_t value) {
   DeviceScope scope(device_);
   uint32_t* staged = &words_[wordsUsed_++ % kStagedWords];

@@ -58,6 +58,10 @@ class EmulatedRuntime final : public DeviceRuntime {
     std::memcpy(dst, src, bytes);
     return Status::ok();
   }
+  Status copyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
   Status writeWord(uint32_t* word, uint32_t value) override {
     __atomic_store_n(word, value, __ATOMIC_RELEASE);
     return Status::ok();

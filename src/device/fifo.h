@@ -54,7 +54,10 @@ LOOM_HD bool sendSimple(const Ctx<W>& ctx, const Connection& c, const uint8_t* s
   const uint64_t capacity = c.shape.slotBytes, pieces = piecesOf(bytes, capacity, header != nullptr);
   for (uint64_t k = 0; k < pieces; ++k) {
     const uint64_t posted = *done;
-    if (posted >= c.shape.slots && !waitAtLeast(ctx, c.head, posted + 1 - c.shape.slots, c.peerStatus)) return false;
+    if (posted >= c.shape.slots &&
+        !waitAtLeast(ctx, c.head, posted + 1 - c.shape.slots, c.peerStatus, Wait{kWaitSlot, 0})) {
+      return false;
+    }
     const uint64_t slot = posted % c.shape.slots, at = k * capacity;
     const uint64_t n = bytes - at < capacity ? bytes - at : capacity;
     copyBytes<false>(w, c.data + slot * capacity, src + at, n);
@@ -119,7 +122,7 @@ LOOM_HD bool recvSimple(const Ctx<W>& ctx, const Connection& c, uint64_t bytes, 
   const uint64_t capacity = c.shape.slotBytes, pieces = piecesOf(bytes, capacity, header != nullptr);
   for (uint64_t k = 0; k < pieces; ++k) {
     const uint64_t taken = *done;
-    if (!waitAtLeast(ctx, c.tail, taken + 1, c.peerStatus)) return false;
+    if (!waitAtLeast(ctx, c.tail, taken + 1, c.peerStatus, Wait{kWaitPiece, 0})) return false;
     const uint64_t slot = taken % c.shape.slots, at = k * capacity;
     const uint64_t n = bytes - at < capacity ? bytes - at : capacity;
     const SlotInfo info = readSlotInfo(w, &c.info[slot]);
@@ -149,7 +152,8 @@ LOOM_HD bool sendLowLatency(const Ctx<W>& ctx, const Connection& c, const uint8_
   const uint64_t capacity = c.shape.llPayload(), pieces = piecesOf(bytes, capacity, header != nullptr);
   for (uint64_t k = 0; k < pieces; ++k) {
     const uint64_t posted = *done;
-    if (posted >= c.shape.llSlots && !waitAtLeast(ctx, c.llHead, posted + 1 - c.shape.llSlots, c.peerStatus)) {
+    if (posted >= c.shape.llSlots && !waitAtLeast(ctx, c.llHead, posted + 1 - c.shape.llSlots, c.peerStatus,
+                                                      Wait{kWaitSlot, 0})) {
       return false;
     }
     const uint32_t flag = static_cast<uint32_t>(posted + 1);
@@ -179,7 +183,7 @@ template <class W>
 LOOM_HD bool awaitLine(const Ctx<W>& ctx, const Connection& c, const LLLine* line, uint32_t flag, uint64_t* word) {
   uint32_t lo = 0, hi = 0;
   for (uint32_t spins = 1; !ctx.w.loadLine(line, flag, &lo, &hi); ++spins) {
-    if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(c.peerStatus)) return false;
+    if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(c.peerStatus, Wait{kWaitLine, 0}, flag, 0)) return false;
     ctx.w.pause(spins);
   }
   *word = lo | static_cast<uint64_t>(hi) << 32;

@@ -161,7 +161,8 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
           auto* scratch = static_cast<uint8_t*>(s.scratch);
           CopyOut<W> park{w, scratch};
           if (!receive(ctx, *c, s, header, park)) return false;
-          if (!waitAtLeast<true>(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr)) return false;
+          if (!waitAtLeast(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr,
+                           Wait{kWaitStep, static_cast<uint32_t>(s.writeAfter)})) return false;
           elementwise<T, false, false>(w, dst, src, scratch, s.bytes / sizeof(T), ReduceJob<T, Op>{divisor});
           return true;
         });
@@ -200,7 +201,8 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
     const DeviceCall call = plan.call(s.call);
     ctx.step = index;
     ctx.peer = s.conn >= 0 ? args.conns[s.conn].peer : -1;
-    if (s.after >= 0 && !waitAtLeast<true>(ctx, &args.stepFlags[s.after], ctx.launch, nullptr)) break;
+    if (s.after >= 0 && !waitAtLeast(ctx, &args.stepFlags[s.after], ctx.launch, nullptr,
+                                       Wait{kWaitStep, static_cast<uint32_t>(s.after)})) break;
     if (!runStep(ctx, s, call)) break;
     w.sync();
     if (w.thread() == 0 && lastPart(ctx, index)) w.releaseLocal(&args.stepFlags[index], ctx.launch);

@@ -111,6 +111,16 @@ enum FailureKind : uint32_t {
   kOutOfStep = 5,       // a header where none was expected, or none where one was
 };
 
+// What a stopped worker was waiting for (ErrorRecord::waitKind; expected and got are the
+// word's target and its last value). Pieces count from the connection's first.
+enum WaitKind : uint32_t {
+  kWaitUnknown = 0,
+  kWaitPiece = 1,  // a simple piece from the peer: the FIFO's tail
+  kWaitSlot = 2,   // a free slot in the peer's FIFO: its head (simple or low-latency)
+  kWaitLine = 3,   // a low-latency piece (expected: its flag; got: unknown, 0)
+  kWaitStep = 4,   // this rank's step waitStep to finish in this launch: its flag
+};
+
 // Written with plain stores by the worker that claimed LaunchState::failureClaim first, then
 // published by `complete` (no atomics on host memory: a GPU may not have them over PCIe).
 struct ErrorRecord {
@@ -122,6 +132,9 @@ struct ErrorRecord {
   uint64_t launch;      // the launch's number (LaunchState::launches after it)
   uint64_t expected, got;
   uint8_t header[24];
+  uint32_t waitKind;    // kStopped: WaitKind
+  uint32_t waitStep;    // kWaitStep: the step waited for
+  uint32_t workersStarted, workers;  // of the failing launch, when the record was written
   uint32_t complete;    // 1 once the fields above are written
   uint32_t reserved;
 };

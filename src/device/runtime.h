@@ -63,6 +63,8 @@ class DeviceRuntime {
   // Copies host memory to allocDevice memory and waits for the copy, but for no stream of the
   // caller's (setup, while the caller's streams may hold kernels that wait for this rank).
   virtual Status copyToDevice(void* dst, const void* src, size_t bytes) = 0;
+  // Copies allocDevice memory to the host the same way (for TRACE logs).
+  virtual Status copyToHost(void* dst, const void* src, size_t bytes) = 0;
   // Stores `value` at `word` (allocShared or allocDevice memory) from the host, without
   // waiting for any stream of the caller's.
   virtual Status writeWord(uint32_t* word, uint32_t value) = 0;

@@ -26,6 +26,12 @@
 
 namespace loom::device {
 
+// What a waiting worker waits for, so that a wait given up can say (ErrorRecord).
+struct Wait {
+  uint32_t kind;  // WaitKind
+  uint32_t step;  // kWaitStep: which
+};
+
 template <class W>
 struct Ctx {
   W& w;
@@ -38,11 +44,16 @@ struct Ctx {
 
   // Records the first failure of the rank (any thread may call; the first caller wins), then
   // stops this rank's other workers and tells peers this rank failed.
-  LOOM_HD_CALLED void fail(uint32_t kind, uint64_t expected, uint64_t got, const uint8_t* header) const {
+  LOOM_HD_CALLED void fail(uint32_t kind, uint64_t expected, uint64_t got, const uint8_t* header,
+                           Wait wait = {kWaitUnknown, 0}) const {
     Control* control = args.control;
     if (w.cas32(&args.state->failureClaim, 0, 1) == 0) {
       ErrorRecord& e = control->error;
       e.kind = kind;
+      e.waitKind = wait.kind;
+      e.waitStep = wait.step;
+      e.workersStarted = w.acquire32(&args.state->workersStarted);
+      e.workers = args.workers;
       e.step = step;
       e.plan = args.view().header->id;
       e.peer = peer;
@@ -67,10 +78,11 @@ struct Ctx {
     }
   }
 
-  // Whether the worker must give up its wait: the rank was stopped, or the peer failed.
-  LOOM_HD bool mustStop(const uint32_t* peerStatus) const {
+  // Whether the worker must give up its wait for `wait` (the word's target and last value):
+  // the rank was stopped, or the peer failed.
+  LOOM_HD bool mustStop(const uint32_t* peerStatus, Wait wait, uint64_t target, uint64_t seen) const {
     if (w.acquire32(&args.control->abort) != kRunning || w.acquire32(&args.state->stopped) != 0) {
-      fail(kStopped, 0, 0, nullptr);
+      fail(kStopped, target, seen, nullptr, wait);
       return true;
     }
     if (peerStatus != nullptr) {
@@ -86,14 +98,17 @@ struct Ctx {
 
 // Thread 0 waits until *word >= target, looking at the abort word and at the peer's status
 // every so often. Returns false on every thread of the worker when the wait was given up.
-// kLocal: a word only this rank's kernel writes (a step flag).
-template <bool kLocal = false, class W>
-LOOM_HD_CALLED bool waitAtLeast(const Ctx<W>& ctx, const uint64_t* word, uint64_t target, const uint32_t* peerStatus) {
+// A step flag (kWaitStep) is a word only this rank's kernel writes.
+template <class W>
+LOOM_HD_CALLED bool waitAtLeast(const Ctx<W>& ctx, const uint64_t* word, uint64_t target, const uint32_t* peerStatus,
+                                Wait wait) {
   W& w = ctx.w;
+  const bool local = wait.kind == kWaitStep;
   bool stop = false;
   if (w.thread() == 0) {
-    for (uint32_t spins = 1; (kLocal ? w.acquireLocal(word) : w.acquire(word)) < target; ++spins) {
-      if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(peerStatus)) {
+    uint64_t seen;
+    for (uint32_t spins = 1; (seen = local ? w.acquireLocal(word) : w.acquire(word)) < target; ++spins) {
+      if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(peerStatus, wait, target, seen)) {
         stop = true;
         break;
       }
