@@ -13,6 +13,7 @@
 #include <new>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "base/log.h"
 #include "base/peer_process.h"
@@ -33,6 +34,8 @@ using namespace device;
 
 constexpr uint32_t kConnectTag = 0x44455601;  // "DEV" 1: a peer's block handle
 constexpr uint32_t kFirstStepFlags = 4096;
+constexpr size_t kFirstScratchBytes = size_t{16} << 20;  // a call's parked receives, made at creation
+constexpr size_t kPlanSlotBytes = 64 << 10;              // a plan too large for the kernel's parameter
 constexpr size_t kNotesKept = 256;  // descriptions of recent plans, for error messages
 
 // Scratch for plans (partial results of ring and tree steps, bytes that wait for writeAfter):
@@ -42,6 +45,15 @@ class DeviceArena : public ScratchSource {
  public:
   explicit DeviceArena(DeviceRuntime& runtime) : runtime_(runtime) {}
   void reset() { block_ = offset_ = 0; }
+  // Allocates the first block now (at creation) rather than in a call's launch path.
+  Status reserve(size_t bytes) {
+    void* p = nullptr;
+    LOOM_TRY(runtime_.allocDevice(bytes, &p));
+    blocks_.emplace_back(static_cast<char*>(p), bytes);
+    return Status::ok();
+  }
+  // Whether a call since the last look needed a block beyond the ones it had.
+  bool grewSinceAsked() { return std::exchange(grew_, false); }
   char* get(size_t bytes) override {
     bytes = (bytes + 255) & ~size_t{255};
     while (block_ < blocks_.size() && offset_ + bytes > blocks_[block_].second) {
@@ -53,6 +65,7 @@ class DeviceArena : public ScratchSource {
       void* p = nullptr;
       if (!runtime_.allocDevice(size, &p).isOk()) throw std::bad_alloc();
       blocks_.emplace_back(static_cast<char*>(p), size);
+      grew_ = true;
     }
     char* p = blocks_[block_].first + offset_;
     offset_ += bytes;
@@ -63,6 +76,7 @@ class DeviceArena : public ScratchSource {
   DeviceRuntime& runtime_;
   std::vector<std::pair<char*, size_t>> blocks_;
   size_t block_ = 0, offset_ = 0;
+  bool grew_ = false;
 };
 
 // A plan too large for the kernel's parameter, in pinned memory the kernel reads. Free again
@@ -135,6 +149,8 @@ class DeviceCommImpl final : public DeviceComm {
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   Status agreeOnBlockBudget();
   void logCounters();
+  Status addPlanSlot(size_t capacity);
+  void memoryMadeInCall(const char* what);
   int failureCause() const;
   Status fillConnections(int peer);
   Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
@@ -153,6 +169,8 @@ class DeviceCommImpl final : public DeviceComm {
   FifoShape shape_{};
   int channels_ = 1;
   int blockBudget_ = 0;
+  bool threadPeerOnDevice_ = false;  // a peer is a thread of this process on this rank's device
+  bool warnedMemoryInCall_ = false;
   std::mutex stopMutex_;  // the callers of stopRunningKernels: watchdog, proxy, loomCommAbort
   Control* control_ = nullptr;        // host view
   Control* controlDevice_ = nullptr;  // kernel view
@@ -229,6 +247,9 @@ Status DeviceCommImpl::init() {
   stepFlagCapacity_ = kFirstStepFlags;
   peers_ = std::vector<PeerState>(static_cast<size_t>(n));
   arena_ = std::make_unique<DeviceArena>(*runtime_);
+  // Made now, not in a call: see memoryMadeInCall.
+  LOOM_TRY(arena_->reserve(kFirstScratchBytes));
+  LOOM_TRY(addPlanSlot(kPlanSlotBytes));
   LOOM_TRY(connectEagerly());
   LOOM_INFO("comm %016llx rank %d: device %d, %s; %d channel(s) per peer, FIFOs of %u x %u bytes (simple) and "
             "%u x %llu bytes (low latency) per channel and direction",
@@ -289,6 +310,11 @@ Status DeviceCommImpl::agreeOnBlockBudget() {
     const int budget = std::max(1, e.residentBlocks / sharers);
     blockBudget_ = blockBudget_ == 0 ? budget : std::min(blockBudget_, budget);
     if (&e == &all[static_cast<size_t>(comm_->rank())]) sharersOfMine = sharers;
+  }
+  const Entry& mine = all[static_cast<size_t>(comm_->rank())];
+  for (size_t p = 0; p < all.size(); ++p) {
+    threadPeerOnDevice_ |= static_cast<int>(p) != comm_->rank() && all[p].deviceKey == mine.deviceKey &&
+                           sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())]);
   }
   if (blockBudget_ > 0) {
     LOOM_INFO("comm %016llx rank %d: %d rank(s) share this device (%d resident plan-kernel blocks); each rank's "
@@ -530,6 +556,33 @@ Status DeviceCommImpl::fillConnections(int peer) {
 
 // ---- Launching --------------------------------------------------------------------------------
 
+Status DeviceCommImpl::addPlanSlot(size_t capacity) {
+  PlanSlot s;
+  s.capacity = capacity;
+  void* host = nullptr;
+  void* device = nullptr;
+  LOOM_TRY(runtime_->allocHostMapped(s.capacity + 64, &host, &device));
+  s.host = static_cast<uint8_t*>(host);
+  s.device = static_cast<uint8_t*>(device);
+  s.doneHost = reinterpret_cast<uint64_t*>(s.host + s.capacity);
+  s.doneDevice = reinterpret_cast<uint64_t*>(s.device + s.capacity);
+  slots_.push_back(s);
+  return Status::ok();
+}
+
+// CUDA does not run a kernel launched after a device or pinned allocation (or a memset) beside
+// one launched before it in the same context. A thread peer on this GPU whose kernel waits for
+// this rank's next launch then waits until the timeout: what a communicator makes at creation
+// (scratch, a plan slot, step flags) covers the usual calls, and a call that needs more says so.
+void DeviceCommImpl::memoryMadeInCall(const char* what) {
+  if (!threadPeerOnDevice_ || warnedMemoryInCall_) return;
+  warnedMemoryInCall_ = true;
+  LOOM_WARN("rank %d: a call on device %d needed %s beyond what the communicator made at creation, so it allocated "
+            "memory while a peer that is a thread of this process may be waiting on the same GPU: its launch can be "
+            "held until the timeout (docs/ARCHITECTURE.md, 'Thread ranks on one GPU')",
+            comm_->rank(), comm_->device(), what);
+}
+
 Status DeviceCommImpl::placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args) {
   if (plan.size() <= kInlinePlanBytes) {
     std::memcpy(args->inlinePlan, plan.data(), plan.size());
@@ -544,16 +597,8 @@ Status DeviceCommImpl::placePlan(const std::vector<uint8_t>& plan, uint64_t id, 
     }
   }
   if (slot == nullptr) {
-    PlanSlot s;
-    s.capacity = std::max<size_t>(plan.size(), 64 << 10);
-    void* host = nullptr;
-    void* device = nullptr;
-    LOOM_TRY(runtime_->allocHostMapped(s.capacity + 64, &host, &device));
-    s.host = static_cast<uint8_t*>(host);
-    s.device = static_cast<uint8_t*>(device);
-    s.doneHost = reinterpret_cast<uint64_t*>(s.host + s.capacity);
-    s.doneDevice = reinterpret_cast<uint64_t*>(s.device + s.capacity);
-    slots_.push_back(s);
+    LOOM_TRY(addPlanSlot(std::max(plan.size(), kPlanSlotBytes)));
+    memoryMadeInCall("a slot for its plan");
     slot = &slots_.back();
   }
   std::memcpy(slot->host, plan.data(), plan.size());
@@ -591,6 +636,7 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     map.offHost = [this](int peer) { return peers_[static_cast<size_t>(peer)].offHost; };
     std::vector<uint8_t> bytes;
     LOOM_TRY(lowerPlan(plan, id, map, &bytes));
+    if (arena_->grewSinceAsked()) memoryMadeInCall("scratch for its plan");
     const PlanHeader& header = *reinterpret_cast<const PlanHeader*>(bytes.data());
     if (header.workers == 0) continue;  // nothing to do on this rank (count 0 alone)
     if (blockBudget_ > 0 && header.workers > static_cast<uint32_t>(blockBudget_)) {
@@ -610,6 +656,7 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
       stepFlags_ = static_cast<uint64_t*>(flags);
       localArrivals_ = static_cast<uint32_t*>(arrivals);
       stepFlagCapacity_ = capacity;
+      memoryMadeInCall("step flags for its plan");
     }
     auto args = std::make_unique<LaunchArgs>();
     std::memset(args.get(), 0, sizeof(LaunchArgs));

@@ -37,6 +37,7 @@ constexpr size_t kCounts[3] = {3000, 17, 70000};
 void runAverage(loomDdpCompression_t compression, size_t gap, double tolerance) {
   loomtest::RankOptions options;
   options.device = 0;
+  AllocatedMeeting allocated(2, true);
   loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {
     RankState s;
     size_t offsets[3], total = 0;
@@ -50,6 +51,7 @@ void runAverage(loomDdpCompression_t compression, size_t gap, double tolerance) 
     CUDA_ASSERT(cudaMallocHost(reinterpret_cast<void**>(&s.host), total * sizeof(float)));
     for (size_t i = 0; i < total; ++i) s.host[i] = static_cast<float>((i % 13) * (rank + 1));
     CUDA_ASSERT(cudaMemcpyAsync(s.device, s.host, total * sizeof(float), cudaMemcpyHostToDevice, s.stream));
+    allocated.arrive();
 
     std::vector<loomDdpTensor_t> tensors;
     for (int g = 0; g < 3; ++g) tensors.push_back({s.device + offsets[g], kCounts[g], loomFloat32, nullptr});
@@ -94,6 +96,7 @@ TEST(DeviceDdp, BroadcastTensorsFromRankOne) {
   SKIP_WITHOUT_DEVICE();
   loomtest::RankOptions options;
   options.device = 0;
+  AllocatedMeeting allocated(2, true);
   loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {
     RankState s;
     constexpr size_t kCount = 5000;
@@ -104,6 +107,7 @@ TEST(DeviceDdp, BroadcastTensorsFromRankOne) {
     for (size_t i = 0; i < kCount; ++i) s.host[i] = static_cast<float>(rank * 1000 + i % 7);
     CUDA_ASSERT(cudaMemcpyAsync(s.device, s.host, kCount * sizeof(float), cudaMemcpyHostToDevice, s.stream));
     CUDA_ASSERT(cudaStreamSynchronize(s.stream));
+    allocated.arrive();
     loomDdpTensor_t tensor{s.device, kCount, loomFloat32, "w"};
     LOOM_ASSERT_OK(loomDdpBroadcastTensors(comm, &tensor, 1, 1), nullptr);
     CUDA_ASSERT(cudaMemcpyAsync(s.host, s.device, kCount * sizeof(float), cudaMemcpyDeviceToHost, s.stream));

@@ -88,7 +88,8 @@ RankOptions onDevice() {
 
 // Runs every case on this rank with device buffers (copied in and out on the rank's stream,
 // so the copies are ordered with the call by the stream alone); "" or what went wrong.
-std::string runOnDevice(const std::vector<CollectiveCase>& cases, loomComm_t comm, int rank, int nranks) {
+std::string runOnDevice(const std::vector<CollectiveCase>& cases, loomComm_t comm, int rank, int nranks,
+                        AllocatedMeeting& allocated) {
   cudaSetDevice(0);
   size_t sendMax = 1, recvMax = 1;
   for (const CollectiveCase& c : cases) {
@@ -99,6 +100,7 @@ std::string runOnDevice(const std::vector<CollectiveCase>& cases, loomComm_t com
   DeviceBuffer send(sendMax), recv(recvMax);
   Pinned<unsigned char> pinnedSend(sendMax), pinnedRecv(recvMax);
   Stream stream;
+  allocated.arrive();
   if (send.ptr == nullptr || recv.ptr == nullptr || stream.s == nullptr) return "cannot allocate device buffers";
   for (const CollectiveCase& c : cases) {
     CollectiveRun run(c, rank, nranks);
@@ -143,8 +145,9 @@ TEST_P(DeviceCollectives, MatchReferences) {
   ScopedEnv protocol("LOOM_PROTO", shape.protocol);
   const bool full = fullMatrix();
   std::vector<CollectiveCase> cases = full ? fullCases(shape.nranks, 0) : sliceCases(shape.nranks, 0);
+  AllocatedMeeting allocated(shape.nranks, kMode == Mode::kThreads);
   runRanks(shape.nranks, kMode, [&](loomComm_t comm, int rank) {
-    std::string wrong = runOnDevice(cases, comm, rank, shape.nranks);
+    std::string wrong = runOnDevice(cases, comm, rank, shape.nranks, allocated);
     EXPECT_EQ(wrong, "") << "rank " << rank;
   }, onDevice());
 }
@@ -185,8 +188,9 @@ TEST(DeviceLargeCalls, AllReduceAndAllGatherOf64MiElements) {
   gather.count = (size_t{32} << 20) + 1;
   gather.seed = ++seed;
   cases.push_back(gather);
+  AllocatedMeeting allocated(2, kMode == Mode::kThreads);
   runRanks(2, kMode, [&](loomComm_t comm, int rank) {
-    std::string wrong = runOnDevice(cases, comm, rank, 2);
+    std::string wrong = runOnDevice(cases, comm, rank, 2, allocated);
     EXPECT_EQ(wrong, "") << "rank " << rank;
   }, onDevice());
 }
@@ -198,11 +202,13 @@ TEST(DeviceStreams, CallsFollowStreamOrder) {
   SKIP_WITHOUT_DEVICE();
   constexpr int kRanks = 2;
   constexpr size_t kCount = 1 << 20;
+  AllocatedMeeting allocated(kRanks, kMode == Mode::kThreads);
   runRanks(kRanks, kMode, [&](loomComm_t comm, int rank) {
     cudaSetDevice(0);
     DeviceBuffer buf(kCount * sizeof(int32_t));
     Stream stream;
     Pinned<int32_t> host(kCount), out(kCount);
+    allocated.arrive();
     for (int round = 1; round <= 3; ++round) {
       for (size_t i = 0; i < kCount; ++i) host[i] = static_cast<int32_t>(i % 1000) * round + rank;
       auto sleep50 = [](void*) { std::this_thread::sleep_for(std::chrono::milliseconds(50)); };
@@ -226,10 +232,12 @@ TEST(DeviceStreams, CapturedInGraphRunsOnEveryReplay) {
   SKIP_WITHOUT_DEVICE();
   constexpr int kRanks = 2;
   constexpr size_t kCount = 4096;
+  AllocatedMeeting allocated(kRanks, kMode == Mode::kThreads);
   runRanks(kRanks, kMode, [&](loomComm_t comm, int rank) {
     cudaSetDevice(0);
     DeviceBuffer send(kCount * sizeof(float)), recv(kCount * sizeof(float));
     Stream stream;
+    Pinned<float> in(kCount), out(kCount);
     cudaGraph_t graph = nullptr;
     CUDA_ASSERT(cudaStreamBeginCapture(stream.s, cudaStreamCaptureModeThreadLocal));
     loomResult_t r = loomAllReduce(send.ptr, recv.ptr, kCount, loomFloat32, loomSum, comm, stream.s);
@@ -237,7 +245,7 @@ TEST(DeviceStreams, CapturedInGraphRunsOnEveryReplay) {
     LOOM_ASSERT_OK(r, comm);
     cudaGraphExec_t exec = nullptr;
     CUDA_ASSERT(cudaGraphInstantiate(&exec, graph, 0));
-    Pinned<float> in(kCount), out(kCount);
+    allocated.arrive();
     for (int replay = 1; replay <= 4; ++replay) {
       for (size_t i = 0; i < kCount; ++i) in[i] = static_cast<float>(replay * 100 + rank) + static_cast<float>(i % 7);
       CUDA_ASSERT(cudaMemcpyAsync(send.ptr, in.ptr, kCount * sizeof(float), cudaMemcpyHostToDevice, stream.s));

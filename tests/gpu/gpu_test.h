@@ -6,7 +6,10 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
+#include <mutex>
 
 #define SKIP_WITHOUT_DEVICE()                  \
   if (!haveDevice()) {                         \
@@ -29,3 +32,29 @@ inline bool cudaDevicePresent() {
   }();
   return have;
 }
+
+// Where ranks that are threads of one process meet after allocating their buffers and before
+// their first call. CUDA runs no kernel launched after a device or pinned allocation beside
+// one launched before it in the same context, so a rank that allocated while a thread peer's
+// kernel already waited for it would hold its own launch until the timeout (docs/
+// ARCHITECTURE.md, "Thread ranks on one GPU"). Ranks as processes (each its own context, and
+// its own copy of this object after fork) pass straight through. A rank that never arrives
+// (it failed first) holds the others a minute at most.
+class AllocatedMeeting {
+ public:
+  AllocatedMeeting(int ranks, bool threads) : left_(threads ? ranks : 0) {}
+  void arrive() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (left_ == 0) return;
+    if (--left_ == 0) {
+      all_.notify_all();
+      return;
+    }
+    all_.wait_for(lock, std::chrono::minutes(1), [this] { return left_ == 0; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable all_;
+  int left_;
+};
