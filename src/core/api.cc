@@ -27,6 +27,7 @@ using loom::Communicator;
 using loom::HostStream;
 using loom::Registry;
 using loom::Status;
+using loom::lookupComm;
 
 namespace {
 
@@ -49,16 +50,6 @@ loomResult_t report(const Status& s, Communicator* comm = nullptr, const char* c
   LOOM_WARN("%s (%s)", message.c_str(), loomGetErrorString(s.code()));
   if (comm != nullptr) logRecentCalls(comm);
   return s.code();
-}
-
-Status lookupComm(const void* handle, Communicator** out) {
-  if (handle == nullptr) return loom::error(loomInvalidArgument, "comm is NULL");
-  if (!Registry::instance().comms().contains(handle)) {
-    return loom::error(loomInvalidUsage, "comm %p is not a live communicator (destroyed, or never created)",
-                       handle);
-  }
-  *out = static_cast<Communicator*>(const_cast<void*>(handle));
-  return Status::ok();
 }
 
 Status lookupStream(loomStream_t handle, HostStream** out) {
@@ -606,3 +597,17 @@ LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t 
   return collective(CallInfo::Kind::kAllToAll, "loomAllToAll", sendbuff, recvbuff, count, enumBits(datatype), 0, 0,
                     comm, stream);
 }
+
+namespace loom {
+
+Status lookupComm(const void* handle, Communicator** out) {
+  if (handle == nullptr) return loom::error(loomInvalidArgument, "comm is NULL");
+  if (!Registry::instance().comms().contains(handle)) {
+    return loom::error(loomInvalidUsage, "comm %p is not a live communicator (destroyed, or never created)",
+                       handle);
+  }
+  *out = static_cast<Communicator*>(const_cast<void*>(handle));
+  return Status::ok();
+}
+
+}  // namespace loom

@@ -186,6 +186,10 @@ class Communicator {
 
 // Holds a communicator in use for its lifetime, so that loomCommAbort from another thread
 // unblocks the call and then waits for it to leave before freeing anything.
+// The communicator behind a handle: loomInvalidArgument for NULL, loomInvalidUsage for one
+// that is not live.
+Status lookupComm(const void* handle, Communicator** out);
+
 class CommUse {
  public:
   explicit CommUse(Communicator* comm) : comm_(comm) { comm_->acquire(); }

@@ -193,7 +193,7 @@ LOOM_API loomResult_t loomDdpBroadcastTensors(loomComm_t comm, const loomDdpTens
     shapes.push_back(t.shape);
     names.push_back(t.name);
   }
-  if (s.isOk()) s = loom::ddp::checkSameShapes(comm, *ops, shapes, names).withContext("the tensors");
+  if (s.isOk()) s = loom::ddp::checkSameShapes(comm, shapes, names).withContext("the tensors");
   if (s.isOk()) {
     // One group: the broadcasts go out together instead of one round trip each.
     loomGroupStart();

@@ -55,7 +55,7 @@ Status Reducer::create(loomComm_t comm, std::vector<Gradient> gradients,
     shapes.push_back(g.shape);
     names.push_back(g.name);
   }
-  LOOM_TRY(checkSameShapes(comm, *reducer->ops_, shapes, names).withContext("the gradients"));
+  LOOM_TRY(checkSameShapes(comm, shapes, names).withContext("the gradients"));
 
   if (options.commHook != nullptr) {
     reducer->hook_ = makeUserHook(options.commHook, options.commHookState);
@@ -66,6 +66,8 @@ Status Reducer::create(loomComm_t comm, std::vector<Gradient> gradients,
         options.compression == loomDdpFp16Compress ? loomFloat16 : loomBfloat16, *reducer->ops_);
   }
   LOOM_TRY(reducer->buildBuckets(reverseOrder(static_cast<int>(reducer->gradients_.size()))));
+  // No rank reduces a bucket before every rank has allocated its own (exchange.h says why).
+  LOOM_TRY(hostBarrier(comm).withContext("the buckets"));
   *out = std::move(reducer);
   return Status::ok();
 }
@@ -230,7 +232,7 @@ Status Reducer::finish() {
 Status Reducer::rebuildFromRankZero() {
   std::vector<int32_t> order(readyOrder_.begin(), readyOrder_.end());
   order.resize(gradients_.size(), -1);
-  LOOM_TRY(broadcastBytes(comm_, *ops_, order.data(), order.size() * sizeof(int32_t), 0)
+  LOOM_TRY(broadcastBytes(comm_, order.data(), order.size() * sizeof(int32_t), 0)
                .withContext("bucket rebuild"));
   std::vector<bool> seen(gradients_.size(), false);
   for (int32_t index : order) {
@@ -241,7 +243,8 @@ Status Reducer::rebuildFromRankZero() {
   }
   readyOrder_.clear();
   rebuilds_ = 1;
-  return buildBuckets(std::vector<int>(order.begin(), order.end()));
+  LOOM_TRY(buildBuckets(std::vector<int>(order.begin(), order.end())));
+  return hostBarrier(comm_).withContext("bucket rebuild");
 }
 
 void Reducer::resetIteration() {

@@ -39,13 +39,12 @@ T read(const std::vector<unsigned char>& all, size_t index) {
 
 }  // namespace
 
-Status checkSameShapes(loomComm_t comm, StreamOps& ops, const std::vector<TensorShape>& shapes,
-                       const std::vector<std::string>& names) {
+Status checkSameShapes(loomComm_t comm, const std::vector<TensorShape>& shapes, const std::vector<std::string>& names) {
   int nranks = 0;
   LOOM_TRY(fromLoom(loomCommCount(comm, &nranks), comm, "loomCommCount"));
   const uint64_t summary[2] = {shapes.size(), shapeHash(shapes)};
   std::vector<unsigned char> all;
-  LOOM_TRY(allGatherBytes(comm, ops, summary, sizeof(summary), &all));
+  LOOM_TRY(allGatherBytes(comm, summary, sizeof(summary), &all));
 
   bool same = true;
   for (int r = 1; r < nranks; ++r) {
@@ -65,7 +64,7 @@ Status checkSameShapes(loomComm_t comm, StreamOps& ops, const std::vector<Tensor
     mine.push_back(shape.count);
     mine.push_back(static_cast<uint64_t>(shape.type));
   }
-  LOOM_TRY(allGatherBytes(comm, ops, mine.data(), mine.size() * sizeof(uint64_t), &all));
+  LOOM_TRY(allGatherBytes(comm, mine.data(), mine.size() * sizeof(uint64_t), &all));
   const size_t n = shapes.size();
   for (size_t i = 0; i < n; ++i) {
     for (int r = 1; r < nranks; ++r) {

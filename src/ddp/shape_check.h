@@ -13,7 +13,6 @@ namespace loom::ddp {
 
 // Collective. loomInvalidUsage when the lists differ, naming the first differing tensor
 // (`names`, in this rank's words), the ranks and what each has.
-Status checkSameShapes(loomComm_t comm, StreamOps& ops, const std::vector<TensorShape>& shapes,
-                       const std::vector<std::string>& names);
+Status checkSameShapes(loomComm_t comm, const std::vector<TensorShape>& shapes, const std::vector<std::string>& names);
 
 }  // namespace loom::ddp
