@@ -6,10 +6,12 @@
 // until the timeout), so every call below fails unless the channels were chosen to fit.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/sanitizer.h"
@@ -109,3 +111,46 @@ TEST(EmulatedResidencyLimit, ForcedChannelsThatDoNotFitAreRefused) {
 }
 
 }  // namespace
+
+// Thread ranks on one device must not allocate while a peer's kernel waits for them (CUDA
+// serialises kernels around allocations in one context: docs/ARCHITECTURE.md, "Thread ranks
+// on one GPU"). A call whose plan needs more scratch than the communicator made at creation
+// (16 MiB) still runs, and each rank says once that it allocated in the call; a call within
+// what was made says nothing.
+TEST(EmulatedDeviceMemory, ACallBeyondWhatCreationMadeWarnsOncePerRank) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_ALGO", "rd");  // in place, recursive doubling parks what it receives in scratch
+  std::vector<loomComm_t> comms(2);
+  const int devices[2] = {0, 0};
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, devices), nullptr);
+  const std::string warning = "beyond what the communicator made at creation";
+  auto allreduceInPlace = [&](size_t count) {
+    std::vector<std::vector<float>> data(2, std::vector<float>(count));
+    for (int r = 0; r < 2; ++r) std::fill(data[r].begin(), data[r].end(), static_cast<float>(r + 1));
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        LOOM_EXPECT_OK(loomAllReduce(data[r].data(), data[r].data(), count, loomFloat32, loomSum, comms[r], nullptr),
+                       comms[r]);
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(data[r][count - 1], 3.0f) << "rank " << r;
+  };
+  auto countOf = [](const std::string& text, const std::string& what) {
+    int n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  testing::internal::CaptureStderr();
+  allreduceInPlace(size_t{1} << 20);  // 4 MiB: within the scratch made at creation
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(countOf(log, warning), 0) << log;
+  testing::internal::CaptureStderr();
+  allreduceInPlace(size_t{8} << 20);  // 32 MiB
+  allreduceInPlace(size_t{8} << 20);
+  log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(countOf(log, warning), 2) << log;
+  EXPECT_NE(log.find("scratch for its plan"), std::string::npos) << log;
+  for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
+}
