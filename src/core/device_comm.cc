@@ -151,6 +151,7 @@ class DeviceCommImpl final : public DeviceComm {
   void logCounters();
   Status addPlanSlot(size_t capacity);
   void memoryMadeInCall(const char* what);
+  void endQueued(Clock::time_point now);
   int failureCause() const;
   Status fillConnections(int peer);
   Status placePlan(const std::vector<uint8_t>& plan, uint64_t id, LaunchArgs* args);
@@ -846,6 +847,20 @@ void DeviceCommImpl::watch() {
   }
 }
 
+// A launch that was queued has started. Said after the fact too when it was held back over
+// half the timeout: its peers may have timed out waiting, and its own stream is where the
+// cause sits.
+void DeviceCommImpl::endQueued(Clock::time_point now) {
+  if (queuedSince_ == Clock::time_point()) return;
+  const auto held = std::chrono::duration_cast<std::chrono::milliseconds>(now - queuedSince_);
+  queuedSince_ = Clock::time_point();
+  if (held.count() <= comm_->config().timeoutMs / 2) return;
+  LOOM_WARN("rank %d: a launch on device %d started up to %lld ms after it was made: its stream held earlier work "
+            "that long (with ranks that are threads of one process on one GPU: docs/ARCHITECTURE.md, 'Thread ranks "
+            "on one GPU')",
+            comm_->rank(), comm_->device(), static_cast<long long>(held.count()));
+}
+
 void DeviceCommImpl::inspect(Clock::time_point now) {
   static_cast<void>(reportRecordedFailure());
   if (!comm_->usable().isOk()) publishFailure();
@@ -857,7 +872,7 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
     // A launch made but not started is never timed (its workers set `started`): say so, or a
     // rank whose launch waits behind other work on the device is silent while peers time out.
     if (__atomic_load_n(&control_->hostLaunches, __ATOMIC_ACQUIRE) >= uncapturedLaunches_.load()) {
-      queuedSince_ = Clock::time_point();
+      endQueued(now);  // it started and ended between two looks
       queuedWarned_ = false;
     } else if (queuedSince_ == Clock::time_point()) {
       queuedSince_ = now;
@@ -869,16 +884,7 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
     }
     return;
   }
-  // Said after the fact too: a launch held back nearly as long as the timeout has left its
-  // peers timing out, and its own stream is where the cause sits.
-  const auto held = std::chrono::duration_cast<std::chrono::milliseconds>(now - queuedSince_);
-  if (queuedSince_ != Clock::time_point() && held.count() > comm_->config().timeoutMs / 2) {
-    LOOM_WARN("rank %d: a launch on device %d started %lld ms after it was made: its stream held earlier work that "
-              "long (with ranks that are threads of one process on one GPU: docs/ARCHITECTURE.md, 'Thread ranks "
-              "on one GPU')",
-              comm_->rank(), comm_->device(), static_cast<long long>(held.count()));
-  }
-  queuedSince_ = Clock::time_point();
+  endQueued(now);
   if (started != watched_) {
     watched_ = started;
     watchedSince_ = now;
