@@ -7,7 +7,7 @@
 
 #include "base/status.h"
 #include "ddp/bucket_assignment.h"
-#include "ddp/stream_ops.h"
+#include "loom/loom.h"
 
 namespace loom::ddp {
 

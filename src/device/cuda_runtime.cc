@@ -55,14 +55,20 @@ class CudaRuntime final : public DeviceRuntime {
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
   Status allocHostMapped(size_t bytes, void** host, void** device) override;
   Status allocDevice(size_t bytes, void** out) override;
-  Status copyToDevice(void* dst, const void* src, size_t bytes) override;
-  Status copyToHost(void* dst, const void* src, size_t bytes) override;
+  Status copyToDevice(void* dst, const void* src, size_t bytes) override {
+    return copyOnOwnStream(dst, src, bytes, cudaMemcpyHostToDevice);
+  }
+  Status copyToHost(void* dst, const void* src, size_t bytes) override {
+    return copyOnOwnStream(dst, src, bytes, cudaMemcpyDeviceToHost);
+  }
   Status writeWord(uint32_t* word, uint32_t value) override;
   Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override;
   Status launch(const LaunchArgs& args, const LaunchStream& stream, bool* captured) override;
   Status finishLaunches(const LaunchStream&) override { return Status::ok(); }
 
  private:
+  Status copyOnOwnStream(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+
   int device_;
   std::string deviceName_;
   std::string busId_;  // the same GPU has the same one in every process, whatever its ordinal
@@ -165,17 +171,10 @@ Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
 }
 
 // Copies on the runtime's own stream: they wait for no stream of the caller's.
-Status CudaRuntime::copyToDevice(void* dst, const void* src, size_t bytes) {
+Status CudaRuntime::copyOnOwnStream(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   DeviceScope scope(device_);
   cuda::RelaxedCapture capture;
-  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, own_.get()));
-  LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
-  return Status::ok();
-}
-
-Status CudaRuntime::copyToHost(void* dst, const void* src, size_t bytes) {
-  DeviceScope scope(device_);
-  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, own_.get()));
+  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, own_.get()));
   LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
   return Status::ok();
 }
