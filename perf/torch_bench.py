@@ -1,14 +1,20 @@
 #!/usr/bin/env python3
 """torch.distributed on "loom" beside "gloo" and beside Loom's own C API, in one run.
 
-    PYTHONPATH=build/python /usr/bin/python3 perf/torch_bench.py [--ranks 2] [--out FILE]
+    PYTHONPATH=build/python /usr/bin/python3 perf/torch_bench.py [--ranks 2] [--rounds 3]
+                                                                 [--only allreduce|ddp] [--out FILE]
 
 1. all_reduce busbw (float32, in place) from 8 B to 128 MiB through the backend "loom" and
    through "gloo", and Loom's C API on the same sizes (build/perf/loom-perf under loomrun);
-   busbw = 2 (n-1)/n x bytes / time, as nccl-tests and loom-perf count it.
+   busbw = 2 (n-1)/n x bytes / time, as nccl-tests and loom-perf count it; the best of the
+   rounds, which run the three in turn.
 2. DDP training step time on a model with 48 MiB of gradients (allreduce-bound), on 1 rank
-   and on `--ranks` ranks with each backend; the step's communication time is the n-rank step
-   minus the 1-rank step (the issue's target: loom's at most a third of gloo's).
+   and on `--ranks` ranks with each backend, every rank computing with the cores the n-rank
+   run leaves it. The step's communication time is the n-rank step minus the 1-rank step (the
+   issue's target: loom's at most a third of gloo's). Each run alternates steps with and
+   without gradient synchronisation (DDP's no_sync) and takes their medians' difference, so
+   what differs between runs cancels; the n-rank difference minus the 1-rank one (DDP's own
+   bucket copies) is the communication. Median over the rounds, with their range.
 
 Prints Markdown tables (and writes them to --out). CPU and rank count belong beside every
 figure: the script prints the CPU model.
@@ -18,6 +24,7 @@ import datetime
 import os
 import re
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -58,7 +65,14 @@ def allreduce_times(rank, size, port, backend, out):
     dist.destroy_process_group()
 
 
-def ddp_step_time(rank, size, port, backend, out, steps=12):
+def ddp_step_time(rank, size, port, backend, out, threads, pairs=15):
+    """Median step time with gradient synchronisation and without (DDP's no_sync), the two
+    interleaved in one process: their difference is the step's communication time, free of
+    what differs between separate runs (placement, the VM's phases), which on a 2-core VM
+    moves a 1-rank step by more than the whole communication."""
+    # Every run computes with the same threads per rank (the cores an n-rank run leaves each
+    # rank), so that the n-rank step minus the 1-rank step is communication, not cores shared.
+    torch.set_num_threads(threads)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=300))
     torch.manual_seed(0)
@@ -67,23 +81,29 @@ def ddp_step_time(rank, size, port, backend, out, steps=12):
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(16, 2048)
-    times = []
-    for step in range(steps):
+
+    def step():
         start = time.perf_counter()
         opt.zero_grad()
         ddp(x).square().mean().backward()
         opt.step()
-        times.append(time.perf_counter() - start)
+        return time.perf_counter() - start
+
+    step()  # the first call builds DDP's buckets
+    synced, local = [], []
+    for _ in range(pairs):
+        synced.append(step())
+        with ddp.no_sync():
+            local.append(step())
     if rank == 0:
-        times.sort()
-        out.put((backend, size, times[len(times) // 2]))
+        out.put((backend, size, statistics.median(synced), statistics.median(local)))
     dist.destroy_process_group()
 
 
-def spawn(fn, size, port, backend):
+def spawn(fn, size, port, backend, *extra):
     ctx = mp.get_context("spawn")
     q = ctx.SimpleQueue()
-    procs = [ctx.Process(target=fn, args=(r, size, port, backend, q)) for r in range(size)]
+    procs = [ctx.Process(target=fn, args=(r, size, port, backend, q, *extra)) for r in range(size)]
     for p in procs:
         p.start()
     for p in procs:
@@ -95,56 +115,75 @@ def spawn(fn, size, port, backend):
 
 
 def loom_c_api(ranks):
-    """loom-perf's busbw column (float32 allreduce, in place) for the same sizes."""
+    """loom-perf's in-place time per call (s) of the float32 allreduce, for the same sizes."""
     cmd = [os.path.join(ROOT, "build/tools/loomrun/loomrun"), "-n", str(ranks),
            os.path.join(ROOT, "build/perf/loom-perf"), "allreduce", "-b", "8", "-e", "128M", "-f", "4", "-c", "0"]
     text = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    busbw = {}
-    factor = 2 * (ranks - 1) / ranks
+    seconds = {}
     for line in text.splitlines():
         cols = line.split()
         if len(cols) == 13 and cols[0].isdigit():
             # nccl-tests columns: size count type redop root | out-of-place time algbw busbw #wrong
-            # | in-place time algbw busbw #wrong; the in-place time (us), for more digits than busbw's
-            busbw[int(cols[0])] = factor * int(cols[0]) / (float(cols[9]) * 1e-6) / 1e9
-    return busbw
+            # | in-place time (us) algbw busbw #wrong
+            seconds[int(cols[0])] = float(cols[9]) * 1e-6
+    return seconds
+
+
+def allreduce_table(n, rounds):
+    best = {}
+    for _ in range(rounds):
+        for backend in ("loom", "gloo"):
+            for (b, nbytes, t) in spawn(allreduce_times, n, free_port(), backend):
+                best[(b, nbytes)] = min(t, best.get((b, nbytes), t))
+        for nbytes, t in loom_c_api(n).items():
+            best[("C API", nbytes)] = min(t, best.get(("C API", nbytes), t))
+    factor = 2 * (n - 1) / n
+    lines = [f"all_reduce, float32, in place: busbw GB/s, best of {rounds} rounds", "",
+             "| bytes | loom backend | Loom C API | backend / C API | gloo | loom / gloo |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for nbytes in SIZES:
+        lb, cb, gb = (factor * nbytes / best.get((b, nbytes), float("nan")) / 1e9 for b in ("loom", "C API", "gloo"))
+        lines.append(f"| {nbytes} | {lb:.3f} | {cb:.3f} | {lb / cb:.2f} | {gb:.3f} | {lb / gb:.2f} |")
+    return lines
+
+
+def ddp_table(n, rounds):
+    threads = max(1, (os.cpu_count() or 1) // n)
+    comm = {"loom": [], "gloo": []}
+    rows = []
+    for r in range(rounds):
+        for backend in ("loom", "gloo"):
+            synced = {}
+            for size in (1, n):
+                for (_, _, sync, local) in spawn(ddp_step_time, size, free_port(), backend, threads):
+                    synced[size] = (sync, local)
+            own = {size: sync - local for size, (sync, local) in synced.items()}
+            comm[backend].append(own[n] - own[1])
+            rows.append(f"| {r + 1} | {backend} | {synced[1][0]:.3f} | {synced[1][1]:.3f} | {synced[n][0]:.3f} | "
+                        f"{synced[n][1]:.3f} | {comm[backend][-1]:.4f} |")
+    lines = [f"DDP step, 48 MiB of float32 gradients, {threads} compute thread(s) per rank: median step s", "",
+             f"| round | backend | 1 rank synced | 1 rank no_sync | {n} ranks synced | {n} ranks no_sync | communication s |",
+             "|---:|---|---:|---:|---:|---:|---:|"] + rows
+    med = {b: statistics.median(v) for b, v in comm.items()}
+    lines += ["", f"communication s, median of {rounds} rounds (range): "
+              + "; ".join(f"{b} {med[b]:.4f} ({min(v):.4f} to {max(v):.4f})" for b, v in comm.items()),
+              f"communication time loom / gloo: {med['loom'] / med['gloo']:.2f} (target <= 0.33)"]
+    return lines
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=("allreduce", "ddp"))
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     n = args.ranks
     lines = [f"CPU: {cpu_model()}, {os.cpu_count()} cores; {n} ranks as processes; torch {torch.__version__}", ""]
-
-    results = {}
-    for backend in ("loom", "gloo"):
-        for (b, nbytes, t) in spawn(allreduce_times, n, free_port(), backend):
-            results[(b, nbytes)] = t
-    capi = loom_c_api(n)
-    factor = 2 * (n - 1) / n
-    lines += ["| bytes | loom backend busbw GB/s | Loom C API busbw GB/s | backend / C API | gloo busbw GB/s | loom / gloo |",
-              "|---:|---:|---:|---:|---:|---:|"]
-    for nbytes in SIZES:
-        lb = factor * nbytes / results[("loom", nbytes)] / 1e9
-        gb = factor * nbytes / results[("gloo", nbytes)] / 1e9
-        c = capi.get(nbytes, float("nan"))
-        lines.append(f"| {nbytes} | {lb:.3f} | {c:.3f} | "
-                     f"{lb / c:.2f} | {gb:.3f} | {lb / gb:.2f} |")
-
-    steps = {}
-    for backend in ("loom", "gloo"):
-        for size in (1, n):
-            for (b, s, t) in spawn(ddp_step_time, size, free_port(), backend):
-                steps[(b, s)] = t
-    lines += ["", "| DDP step (48 MiB of gradients) | 1 rank s | %d ranks s | communication s |" % n, "|---|---:|---:|---:|"]
-    comm = {}
-    for backend in ("loom", "gloo"):
-        comm[backend] = steps[(backend, n)] - steps[(backend, 1)]
-        lines.append(f"| {backend} | {steps[(backend, 1)]:.3f} | {steps[(backend, n)]:.3f} | {comm[backend]:.3f} |")
-    lines.append("")
-    lines.append(f"communication time loom / gloo: {comm['loom'] / comm['gloo']:.2f} (target <= 0.33)")
+    if args.only != "ddp":
+        lines += allreduce_table(n, args.rounds) + [""]
+    if args.only != "allreduce":
+        lines += ddp_table(n, args.rounds)
     text = "\n".join(lines)
     print(text)
     if args.out:

@@ -3,6 +3,7 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -24,6 +25,9 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 // How long a pass that moved nothing keeps looking before it sleeps in poll.
 constexpr auto kSpinBeforeSleep = std::chrono::microseconds(100);
+// How long a rank waiting on shared memory naps, beyond kSpinBeforeSleep (see Run::idle).
+constexpr auto kShortestNap = std::chrono::microseconds(20);
+constexpr auto kLongestNap = std::chrono::milliseconds(1);
 
 // The rank whose failure a loomRemoteError while making links comes from: the peer the
 // transport found gone or, where that peer gave up itself, the cause it recorded on the
@@ -509,9 +513,12 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   return Status::ok();
 }
 
-// Nothing moved in a whole pass. Links with a descriptor are waited on with poll; shared-
-// memory links have none, so the thread yields and looks again (a peer on this host is
-// about to write). Either way abort and the no-progress deadline are checked.
+// Nothing moved in a whole pass. Links with a descriptor are waited on with poll. Shared-
+// memory links have none: the thread yields and looks again while a peer is likely about to
+// write (within kSpinBeforeSleep of the last progress), and beyond that naps, a sixteenth of
+// the time it has waited (20 us to 1 ms), so that a rank whose peer is away (computing, as in
+// DDP's backward pass) leaves the cores to that work instead of spinning on them. Either way
+// abort and the no-progress deadline are checked.
 Status Run::idle(bool spin) {
   Clock::time_point now = Clock::now();
   Clock::time_point wake = Clock::time_point::max();
@@ -537,7 +544,10 @@ Status Run::idle(bool spin) {
   }
   // A socket reply usually arrives within microseconds, and going to sleep in poll costs a
   // wakeup that takes tens of microseconds on a virtual machine: look again for a while first.
-  if (!spin && now - lastProgress < kSpinBeforeSleep) {
+  // (No plan pending: the end-of-call flush, which waits on the transport alone.)
+  const bool pendingPlans = lastProgress != Clock::time_point::min();
+  const bool recent = !pendingPlans || now - lastProgress < kSpinBeforeSleep;
+  if (!spin && recent) {
     sched_yield();
     return Status::ok();
   }
@@ -555,17 +565,20 @@ Status Run::idle(bool spin) {
   }
   size_t firstCancel = fds.size();
   for (const PlanState& ps : state_) fds.push_back({ps.plan->comm->cancelFd(), POLLIN, 0});
-  int waitMs = 0;
-  if (spin) {
+  std::chrono::nanoseconds waitFor{0};
+  if (spin && recent) {
     sched_yield();
     // A spinning pass checks for abort only every so often: poll is a system call.
     if ((++idlePasses_ & 255) != 0) return Status::ok();
+  } else if (spin) {
+    waitFor = std::clamp<std::chrono::nanoseconds>((now - lastProgress) / 16, kShortestNap, kLongestNap);
   } else {
-    waitMs = static_cast<int>(std::max<long long>(
-        1, std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1));
+    waitFor = std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
   }
-  int rc = ::poll(fds.data(), fds.size(), waitMs);
-  if (rc < 0 && errno != EINTR) return fail(systemError("poll", errno), SIZE_MAX);
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(waitFor);
+  const timespec timeout{static_cast<time_t>(seconds.count()), static_cast<long>((waitFor - seconds).count())};
+  int rc = ::ppoll(fds.data(), fds.size(), &timeout, nullptr);
+  if (rc < 0 && errno != EINTR) return fail(systemError("ppoll", errno), SIZE_MAX);
   for (size_t i = firstCancel; i < fds.size(); ++i) {
     if (fds[i].revents & POLLIN) {
       return fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"), i - firstCancel);

@@ -179,14 +179,10 @@ TEST(P2PUcx, SendsReachAPeerWhileTheSenderWaitsOutsideLoom) {
   close(received[1]);
 }
 
-// A rank that waits on UCX links sleeps on the worker's event descriptor instead of spinning:
-// the receiver waits a second for a sender that is busy elsewhere, and uses a small part of
-// that second's CPU time (spinning, even yielding, took nearly all of it).
-TEST(P2PUcx, AWaitingRankSleepsOnTheWorkersDescriptor) {
-  if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
-  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "ucx");
-  env.set("UCX_TLS", "tcp");
-  loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
+// The receiver waits a second for a sender that is busy elsewhere, and must use a small part
+// of that second's CPU time (spinning, even yielding, took nearly all of it).
+void expectAWaitingRankLeavesTheCpu(const char* what) {
+  loomtest::runRanks(2, Mode::kProcesses, [what](loomComm_t comm, int rank) {
     int64_t value = 42;
     LOOM_ASSERT_OK(loomBarrier(comm, nullptr), comm);  // links made, both sides ready
     if (rank == 1) {
@@ -208,8 +204,23 @@ TEST(P2PUcx, AWaitingRankSleepsOnTheWorkersDescriptor) {
     EXPECT_EQ(value, 42);
     EXPECT_GT(wall, 0.5);
     EXPECT_LT(cpu, 0.2 * wall) << "the waiting rank used " << cpu << " s of CPU in " << wall << " s";
-    std::printf("waiting %.2f s on a UCX link took %.3f s of CPU\n", wall, cpu);
+    std::printf("waiting %.2f s on a %s link took %.3f s of CPU\n", wall, what, cpu);
   });
+}
+
+// UCX: the rank sleeps on the worker's event descriptor.
+TEST(P2PUcx, AWaitingRankSleepsOnTheWorkersDescriptor) {
+  if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
+  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "ucx");
+  env.set("UCX_TLS", "tcp");
+  expectAWaitingRankLeavesTheCpu("UCX");
+}
+
+// Shared memory has no descriptor: past a short spin the rank naps, longer the longer it has
+// waited (the cores go to whatever the peer is busy with, as DDP's backward pass).
+TEST(P2PShm, AWaitingRankNaps) {
+  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "shm");
+  expectAWaitingRankLeavesTheCpu("shared-memory");
 }
 
 // The stream call returns before the matching receive is even posted. 16 MiB: more than
