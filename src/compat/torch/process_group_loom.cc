@@ -5,15 +5,34 @@
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace loom::torch_backend {
 namespace {
 
 const char kUniqueIdKey[] = "loom/unique_id";
+
+// How long the caller's wait() and the idle worker look again (yielding) before they block:
+// a short call is over, and a caller's next call issued, well within it, and blocking costs
+// each side a wakeup of tens of microseconds, more than the whole of a small Loom call.
+// The executor looks as long before it naps, for the same reason.
+constexpr auto kLookBeforeBlocking = std::chrono::microseconds(200);
+
+// Yields until done() or kLookBeforeBlocking has passed; returns done().
+template <typename Done>
+bool lookAWhile(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kLookBeforeBlocking;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
 
 // A Work whose Future completes with the operation's outputs (or its error).
 class LoomWork : public c10d::Work {
@@ -29,7 +48,7 @@ class LoomWork : public c10d::Work {
   std::vector<at::Tensor> result() override { return outputs_; }
   // Loom's own deadline (the process group's timeout) bounds the wait.
   bool wait(std::chrono::milliseconds) override {
-    future_->wait();
+    if (!lookAWhile([this] { return future_->completed(); })) future_->wait();
     if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
     return true;
   }
@@ -214,7 +233,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(Op op) {
   Batch& batch = coalescing_ ? coalesced_ : queue_.emplace_back();
   batch.ops.push_back(std::move(op));
   batch.works.push_back(work);
-  if (!coalescing_) changed_.notify_all();
+  if (!coalescing_) {
+    queued_.fetch_add(1, std::memory_order_release);
+    changed_.notify_all();
+  }
   return work;
 }
 
@@ -226,7 +248,10 @@ void ProcessGroupLoom::startCoalescing() {
 void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
   std::lock_guard<std::mutex> lock(mutex_);
   coalescing_ = false;
-  if (!coalesced_.ops.empty()) queue_.push_back(std::move(coalesced_));
+  if (!coalesced_.ops.empty()) {
+    queue_.push_back(std::move(coalesced_));
+    queued_.fetch_add(1, std::memory_order_release);
+  }
   coalesced_ = Batch{};
   changed_.notify_all();
 }
@@ -234,12 +259,14 @@ void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>
 void ProcessGroupLoom::run() {
   for (;;) {
     Batch batch;
+    lookAWhile([this] { return queued_.load(std::memory_order_acquire) != 0; });
     {
       std::unique_lock<std::mutex> lock(mutex_);
       changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (queue_.empty()) return;
       batch = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     runBatch(batch);
   }

@@ -2,7 +2,8 @@
 //
 // Every operation is queued to one worker thread per process group and runs there in the
 // order it was issued, which is the order every rank issues them, as blocking Loom calls on
-// host memory (a host communicator). Its Work completes a Future with the operation's
+// host memory (a host communicator). The idle worker and a caller's wait() look again for a
+// moment before they block, so that a small call does not cost two thread wakeups. Its Work completes a Future with the operation's
 // output tensors, as Gloo's does, so wait(), is_completed(), get_future() and DDP's comm
 // hooks behave the same. Operations issued between startCoalescing and endCoalescing (as
 // batch_isend_irecv does) run as one Loom group. A Loom failure completes the Work with a
@@ -12,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -97,6 +99,7 @@ class ProcessGroupLoom : public c10d::ProcessGroup {
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Batch> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), for the idle worker to look at without the lock
   bool coalescing_ = false;
   Batch coalesced_;
   bool stopping_ = false;
