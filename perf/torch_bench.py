@@ -22,7 +22,6 @@ figure: the script prints the CPU model.
 import argparse
 import datetime
 import os
-import re
 import socket
 import statistics
 import subprocess
@@ -131,12 +130,16 @@ def loom_c_api(ranks):
 
 def allreduce_table(n, rounds):
     best = {}
+
+    def keep(key, t):
+        best[key] = min(t, best.get(key, t))
+
     for _ in range(rounds):
         for backend in ("loom", "gloo"):
             for (b, nbytes, t) in spawn(allreduce_times, n, free_port(), backend):
-                best[(b, nbytes)] = min(t, best.get((b, nbytes), t))
+                keep((b, nbytes), t)
         for nbytes, t in loom_c_api(n).items():
-            best[("C API", nbytes)] = min(t, best.get(("C API", nbytes), t))
+            keep(("C API", nbytes), t)
     factor = 2 * (n - 1) / n
     lines = [f"all_reduce, float32, in place: busbw GB/s, best of {rounds} rounds", "",
              "| bytes | loom backend | Loom C API | backend / C API | gloo | loom / gloo |",
@@ -153,14 +156,14 @@ def ddp_table(n, rounds):
     rows = []
     for r in range(rounds):
         for backend in ("loom", "gloo"):
-            synced = {}
+            medians = {}  # ranks -> (synced step, no_sync step)
             for size in (1, n):
                 for (_, _, sync, local) in spawn(ddp_step_time, size, free_port(), backend, threads):
-                    synced[size] = (sync, local)
-            own = {size: sync - local for size, (sync, local) in synced.items()}
+                    medians[size] = (sync, local)
+            own = {size: sync - local for size, (sync, local) in medians.items()}
             comm[backend].append(own[n] - own[1])
-            rows.append(f"| {r + 1} | {backend} | {synced[1][0]:.3f} | {synced[1][1]:.3f} | {synced[n][0]:.3f} | "
-                        f"{synced[n][1]:.3f} | {comm[backend][-1]:.4f} |")
+            rows.append(f"| {r + 1} | {backend} | {medians[1][0]:.3f} | {medians[1][1]:.3f} | {medians[n][0]:.3f} | "
+                        f"{medians[n][1]:.3f} | {comm[backend][-1]:.4f} |")
     lines = [f"DDP step, 48 MiB of float32 gradients, {threads} compute thread(s) per rank: median step s", "",
              f"| round | backend | 1 rank synced | 1 rank no_sync | {n} ranks synced | {n} ranks no_sync | communication s |",
              "|---:|---|---:|---:|---:|---:|---:|"] + rows
