@@ -19,22 +19,9 @@ rounds=5
 min_time=0.2
 sizes="1048576 4194304 8388608 16777216 33554432 67108864 134217728"
 builddir=build-perf
-out=""
-markdown=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --ranks) ranks="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --min-time) min_time="$2"; shift 2 ;;
-    --sizes) sizes="$2"; shift 2 ;;
-    --builddir) builddir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --markdown) markdown="$2"; shift 2 ;;
-    *) echo "calibration_check.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-out="${out:-$builddir/calibration_check}"
-mkdir -p "$out"
+# shellcheck source=perf/check_args.sh
+. perf/check_args.sh
+checkArgs calibration_check "$@"
 
 # shellcheck source=perf/measured_build.sh
 . perf/measured_build.sh

@@ -24,22 +24,9 @@ rounds=3
 min_time=0.2
 sizes="8 32 128 512 2048 8192 32768 131072 524288 2097152 8388608 33554432 134217728 268435456"
 builddir=build-perf
-out=""
-markdown=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --ranks) ranks="$2"; shift 2 ;;
-    --rounds) rounds="$2"; shift 2 ;;
-    --min-time) min_time="$2"; shift 2 ;;
-    --sizes) sizes="$2"; shift 2 ;;
-    --builddir) builddir="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    --markdown) markdown="$2"; shift 2 ;;
-    *) echo "tuner_check.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-out="${out:-$builddir/tuner_check}"
-mkdir -p "$out"
+# shellcheck source=perf/check_args.sh
+. perf/check_args.sh
+checkArgs tuner_check "$@"
 
 # shellcheck source=perf/measured_build.sh
 . perf/measured_build.sh

@@ -155,6 +155,16 @@ loomResult_t loomCommAbort(loomComm_t comm);
  * abort). Any thread. */
 loomResult_t loomCommGetAsyncError(loomComm_t comm, loomResult_t* asyncError);
 
+/* Local: registers [buff, buff + size) with comm for repeated use as a send or receive
+ * buffer. A transport that moves bytes only through registered memory (UCX, for RDMA) then
+ * registers it once here instead of on every call; calls whose ranges lie inside it use
+ * this registration. Transports that need none (shared memory, sockets) accept it and
+ * change nothing. The memory must stay allocated until loomCommDeregister(comm, *handle)
+ * or the communicator's destruction, which ends every registration left. */
+loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** handle);
+/* Local: ends a registration; waits for a call of comm that is moving bytes to finish. */
+loomResult_t loomCommDeregister(loomComm_t comm, void* handle);
+
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
 loomResult_t loomCommDevice(const loomComm_t comm, int* device);

@@ -32,8 +32,10 @@ using HostBuffer = std::unique_ptr<unsigned char[], FreeDeleter>;
 
 // Page-aligned, and written once here so that its pages belong to the NUMA node of the
 // thread that uses them.
+size_t allocatedBytes(size_t bytes) { return std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096); }
+
 HostBuffer allocateTouched(size_t bytes) {
-  const size_t rounded = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
+  const size_t rounded = allocatedBytes(bytes);
   auto* p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
   if (p == nullptr) fatal("cannot allocate %zu bytes of host memory", rounded);
   std::memset(p, 0, rounded);
@@ -45,6 +47,21 @@ struct StreamDeleter {
 };
 using OwnedStream = std::unique_ptr<void, StreamDeleter>;
 
+// -R 1: a buffer registered with a communicator until the sweep ends.
+class Registration {
+ public:
+  Registration(loomComm_t comm, void* buffer, size_t bytes) : comm_(comm) {
+    require(loomCommRegister(comm, buffer, bytes, &handle_), comm, "loomCommRegister");
+  }
+  ~Registration() { loomCommDeregister(comm_, handle_); }
+  Registration(const Registration&) = delete;
+  Registration& operator=(const Registration&) = delete;
+
+ private:
+  loomComm_t comm_;
+  void* handle_ = nullptr;
+};
+
 struct RankState {
   loomComm_t comm;
   loomComm_t control;  // loom-perf's own calls (ThreadRanks::control)
@@ -53,6 +70,7 @@ struct RankState {
   HostBuffer send;     // host: the buffers; --device cuda: their images, where checks are
   HostBuffer recv;     // written and read
   std::unique_ptr<DeviceRank> device;  // --device cuda: the buffers and the stream
+  std::vector<std::unique_ptr<Registration>> registrations;  // -R 1: the buffers the calls use
 
   loomStream_t callStream() const { return device ? device->stream() : stream.get(); }
 };
@@ -119,7 +137,12 @@ Sweep::Sweep(const Options& o, const ThreadRanks& t, Report* report)
     std::unique_ptr<DeviceRank> device;
     if (o.cuda) device = std::make_unique<DeviceRank>(t.devices[k], bytes);
     ranks_.push_back({t.comms[k], t.control[k], t.ranks[k], OwnedStream(stream), allocateTouched(bytes),
-                      allocateTouched(bytes), std::move(device)});
+                      allocateTouched(bytes), std::move(device), {}});
+    if (!o.registerBuffers) continue;
+    RankState& r = ranks_.back();
+    for (unsigned char* buffer : {r.device ? r.device->send() : r.send.get(), r.device ? r.device->recv() : r.recv.get()}) {
+      r.registrations.push_back(std::make_unique<Registration>(r.comm, buffer, r.device ? bytes : allocatedBytes(bytes)));
+    }
   }
 }
 

@@ -59,6 +59,8 @@ const char kUsage[] =
     "  -G,--cudagraph N     --device cuda: capture the -n timed calls in a CUDA graph and\n"
     "                       launch it N times (default 0: no graph)\n"
     "  -J,--json FILE       write the results as JSON\n"
+    "  -R,--local_register 0|1  register the send and receive buffers with each communicator\n"
+    "                       (loomCommRegister; UCX then maps them once; default 0)\n"
     "Loom's own:\n"
     "  --device host|cuda   where the buffers live (default host); cuda: rank k of a process\n"
     "                       uses device (local rank * t * g + k) % device count, as nccl-tests\n"
@@ -150,7 +152,7 @@ int parseOptions(int argc, char** argv, Options* out) {
       {"timeout", required_argument, nullptr, 'T'},   {"average", required_argument, nullptr, 'a'},
       {"output_file", required_argument, nullptr, 'J'}, {"json", required_argument, nullptr, 'J'},
       {"parallel_init", required_argument, nullptr, 'p'},
-      {"cudagraph", required_argument, nullptr, 'G'},
+      {"cudagraph", required_argument, nullptr, 'G'},  {"local_register", required_argument, nullptr, 'R'},
       {"device", required_argument, nullptr, kDevice}, {"algo", required_argument, nullptr, kAlgo},
       {"min-time", required_argument, nullptr, kMinTime}, {"pin", no_argument, nullptr, kPin},
       {"csv", required_argument, nullptr, kCsv},      {"plot", required_argument, nullptr, kPlot},
@@ -161,7 +163,7 @@ int parseOptions(int argc, char** argv, Options* out) {
   const char* graphArg = nullptr;  // -G's value
   int opt;
   optind = 1;
-  while ((opt = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:y:T:a:J:p:G:h", kLong,
+  while ((opt = getopt_long(argc, argv, "t:g:b:e:i:f:n:m:w:N:c:o:d:r:z:y:T:a:J:p:G:R:h", kLong,
                             nullptr)) != -1) {
     switch (opt) {
       case 't':
@@ -241,6 +243,10 @@ int parseOptions(int argc, char** argv, Options* out) {
         break;
       case 'J':
         o.jsonPath = optarg;
+        break;
+      case 'R':
+        if (!parseInt(optarg, 0, 1, &flag)) return bad("-R %s: need 0 or 1", optarg);
+        o.registerBuffers = flag != 0;
         break;
       case 'p':  // ranks of one process are always created in parallel
         break;

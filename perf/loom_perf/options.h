@@ -46,6 +46,7 @@ struct Options {
   int timeoutSeconds = 0;              // -T: deadline of every wait (0: Loom's default)
   int graphLaunches = 0;               // -G: capture -n calls in a CUDA graph, launch it N times
   std::string jsonPath;                // -J / --json
+  bool registerBuffers = false;        // -R 1: loomCommRegister the send and receive buffers
 
   // Loom's own.
   bool cuda = false;                   // --device cuda|host: buffers in device memory

@@ -349,6 +349,21 @@ LOOM_API loomResult_t loomCommGetAsyncError(loomComm_t handle, loomResult_t* asy
   });
 }
 
+LOOM_API loomResult_t loomCommRegister(loomComm_t handle, void* buff, size_t size, void** registration) {
+  return withComm(handle, "loomCommRegister", [&](Communicator& comm) -> Status {
+    if (registration == nullptr) return loom::error(loomInvalidArgument, "handle is NULL");
+    if (buff == nullptr || size == 0) {
+      return loom::error(loomInvalidArgument, "buff %p, size %zu: nothing to register", buff, size);
+    }
+    return comm.addRegistration(buff, size, registration);
+  });
+}
+
+LOOM_API loomResult_t loomCommDeregister(loomComm_t handle, void* registration) {
+  return withComm(handle, "loomCommDeregister",
+                  [&](Communicator& comm) -> Status { return comm.removeRegistration(registration); });
+}
+
 namespace {
 template <typename Getter>
 loomResult_t commQuery(loomComm_t handle, int* out, const char* call, Getter get) {

@@ -175,6 +175,39 @@ Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal ca
 
 Communicator::~Communicator() = default;
 
+Status Communicator::addRegistration(void* base, size_t bytes, void** handle) {
+  LOOM_TRY(usable());
+  auto entry = std::make_unique<Registration>(Registration{base, bytes, nullptr});
+  std::lock_guard<YieldingLock> lock(execution_);
+  LOOM_TRY(transport_->registerMemory(base, bytes, &entry->byTransport).withContext("loomCommRegister"));
+  LOOM_INFO("comm %016llx: registered %zu bytes at %p%s", static_cast<unsigned long long>(commId()), bytes, base,
+            entry->byTransport ? " with the network transport" : " (its transports need no registration)");
+  *handle = entry.get();
+  registrations_.emplace(entry.get(), std::move(entry));
+  return Status::ok();
+}
+
+Status Communicator::removeRegistration(void* handle) {
+  std::lock_guard<YieldingLock> lock(execution_);
+  auto it = registrations_.find(handle);
+  if (it == registrations_.end()) {
+    return error(loomInvalidArgument, "handle %p is not a registration of this communicator (already deregistered?)",
+                 handle);
+  }
+  const Registration& r = *it->second;
+  LOOM_INFO("comm %016llx: deregistered %zu bytes at %p; %llu messages moved through the registration",
+            static_cast<unsigned long long>(commId()), r.bytes, r.base,
+            static_cast<unsigned long long>(r.byTransport ? r.byTransport->uses() : 0));
+  registrations_.erase(it);
+  return Status::ok();
+}
+
+uint64_t Communicator::registrationUses(const void* handle) {
+  std::lock_guard<YieldingLock> lock(execution_);
+  auto it = registrations_.find(handle);
+  return it == registrations_.end() || !it->second->byTransport ? 0 : it->second->byTransport->uses();
+}
+
 bool Communicator::firstUseOf(CallInfo::Kind kind, Algorithm algorithm) {
   uint64_t bit = uint64_t{1} << ((static_cast<unsigned>(kind) * kNumAlgorithms + static_cast<unsigned>(algorithm)) % 64);
   // Every call asks: a plain load answers the common case without a locked instruction.

@@ -129,6 +129,12 @@ class Communicator {
   CallLog& callLog() { return callLog_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
+  // loomCommRegister / loomCommDeregister: the transport registers the region once where its
+  // wire needs that (UCX); *handle names the registration.
+  Status addRegistration(void* base, size_t bytes, void** handle);
+  Status removeRegistration(void* handle);
+  // Messages that moved through a live registration (0 where the transports need none).
+  uint64_t registrationUses(const void* handle);
   // Where calls on device buffers go (device() >= 0 only).
   DeviceComm& deviceComm() { return *deviceComm_; }
 
@@ -180,6 +186,14 @@ class Communicator {
   YieldingLock execution_;
   std::map<const transport::Link*, std::vector<char>> staging_;
   std::atomic<uint64_t> usedChoices_{0};
+  // loomCommRegister's regions by handle; changed under execution_, so never while a plan
+  // moves bytes through one. Before transport_ in destruction (declared after it).
+  struct Registration {
+    void* base;
+    size_t bytes;
+    std::unique_ptr<transport::MemoryRegistration> byTransport;  // null: nothing to register
+  };
+  std::map<const void*, std::unique_ptr<Registration>> registrations_;
   // Last: its threads (watchdog, proxy) use everything above, so it stops first.
   std::unique_ptr<DeviceComm> deviceComm_;
 };

@@ -51,4 +51,12 @@ bool RoutedTransport::flushSome() {
   return (!network_ || network_->flushSome()) && shmFlushed;
 }
 
+Status RoutedTransport::registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) {
+  if (!network_) {
+    out->reset();
+    return Status::ok();
+  }
+  return network_->registerMemory(base, bytes, out);
+}
+
 }  // namespace loom::transport

@@ -6,6 +6,8 @@
 #include <poll.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "base/socket.h"
@@ -76,6 +78,15 @@ class Link {
   virtual int closedBecauseOf() const { return -1; }
 };
 
+// A region of memory registered with a transport (Transport::registerMemory); destroying it
+// ends the registration.
+class MemoryRegistration {
+ public:
+  virtual ~MemoryRegistration() = default;
+  // Messages that moved from or into this region through the registration so far.
+  virtual uint64_t uses() const = 0;
+};
+
 // Makes links to the other ranks of one communicator, on demand. Connecting is split in
 // two phases so that one thread can connect several communicators (loomCommInitAll
 // driven from a single thread) without waiting on itself: every caller first runs
@@ -109,6 +120,17 @@ class Transport {
   // waiting and says whether none are left. A failure is not reported here: the link's next
   // call reports it.
   virtual bool flushSome() { return true; }
+  // Memory the caller will pass to links again and again (loomCommRegister): a transport
+  // whose wire needs memory registered (UCX: RDMA adapters read and write only registered
+  // pages) registers it once here and lets its links use that for any range inside it.
+  // *out stays null where there is nothing to register. The caller destroys *out before the
+  // transport, and never while a link is moving bytes (the executor's lock).
+  virtual Status registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) {
+    (void)base;
+    (void)bytes;
+    out->reset();
+    return Status::ok();
+  }
 };
 
 }  // namespace loom::transport

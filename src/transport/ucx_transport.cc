@@ -114,6 +114,10 @@ struct UcxTransport::State {
   }
   bool movedSinceArm = false;
 
+  // loomCommRegister's regions (few: a scan finds the one holding a range).
+  std::vector<UcxRegistration*> regions;
+  UcxRegistration* registrationOf(const void* data, size_t bytes) const;
+
   bool anyPeerFailed() const {
     for (const Peer& p : peers) {
       if (p.failure != UCS_OK) return true;
@@ -121,6 +125,46 @@ struct UcxTransport::State {
     return false;
   }
 };
+
+class UcxTransport::UcxRegistration : public MemoryRegistration {
+ public:
+  UcxRegistration(State& state, void* base, size_t bytes, ucp_mem_h memh)
+      : state_(state), begin_(reinterpret_cast<uintptr_t>(base)), end_(begin_ + bytes), memh_(memh) {
+    state_.regions.push_back(this);
+  }
+  ~UcxRegistration() override {
+    state_.regions.erase(std::find(state_.regions.begin(), state_.regions.end(), this));
+    ucp_mem_unmap(state_.context, memh_);
+  }
+  UcxRegistration(const UcxRegistration&) = delete;
+  UcxRegistration& operator=(const UcxRegistration&) = delete;
+
+  uint64_t uses() const override { return uses_; }
+  bool holds(const void* data, size_t bytes) const {
+    const auto at = reinterpret_cast<uintptr_t>(data);
+    return at >= begin_ && at + bytes <= end_;
+  }
+  // The request's memory handle, for a message that moves through this region.
+  void use(ucp_request_param_t* param) {
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param->memh = memh_;
+    ++uses_;
+  }
+
+ private:
+  State& state_;
+  uintptr_t begin_;
+  uintptr_t end_;
+  ucp_mem_h memh_;
+  uint64_t uses_ = 0;
+};
+
+UcxTransport::UcxRegistration* UcxTransport::State::registrationOf(const void* data, size_t bytes) const {
+  for (UcxRegistration* r : regions) {
+    if (r->holds(data, bytes)) return r;
+  }
+  return nullptr;
+}
 
 class UcxTransport::UcxLink : public Link {
  public:
@@ -180,6 +224,7 @@ class UcxTransport::UcxLink : public Link {
       recvInto_ = direct ? data : staged_.data();
       recvBytes_ = info.length;
       ucp_request_param_t param{};
+      if (UcxRegistration* region = state_.registrationOf(recvInto_, info.length)) region->use(&param);
       ucs_status_ptr_t request = ucp_tag_msg_recv_nbx(state_.worker, recvInto_, info.length, message, &param);
       if (UCS_PTR_IS_ERR(request)) return state_.peerFailed(peer_.rank, UCS_PTR_STATUS(request));
       if (request == nullptr) return delivered(data, bytes, done);
@@ -216,6 +261,7 @@ class UcxTransport::UcxLink : public Link {
   // progressSend). Its bytes may still wait in the worker then: see flushSome.
   Status post(const void* data, size_t bytes, size_t* done) {
     ucp_request_param_t param{};
+    if (UcxRegistration* region = state_.registrationOf(data, bytes)) region->use(&param);
     ucs_status_ptr_t request = ucp_tag_send_nbx(peer_.ep, data, bytes, tagOf(state_.rank, index_), &param);
     if (UCS_PTR_IS_ERR(request)) return state_.peerFailed(peer_.rank, UCS_PTR_STATUS(request));
     if (request == nullptr) {  // sent (or buffered) at once
@@ -428,6 +474,18 @@ bool UcxTransport::flushSome() {
   ucp_request_free(st.flushRequest);
   st.flushRequest = nullptr;
   return !st.unflushed;
+}
+
+Status UcxTransport::registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) {
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  params.address = base;
+  params.length = bytes;
+  ucp_mem_h memh = nullptr;
+  const ucs_status_t status = ucp_mem_map(state_->context, &params, &memh);
+  if (status != UCS_OK) return ucxError("ucp_mem_map (registering a buffer)", status);
+  *out = std::make_unique<UcxRegistration>(*state_, base, bytes, memh);
+  return Status::ok();
 }
 
 }  // namespace loom::transport

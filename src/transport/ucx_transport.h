@@ -15,6 +15,11 @@
 // progress call): flushSome flushes the worker after sends, so that an executor that no
 // longer drives a link, or has finished its call, still delivers them.
 //
+// Memory registered through loomCommRegister is mapped once (ucp_mem_map), and a message
+// from or into it carries that handle, so UCX need not look the pages up in its own
+// registration cache (or register them: RDMA adapters reach registered memory only) on
+// every call. Other memory goes through UCX's cache.
+//
 // A peer that dies is found by UCX's peer error handling (the endpoint's error callback, or a
 // request that completes with an error) and is loomRemoteError naming the rank; why a peer
 // that gave up did so comes from its failure notice over the bootstrap (the executor's).
@@ -42,11 +47,14 @@ class UcxTransport : public Transport {
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
   bool flushSome() override;
+  // ucp_mem_map once; the links pass the handle for every message inside the region.
+  Status registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) override;
 
   struct State;  // the UCP objects (ucx_transport.cc)
 
  private:
   class UcxLink;
+  class UcxRegistration;
   explicit UcxTransport(std::unique_ptr<State> state);
 
   std::unique_ptr<State> state_;

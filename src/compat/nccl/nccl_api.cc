@@ -489,26 +489,19 @@ NCCL_API ncclResult_t ncclMemFree(void* ptr) {
   return report(loom::nccl::release(ptr), nullptr, "ncclMemFree");
 }
 
-// Accepted and checked: Loom's data path does not use registrations yet, so they change
-// nothing but what Deregister accepts.
+// Loom's registrations: the network transport registers the buffer once where its wire needs
+// it (UCX), and calls inside it use that.
 NCCL_API ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   return withComm(comm, "ncclCommRegister", [&](ncclComm& c) -> Status {
     LOOM_TRY(ready(c));
-    if (handle == nullptr) return loom::error(loomInvalidArgument, "handle is NULL");
-    if (buff == nullptr || size == 0) {
-      return loom::error(loomInvalidArgument, "buff %p, size %zu: nothing to register", buff, size);
-    }
-    *handle = c.addRegistration(buff, size);
-    return Status::ok();
+    return fromLoom(loomCommRegister(c.loom(), buff, size, handle));
   });
 }
 
 NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   return withComm(comm, "ncclCommDeregister", [&](ncclComm& c) -> Status {
-    if (!c.removeRegistration(handle)) {
-      return loom::error(loomInvalidArgument, "handle %p is not a registration of this communicator", handle);
-    }
-    return Status::ok();
+    LOOM_TRY(ready(c));
+    return fromLoom(loomCommDeregister(c.loom(), handle));
   });
 }
 

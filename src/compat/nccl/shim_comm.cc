@@ -35,19 +35,6 @@ loomResult_t ncclComm::destroy(bool abort) {
   return abort ? loomCommAbort(loom) : loomCommDestroy(loom);
 }
 
-void* ncclComm::addRegistration(void* buffer, size_t size) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto entry = std::make_unique<std::pair<void*, size_t>>(buffer, size);
-  void* handle = entry.get();
-  registrations_.emplace(handle, std::move(entry));
-  return handle;
-}
-
-bool ncclComm::removeRegistration(void* handle) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return registrations_.erase(handle) == 1;
-}
-
 void ncclComm::setLastError(std::string message) {
   std::lock_guard<std::mutex> lock(mutex_);
   lastError_ = std::move(message);

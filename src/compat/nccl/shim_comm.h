@@ -1,5 +1,5 @@
 // The communicator behind an ncclComm_t: a Loom communicator plus what NCCL's API has and
-// Loom's does not (non-blocking creation, finalize, premultiplied-sum ops, registrations),
+// Loom's does not (non-blocking creation, finalize, premultiplied-sum ops),
 // and the error text ncclGetLastError returns. ShimRegistry tells live handles from stale
 // ones, so a destroyed or made-up ncclComm_t is an error, not a crash.
 #pragma once
@@ -53,10 +53,6 @@ struct ncclComm {
 
   loom::nccl::PreMulSumOps& preMulSumOps() { return preMulSumOps_; }
 
-  // ncclCommRegister's handles: the (buffer, size) they were given, checked on Deregister.
-  void* addRegistration(void* buffer, size_t size);
-  bool removeRegistration(void* handle);
-
   // The message ncclGetLastError(comm) returns; valid until the next error on this comm.
   void setLastError(std::string message);
   const char* lastError();
@@ -74,8 +70,7 @@ struct ncclComm {
   std::thread initThread_;
   std::atomic<bool> finalized_{false};
   loom::nccl::PreMulSumOps preMulSumOps_;
-  std::mutex mutex_;  // guards registrations_ and lastError_
-  std::map<void*, std::unique_ptr<std::pair<void*, size_t>>> registrations_;
+  std::mutex mutex_;  // guards lastError_
   std::string lastError_;
 };
 
