@@ -3,7 +3,6 @@
 
 #include <poll.h>
 #include <sched.h>
-#include <time.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -15,6 +14,7 @@
 #include "base/log.h"
 #include "core/communicator.h"
 #include "core/one_shot.h"
+#include "core/wait_policy.h"
 #include "kernels/reduce.h"
 
 namespace loom {
@@ -23,11 +23,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kHeaderBytes = kCallInfoWireBytes;
-// How long a pass that moved nothing keeps looking before it sleeps in poll.
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(100);
-// How long a rank waiting on shared memory naps, beyond kSpinBeforeSleep (see Run::idle).
-constexpr auto kShortestNap = std::chrono::microseconds(20);
-constexpr auto kLongestNap = std::chrono::milliseconds(1);
 
 // The rank whose failure a loomRemoteError while making links comes from: the peer the
 // transport found gone or, where that peer gave up itself, the cause it recorded on the
@@ -513,12 +508,10 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   return Status::ok();
 }
 
-// Nothing moved in a whole pass. Links with a descriptor are waited on with poll. Shared-
-// memory links have none: the thread yields and looks again while a peer is likely about to
-// write (within kSpinBeforeSleep of the last progress), and beyond that naps, a sixteenth of
-// the time it has waited (20 us to 1 ms), so that a rank whose peer is away (computing, as in
-// DDP's backward pass) leaves the cores to that work instead of spinning on them. Either way
-// abort and the no-progress deadline are checked.
+// Nothing moved in a whole pass. Links with a descriptor are waited on with poll, after
+// kSpinBeforeSleep of looking again. Shared-memory links have none: the thread yields and
+// looks again, then naps (core/wait_policy.h). Either way abort and the no-progress deadline
+// are checked.
 Status Run::idle(bool spin) {
   Clock::time_point now = Clock::now();
   Clock::time_point wake = Clock::time_point::max();
@@ -571,13 +564,11 @@ Status Run::idle(bool spin) {
     // A spinning pass checks for abort only every so often: poll is a system call.
     if ((++idlePasses_ & 255) != 0) return Status::ok();
   } else if (spin) {
-    waitFor = std::clamp<std::chrono::nanoseconds>((now - lastProgress) / 16, kShortestNap, kLongestNap);
+    waitFor = napAfter(now - lastProgress);
   } else {
     waitFor = std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
   }
-  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(waitFor);
-  const timespec timeout{static_cast<time_t>(seconds.count()), static_cast<long>((waitFor - seconds).count())};
-  int rc = ::ppoll(fds.data(), fds.size(), &timeout, nullptr);
+  int rc = pollFor(fds.data(), fds.size(), waitFor);
   if (rc < 0 && errno != EINTR) return fail(systemError("ppoll", errno), SIZE_MAX);
   for (size_t i = firstCancel; i < fds.size(); ++i) {
     if (fds[i].revents & POLLIN) {

@@ -10,6 +10,7 @@
 
 #include "base/spin_lock.h"
 #include "core/communicator.h"
+#include "core/wait_policy.h"
 #include "kernels/reduce.h"
 #include "transport/shm_board.h"
 
@@ -91,7 +92,9 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
   // Spin first (a peer on this host is about to post); every 64 passes look at the clock,
   // every millisecond check abort and the peers' processes. The core is given up every 64
   // passes where ranks outnumber cores (the peer may be waiting for it), else every 4096: a
-  // yield is a system call, longer than a whole call when the peer is a moment behind.
+  // yield is a system call, longer than a whole call when the peer is a moment behind. Past
+  // kSpinBeforeSleep the peer is away (busy elsewhere): every 64th pass naps on the abort
+  // descriptor instead (core/wait_policy.h).
   const unsigned yieldMask = comm.oversubscribed() ? 63 : 4095;
   for (unsigned spins = 0;; ++spins) {
     bool done = false;
@@ -111,13 +114,15 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
     cpuRelax();
     cpuRelax();
     if (!slow) continue;
-    if ((spins & yieldMask) == yieldMask) sched_yield();
-    if (!check) continue;
-    lastCheck = now;
+    const bool nap = now - start > kSpinBeforeSleep;
+    if (!nap && (spins & yieldMask) == yieldMask) sched_yield();
+    if (!nap && !check) continue;
     pollfd cancel{comm.cancelFd(), POLLIN, 0};
-    if (::poll(&cancel, 1, 0) > 0) {
+    if (pollFor(&cancel, 1, nap ? napAfter(now - start) : std::chrono::nanoseconds(0)) > 0) {
       return failWith(comm, error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
     }
+    if (!check) continue;
+    lastCheck = now;
     long long limitMs = comm.config().timeoutMs;
     if (now - start > std::chrono::milliseconds(limitMs)) {
       return failWith(comm, error(loomTimeout, "%s: waiting for every rank's part on the shared-memory board timed out after %lld ms",

@@ -181,15 +181,26 @@ TEST(P2PUcx, SendsReachAPeerWhileTheSenderWaitsOutsideLoom) {
   close(received[1]);
 }
 
-// The receiver waits a second for a sender that is busy elsewhere, and must use a small part
-// of that second's CPU time (spinning, even yielding, took nearly all of it).
-void expectAWaitingRankLeavesTheCpu(const char* what) {
-  loomtest::runRanks(2, Mode::kProcesses, [what](loomComm_t comm, int rank) {
+// Rank 1 gives 42 to rank 0 in one call: a send and a receive, or an allreduce.
+using Exchange = loomResult_t (*)(int64_t* value, int rank, loomComm_t comm);
+
+loomResult_t sendToRankZero(int64_t* value, int rank, loomComm_t comm) {
+  return rank == 1 ? loomSend(value, 1, loomInt64, 0, comm, nullptr) : loomRecv(value, 1, loomInt64, 1, comm, nullptr);
+}
+
+loomResult_t sumAtEveryRank(int64_t* value, int, loomComm_t comm) {
+  return loomAllReduce(value, value, 1, loomInt64, loomSum, comm, nullptr);
+}
+
+// Rank 0 waits a second for rank 1, which is busy elsewhere, and must use a small part of that
+// second's CPU time (spinning, even yielding, took nearly all of it).
+void expectAWaitingRankLeavesTheCpu(const char* what, Exchange exchange = sendToRankZero) {
+  loomtest::runRanks(2, Mode::kProcesses, [what, exchange](loomComm_t comm, int rank) {
     int64_t value = 42;
     LOOM_ASSERT_OK(loomBarrier(comm, nullptr), comm);  // links made, both sides ready
     if (rank == 1) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
-      LOOM_EXPECT_OK(loomSend(&value, 1, loomInt64, 0, comm, nullptr), comm);
+      LOOM_EXPECT_OK(exchange(&value, rank, comm), comm);
       return;
     }
     auto cpuSeconds = [] {
@@ -200,7 +211,7 @@ void expectAWaitingRankLeavesTheCpu(const char* what) {
     const double cpuBefore = cpuSeconds();
     const auto start = std::chrono::steady_clock::now();
     value = 0;
-    LOOM_EXPECT_OK(loomRecv(&value, 1, loomInt64, 1, comm, nullptr), comm);
+    LOOM_EXPECT_OK(exchange(&value, rank, comm), comm);
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const double cpu = cpuSeconds() - cpuBefore;
     EXPECT_EQ(value, 42);
@@ -317,6 +328,13 @@ INSTANTIATE_TEST_SUITE_P(Protocols, RegistrationUcx,
                          testing::Values(UcxProtocol{"chosen", nullptr}, UcxProtocol{"zerocopy", "UCX_ZCOPY_THRESH"},
                                          UcxProtocol{"rendezvous", "UCX_RNDV_THRESH"}),
                          [](const testing::TestParamInfo<UcxProtocol>& info) { return std::string(info.param.name); });
+
+// A small allreduce on the one-shot board waits the same way.
+TEST(P2PShm, ARankWaitingOnTheOneShotBoardNaps) {
+  loomtest::ScopedEnv env("LOOM_TRANSPORTS", "shm");
+  env.set("LOOM_ALGO", "allreduce=oneshot");
+  expectAWaitingRankLeavesTheCpu("one-shot board", sumAtEveryRank);
+}
 
 // The stream call returns before the matching receive is even posted. 16 MiB: more than
 // the shm FIFO holds, so the send cannot finish before the receive (one int could, and
