@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <string>
 
 #include "base/log.h"
@@ -114,9 +115,11 @@ struct UcxTransport::State {
   }
   bool movedSinceArm = false;
 
-  // loomCommRegister's regions (few: a scan finds the one holding a range).
+  // loomCommRegister's regions (few: a scan finds the one holding a range). A device
+  // communicator's proxy thread looks here too, outside the executor's lock, hence the mutex.
+  std::mutex regionsMutex;
   std::vector<UcxRegistration*> regions;
-  UcxRegistration* registrationOf(const void* data, size_t bytes) const;
+  UcxRegistration* registrationOf(const void* data, size_t bytes);
 
   bool anyPeerFailed() const {
     for (const Peer& p : peers) {
@@ -130,10 +133,14 @@ class UcxTransport::UcxRegistration : public MemoryRegistration {
  public:
   UcxRegistration(State& state, void* base, size_t bytes, ucp_mem_h memh)
       : state_(state), begin_(reinterpret_cast<uintptr_t>(base)), end_(begin_ + bytes), memh_(memh) {
+    std::lock_guard<std::mutex> lock(state_.regionsMutex);
     state_.regions.push_back(this);
   }
   ~UcxRegistration() override {
-    state_.regions.erase(std::find(state_.regions.begin(), state_.regions.end(), this));
+    {
+      std::lock_guard<std::mutex> lock(state_.regionsMutex);
+      state_.regions.erase(std::find(state_.regions.begin(), state_.regions.end(), this));
+    }
     ucp_mem_unmap(state_.context, memh_);
   }
   UcxRegistration(const UcxRegistration&) = delete;
@@ -159,7 +166,8 @@ class UcxTransport::UcxRegistration : public MemoryRegistration {
   uint64_t uses_ = 0;
 };
 
-UcxTransport::UcxRegistration* UcxTransport::State::registrationOf(const void* data, size_t bytes) const {
+UcxTransport::UcxRegistration* UcxTransport::State::registrationOf(const void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lock(regionsMutex);
   for (UcxRegistration* r : regions) {
     if (r->holds(data, bytes)) return r;
   }
