@@ -32,10 +32,8 @@ using HostBuffer = std::unique_ptr<unsigned char[], FreeDeleter>;
 
 // Page-aligned, and written once here so that its pages belong to the NUMA node of the
 // thread that uses them.
-size_t allocatedBytes(size_t bytes) { return std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096); }
-
 HostBuffer allocateTouched(size_t bytes) {
-  const size_t rounded = allocatedBytes(bytes);
+  const size_t rounded = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
   auto* p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
   if (p == nullptr) fatal("cannot allocate %zu bytes of host memory", rounded);
   std::memset(p, 0, rounded);
@@ -138,10 +136,12 @@ Sweep::Sweep(const Options& o, const ThreadRanks& t, Report* report)
     if (o.cuda) device = std::make_unique<DeviceRank>(t.devices[k], bytes);
     ranks_.push_back({t.comms[k], t.control[k], t.ranks[k], OwnedStream(stream), allocateTouched(bytes),
                       allocateTouched(bytes), std::move(device), {}});
-    if (!o.registerBuffers) continue;
+    if (!o.registerBuffers || bytes == 0) continue;
     RankState& r = ranks_.back();
-    for (unsigned char* buffer : {r.device ? r.device->send() : r.send.get(), r.device ? r.device->recv() : r.recv.get()}) {
-      r.registrations.push_back(std::make_unique<Registration>(r.comm, buffer, r.device ? bytes : allocatedBytes(bytes)));
+    unsigned char* send = r.device ? r.device->send() : r.send.get();
+    unsigned char* recv = r.device ? r.device->recv() : r.recv.get();
+    for (unsigned char* buffer : {send, recv}) {
+      r.registrations.push_back(std::make_unique<Registration>(r.comm, buffer, bytes));
     }
   }
 }

@@ -52,11 +52,7 @@ bool RoutedTransport::flushSome() {
 }
 
 Status RoutedTransport::registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) {
-  if (!network_) {
-    out->reset();
-    return Status::ok();
-  }
-  return network_->registerMemory(base, bytes, out);
+  return network_ ? network_->registerMemory(base, bytes, out) : Transport::registerMemory(base, bytes, out);
 }
 
 }  // namespace loom::transport
