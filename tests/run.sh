@@ -9,8 +9,8 @@
 #   tests/run.sh -- --suite unit      run one suite (args after -- go to meson test)
 #   tests/run.sh --builddir b -Dcuda=disabled -- --list
 #   tests/run.sh --sanitizers         also build and run the suites under ASan+UBSan and
-#                                     under TSan (tests/sanitize.sh; about 25 more minutes
-#                                     on 2 cores); CI (.ci/run) runs this
+#                                     under TSan (tests/sanitize.sh, their quick slices);
+#                                     CI (.ci/run) runs this
 #
 # Environment:
 #   LOOM_TEST_FULL=1                  also run the long suites (read by the tests

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "device/sanitizer.h"
+#include "common/sanitizer.h"
 #include "loom/ddp.h"
 #include "multirank/harness.h"
 

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "device/sanitizer.h"
+#include "common/sanitizer.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
 

@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "common/matrix_scale.h"
+
 namespace {
 
 // Survivors must report within this long after the kill; Loom's own deadline is longer,
@@ -297,7 +299,7 @@ TEST(KillOneRank, SurvivorsLogTheirLastCalls) {
 }
 
 TEST(KillOneRank, EverySurvivorGetsARemoteErrorWithinSeconds) {
-  const bool full = std::getenv("LOOM_TEST_FULL") != nullptr;
+  const bool full = loomtest::matrixScale() == loomtest::MatrixScale::kFull;
   const int trials = full ? 300 : 60;
   std::vector<double> all;
   int named = 0, survivors = 0;

@@ -138,13 +138,13 @@ std::string shapeName(const testing::TestParamInfo<Shape>& info) {
 
 class DeviceCollectives : public testing::TestWithParam<Shape> {};
 
-// The whole matrix, sliced as the host suite slices it (sliceCases; LOOM_TEST_FULL=1: all).
+// The whole matrix, sliced as the host suite slices it (casesAt the scale LOOM_TEST_FULL or
+// LOOM_TEST_QUICK asks for).
 TEST_P(DeviceCollectives, MatchReferences) {
   SKIP_WITHOUT_DEVICE();
   const Shape shape = GetParam();
   ScopedEnv protocol("LOOM_PROTO", shape.protocol);
-  const bool full = fullMatrix();
-  std::vector<CollectiveCase> cases = full ? fullCases(shape.nranks, 0) : sliceCases(shape.nranks, 0);
+  std::vector<CollectiveCase> cases = loomtest::casesAt(loomtest::matrixScale(), shape.nranks, 0);
   AllocatedMeeting allocated(shape.nranks, kMode == Mode::kThreads);
   runRanks(shape.nranks, kMode, [&](loomComm_t comm, int rank) {
     std::string wrong = runOnDevice(cases, comm, rank, shape.nranks, allocated);

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/matrix_scale.h"
 #include "loom/loom.h"
 
 namespace loomtest {
@@ -131,6 +132,12 @@ std::vector<CollectiveCase> sliceCases(int nranks, unsigned rotation);
 // place, roots rotating; plus one float32 (sum) case of about 16M elements per collective
 // (about 16M elements in all for the blocked collectives).
 std::vector<CollectiveCase> fullCases(int nranks, unsigned rotation);
+// quickCases: sliceCases thinned for the sanitizer runs: per collective its count-0 and
+// 65537-element cases and every seventh of the others (types, ops and counts still rotate
+// across configurations).
+std::vector<CollectiveCase> quickCases(int nranks, unsigned rotation);
+// The list for a scale: quickCases, sliceCases or fullCases.
+std::vector<CollectiveCase> casesAt(MatrixScale scale, int nranks, unsigned rotation);
 
 // The element count of a "~16M" case: 2^24 + 3, so that no split is even.
 constexpr size_t kLargeCount = (size_t{1} << 24) + 3;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,8 @@ using loomtest::CollectiveRun;
 using loomtest::Mode;
 using loomtest::ScopedEnv;
 
-using loomtest::fullMatrix;
+using loomtest::MatrixScale;
+using loomtest::matrixScale;
 
 struct Config {
   Mode mode;
@@ -74,16 +76,27 @@ void appendUcxConfigs(std::vector<Config>* configs, unsigned* rotation) {
   }
 }
 
-// The default slice: every mode x rank count x LOOM_ALGO value, the transport set
-// alternating between the default and socket-only (so each algorithm meets both in each
-// mode), plus small pipeline slices for a few; each configuration with its own rotation of
-// the case list.
-std::vector<Config> sliceConfigs() {
+// Whether the quick slice keeps a configuration: in each mode one rank alone, and each
+// LOOM_ALGO value on one rank count of {2, 3, 4, 5, 8}, a different one per mode (under a
+// sanitizer a configuration's communicators cost seconds to make, whatever its cases).
+bool inQuickSlice(Mode mode, int nranks, size_t algoIndex) {
+  static const int kRanks[] = {2, 3, 4, 5, 8};
+  if (nranks == 1) return algoIndex == 0;
+  return nranks == kRanks[(algoIndex + (mode == Mode::kProcesses ? 2 : 0)) % 5];
+}
+
+// The default slice: every mode x rank count x LOOM_ALGO value (the quick slice: those
+// inQuickSlice keeps), the transport set alternating between the default and socket-only
+// (so each algorithm meets both in each mode), plus small pipeline slices for a few; each
+// configuration with its own rotation of the case list.
+std::vector<Config> sliceConfigs(bool quick) {
   std::vector<Config> configs;
   unsigned rotation = 0;
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
     for (int nranks : {1, 2, 3, 4, 5, 8}) {
-      for (const char* algo : kAlgos) {
+      for (size_t a = 0; a < std::size(kAlgos); ++a) {
+        if (quick && !inQuickSlice(mode, nranks, a)) continue;
+        const char* algo = kAlgos[a];
         const char* transports = (rotation + static_cast<unsigned>(mode == Mode::kProcesses)) % 2 ? "socket" : "";
         configs.push_back({mode, nranks, algo, transports, "", rotation++});
       }
@@ -115,13 +128,18 @@ std::vector<Config> fullConfigs() {
 }
 
 std::vector<Config> configs() {
-  if (fullMatrix()) {
-    std::printf("collectives_test: LOOM_TEST_FULL=1: the full matrix\n");
-    return fullConfigs();
+  switch (matrixScale()) {
+    case MatrixScale::kFull:
+      std::printf("collectives_test: LOOM_TEST_FULL=1: the full matrix\n");
+      return fullConfigs();
+    case MatrixScale::kQuick:
+      std::printf("collectives_test: LOOM_TEST_QUICK=1: the quick slice (docs/TESTING.md)\n");
+      return sliceConfigs(true);
+    default:
+      std::printf("collectives_test: the default slice; LOOM_TEST_FULL=1 runs the full matrix "
+                  "(docs/TESTING.md)\n");
+      return sliceConfigs(false);
   }
-  std::printf("collectives_test: the default slice; LOOM_TEST_FULL=1 runs the full matrix "
-              "(docs/TESTING.md)\n");
-  return sliceConfigs();
 }
 
 constexpr int kMaxReportedPerRank = 5;
@@ -148,15 +166,18 @@ void runCases(const std::vector<CollectiveCase>& cases, loomComm_t comm, int ran
 }
 
 // Float AllReduces whose sums round: identical on every rank and from call to call.
-void runDeterminism(loomComm_t comm, int rank, int nranks, unsigned rotation, bool full) {
+void runDeterminism(loomComm_t comm, int rank, int nranks, unsigned rotation, MatrixScale scale) {
   struct D {
     loomDataType_t type;
     loomRedOp_t op;
     size_t count;
   };
-  std::vector<D> ds = {{loomFloat32, loomSum, 300007}, {loomFloat16, loomSum, 65537},
-                       {loomBfloat16, loomAvg, 4097},  {loomFloat64, loomAvg, 1023}};
-  if (full) {
+  std::vector<D> ds = {{loomFloat16, loomSum, 65537}, {loomBfloat16, loomAvg, 4097}};
+  if (scale != MatrixScale::kQuick) {
+    ds.push_back({loomFloat32, loomSum, 300007});
+    ds.push_back({loomFloat64, loomAvg, 1023});
+  }
+  if (scale == MatrixScale::kFull) {
     ds.push_back({loomFloat32, loomAvg, 65537});
     ds.push_back({loomFloat64, loomSum, 300007});
     ds.push_back({loomFloat16, loomAvg, 7});
@@ -174,20 +195,20 @@ class CollectivesTest : public testing::TestWithParam<Config> {};
 
 TEST_P(CollectivesTest, EveryCollectiveTypeAndOpAgainstTheReference) {
   const Config& config = GetParam();
-  const bool full = fullMatrix();
+  const MatrixScale scale = matrixScale();
+  const bool full = scale == MatrixScale::kFull;
   ScopedEnv algo("LOOM_ALGO", config.algo);
   ScopedEnv transports("LOOM_TRANSPORTS", config.transports);
   ScopedEnv ucxWire("UCX_TLS", config.transports == "ucx" ? "tcp" : "");
   ScopedEnv slice("LOOM_CHUNK_SIZE", config.sliceBytes);
-  const std::vector<CollectiveCase> cases = full ? loomtest::fullCases(config.nranks, config.rotation)
-                                                 : loomtest::sliceCases(config.nranks, config.rotation);
+  const std::vector<CollectiveCase> cases = loomtest::casesAt(scale, config.nranks, config.rotation);
   loomtest::RankOptions options;
   options.timeoutMs = 30000;
   options.deadlineMs = full ? 1800000 : 300000;
   auto start = std::chrono::steady_clock::now();
   loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
     runCases(cases, comm, rank, config.nranks);
-    if (!testing::Test::HasFailure()) runDeterminism(comm, rank, config.nranks, config.rotation, full);
+    if (!testing::Test::HasFailure()) runDeterminism(comm, rank, config.nranks, config.rotation, scale);
   }, options);
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s: %zu cases + determinism in %.1f s\n", configName(config).c_str(), cases.size(),

@@ -106,11 +106,6 @@ loomConfig_t configFor(const RankOptions& options) {
 
 std::string modeName(Mode mode) { return mode == Mode::kThreads ? "threads" : "processes"; }
 
-bool fullMatrix() {
-  const char* full = std::getenv("LOOM_TEST_FULL");
-  return full != nullptr && std::string(full) == "1";
-}
-
 void runProcesses(int nranks, const std::function<void(int)>& body, int deadlineMs) {
   std::fflush(nullptr);  // or buffered output would be printed again by every child
   std::vector<pid_t> pids;

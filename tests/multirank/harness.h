@@ -33,10 +33,6 @@ class ScopedEnv {
 
 std::string modeName(Mode mode);
 
-// Whether LOOM_TEST_FULL=1 asks for the full matrices instead of the default slices
-// (docs/TESTING.md).
-bool fullMatrix();
-
 struct RankOptions {
   int timeoutMs = 20000;      // communicator config.timeoutMs
   int initTimeoutMs = 20000;  // config.initTimeoutMs
