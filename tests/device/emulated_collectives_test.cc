@@ -55,9 +55,8 @@ const char* const kAlgos[] = {"", "ring", "tree", "rd", "pairwise"};
 // through {2, 3, 4, 5, 8} (under TSan an emulation of 8 ranks costs a minute whatever its
 // cases: its workers poll on 2 cores).
 bool inQuickSlice(Mode mode, int nranks, size_t algoIndex, bool ll) {
-  static const int kRanks[] = {2, 3, 4, 5, 8};
   if (nranks == 1) return algoIndex == 0 && !ll;
-  return nranks == kRanks[(2 * algoIndex + (ll ? 1 : 0) + (mode == Mode::kProcesses ? 2 : 0)) % 5];
+  return nranks == loomtest::quickRankCount(2 * algoIndex + (ll ? 1 : 0) + (mode == Mode::kProcesses ? 2 : 0));
 }
 
 // Every mode x rank count x algorithm, the wire alternating between simple and ll (full:

@@ -748,6 +748,11 @@ std::vector<CollectiveCase> quickCases(int nranks, unsigned rotation) {
   return cases;
 }
 
+int quickRankCount(size_t index) {
+  static const int kRanks[] = {2, 3, 4, 5, 8};
+  return kRanks[index % 5];
+}
+
 std::vector<CollectiveCase> casesAt(MatrixScale scale, int nranks, unsigned rotation) {
   switch (scale) {
     case MatrixScale::kQuick: return quickCases(nranks, rotation);

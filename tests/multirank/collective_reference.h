@@ -136,6 +136,10 @@ std::vector<CollectiveCase> fullCases(int nranks, unsigned rotation);
 // 65537-element cases and every seventh of the others (types, ops and counts still rotate
 // across configurations).
 std::vector<CollectiveCase> quickCases(int nranks, unsigned rotation);
+// The rank count the quick slices of the matrices give their `index`-th configuration
+// beyond one rank: 2, 3, 4, 5 and 8 in turn (under a sanitizer a configuration costs its
+// communicators' making, whatever its cases, so each configuration meets one count).
+int quickRankCount(size_t index);
 // The list for a scale: quickCases, sliceCases or fullCases.
 std::vector<CollectiveCase> casesAt(MatrixScale scale, int nranks, unsigned rotation);
 

@@ -80,9 +80,8 @@ void appendUcxConfigs(std::vector<Config>* configs, unsigned* rotation) {
 // LOOM_ALGO value on one rank count of {2, 3, 4, 5, 8}, a different one per mode (under a
 // sanitizer a configuration's communicators cost seconds to make, whatever its cases).
 bool inQuickSlice(Mode mode, int nranks, size_t algoIndex) {
-  static const int kRanks[] = {2, 3, 4, 5, 8};
   if (nranks == 1) return algoIndex == 0;
-  return nranks == kRanks[(algoIndex + (mode == Mode::kProcesses ? 2 : 0)) % 5];
+  return nranks == loomtest::quickRankCount(algoIndex + (mode == Mode::kProcesses ? 2 : 0));
 }
 
 // The default slice: every mode x rank count x LOOM_ALGO value (the quick slice: those
