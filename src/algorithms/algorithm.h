@@ -16,7 +16,7 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // latency-optimal small allreduce over links
   kOneShot,            // small allreduce through one shared-memory board (one host)
   kPairwise,           // all-to-all: every pair exchanges directly
-  kHierarchical,       // allreduce across hosts: within each host, then between them, then back
+  kHierarchical,       // allreduce, broadcast across hosts: each rank of a host carries a shard between hosts
 };
 constexpr int kNumAlgorithms = 6;
 
@@ -78,7 +78,8 @@ void treeBroadcast(const CollectiveArgs& a, Plan& plan);
 void treeReduce(const CollectiveArgs& a, Plan& plan);
 void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan);
 void pairwiseAllToAll(const CollectiveArgs& a, Plan& plan);
-// Needs `order` with hostStarts (several hosts); on one host it is ringAllReduce.
+// Need `order` with hostStarts (several hosts); on one host they are the ring's.
 void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan);
+void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan);
 
 }  // namespace loom

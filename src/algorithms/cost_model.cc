@@ -337,19 +337,45 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
 // fewer bytes per connection. That counts connections, not a host's one network link, which
 // the model does not know: where that link is the limit, the network bytes a host sends fall
 // only from 2(n-1)/n to 2(H-1)/H of the buffer (docs/PERF.md).
-double hierarchicalUs(Protocol protocol, size_t size, const CommProfile& p) {
+//
+// Hierarchical broadcast: a chain of r - 1 hops through the root's host, chains of H - 1
+// hops between hosts carrying bytes / r each, all r at once, and an allgather pass around
+// each other host's ring. Unlike the allreduce's, these phases run at once (every rank passes
+// a slice on as soon as it has it, and each phase works other links), so the slowest sets
+// the pace and the others add their latency:
+//   max(bytes / intra, (bytes / r) / inter, (r-1)/r bytes / intra)
+//     + (r-1) intra alpha + (H-1) inter alpha + (r-1) intra alpha (+ the chains' fill).
+// The flat chain sends the whole buffer over one connection per host boundary; the same
+// caveat applies (one port per host: the same network time).
+double hierarchicalUs(CallInfo::Kind kind, Protocol protocol, size_t size, const CommProfile& p) {
   const int r = p.ranksPerHost();
   const int channels = activeChannels(size, p);
   const double bytes = static_cast<double>(size);
+  const bool broadcast = kind == CallInfo::Kind::kBroadcast;
   CommProfile across = p;
   across.nranks = p.nhosts;
+  CommProfile host = p;
+  host.nranks = r;
+  host.nhosts = 1;
+  if (broadcast) {
+    // Each phase's time past its latency; the slowest of those, then every phase's latency.
+    double slowest = 0, latency = 0;
+    auto phase = [&](const Schedule& s, const CommProfile& on) {
+      const double alpha = alphaUs(s.path, on, protocol);
+      slowest = std::max(slowest, scheduleUs(s, on, protocol, size) - alpha);
+      latency += alpha;
+    };
+    phase(pipelinedChain(ringWalk(p.nhosts - 1, across), bytes / r, 1, 1, 0, channels, across), across);
+    if (r > 1) {
+      phase(pipelinedChain(ringWalk(r - 1, host), bytes, 1, 1, 0, channels, host), host);
+      phase(ringPasses(1, false, bytes, host, channels), host);
+    }
+    return slowest + latency;
+  }
   double us = scheduleUs(ringPasses(2, true, bytes / r, across, channels), across, protocol, size);
   if (r > 1) {
-    CommProfile host = p;
-    host.nranks = r;
-    host.nhosts = 1;
     Schedule allGather = ringPasses(1, false, bytes, host, channels);
-    allGather.direct = 0;
+    allGather.direct = 0;  // through the FIFO
     us += scheduleUs(ringPasses(1, true, bytes, host, channels), host, protocol, size) +
           scheduleUs(allGather, host, protocol, size);
   }
@@ -452,12 +478,12 @@ double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, si
   if (protocol == Protocol::kLowLatency && !p.device) return kInfinity;
   if (algorithm == Algorithm::kOneShot && (p.device || p.nhosts > 1 || bytes > p.oneShotMaxBytes)) return kInfinity;
   if (algorithm == Algorithm::kHierarchical && p.device) return kInfinity;
-  // On one host the hierarchical allreduce is the ring.
+  // On one host the hierarchical algorithms are the ring's.
   if (algorithm == Algorithm::kHierarchical && p.nhosts == 1) algorithm = Algorithm::kRing;
   // Alone, every algorithm is one local copy.
   if (p.nranks == 1) return transferUs(static_cast<double>(bytes), p.copyGbps);
   if (algorithm == Algorithm::kOneShot) return oneShotUs(bytes, p);
-  if (algorithm == Algorithm::kHierarchical) return hierarchicalUs(protocol, bytes, p);
+  if (algorithm == Algorithm::kHierarchical) return hierarchicalUs(kind, protocol, bytes, p);
   return scheduleUs(linkSchedule(kind, algorithm, bytes, p), p, protocol, bytes);
 }
 

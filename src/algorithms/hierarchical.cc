@@ -1,8 +1,10 @@
-// Hierarchical allreduce, for communicators that span hosts. The ranks of each host
-// reduce-scatter the buffer around their host's ring (shared memory), so each holds one shard
-// reduced over its host; each then allreduces its shard around a ring of the ranks holding
-// the same shard on the other hosts, all shards at once, so every rank of a host drives the
-// network with its own connections; last, each host's ring allgathers the shards.
+// Hierarchical allreduce and broadcast, for communicators that span hosts: every rank of a
+// host drives the network with its own connections, each carrying a shard of the buffer.
+//
+// Allreduce: the ranks of each host reduce-scatter the buffer around their host's ring
+// (shared memory), so each holds one shard reduced over its host; each then allreduces its
+// shard around a ring of the ranks holding the same shard on the other hosts, all shards at
+// once; last, each host's ring allgathers the shards.
 //
 //   network bytes a host sends per allreduce of S bytes, H hosts of L ranks:
 //     flat ring      2 (HL-1)/(HL) S      (4 x 2: 1.75 S)
@@ -10,10 +12,18 @@
 //   and a slice crosses 2(H-1) host boundaries instead of about 2H, in 2(L-1) + 2(H-1) hops
 //   instead of 2(HL-1).
 //
+// Broadcast: the root's host passes the buffer down a chain of its ranks from the root; as
+// the slices of shard k reach that host's rank k, it sends them down the chain of ranks k of
+// the other hosts (in ring order from the root's host), all shards at once; each other host's
+// ranks holding shards allgather them around their host's ring. A host sends and receives S
+// through the network, as the flat chain, but over L connections of 1/L each instead of one:
+// the same time where one network port per host is the limit, L times less where each rank
+// has its own (a NIC per GPU) or one connection cannot fill the port.
+//
 // Hosts of unequal size: K, the fewest ranks any host has, is the number of shards. The
 // first K ranks of a host on the ring ("leaders") hold them; every other rank (an "extra")
 // first folds its buffer into leader (its local index mod K) and at the end receives the
-// result from it.
+// result from it (broadcast: only receives it).
 //
 // Phases hand over slice by slice: a step that reads or writes part of the receive buffer
 // waits (`after`) for the step that last wrote it (WriteLog). Each such wait spans one shard,
@@ -91,37 +101,92 @@ struct HostLayout {
   int size(int h) const { return sizes[static_cast<size_t>(h)]; }
 };
 
-}  // namespace
+// What the hierarchical builders share: the hosts, the K shards of each channel's part, and
+// the log of the steps that wrote the receive buffer, which hands the phases over slice by
+// slice.
+struct HostShards {
+  explicit HostShards(const CollectiveArgs& args)
+      : a(args), hosts(args.order->hostStarts(), args.nranks, args.position()), K(hosts.shards),
+        se(args.sliceElems()), es(args.elemSize()), shardSlices(sliceCount(shard(0, 0), se)) {}
 
-void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
-  if (a.order == nullptr || a.order->hostStarts().size() < 2) return ringAllReduce(a, plan);
-  const HostLayout hosts(a.order->hostStarts(), a.nranks, a.position());
-  const int K = hosts.shards, H = hosts.hosts, local = hosts.local, first = hosts.first(hosts.host);
-  const bool avg = a.info.op == loomAvg;
-  const size_t se = a.sliceElems(), es = a.elemSize();
-  auto shard = [&](int c, int k) { return part(part(a.info.count, a.channels, c), K, k); };
-  const size_t shardSlices = sliceCount(shard(0, 0), se);
-  // Every slice of every shard of every channel, slice-major: the order of the folds' steps
-  // on both ends of a link.
-  auto forEachShardSlice = [&](auto f) {
+  Range shard(int c, int k) const { return part(part(a.info.count, a.channels, c), K, k); }
+  // The rank with index `local` on host `h`.
+  int rankOn(int h, int local) const { return a.rankAt(hosts.first(h) + local); }
+  // f(channel, shard, slice) for every slice of every shard of every channel, slice-major:
+  // the order of the steps on both ends of a link that carries whole shards.
+  template <class F>
+  void forEachShardSlice(F f) const {
     for (size_t j = 0; j < shardSlices; ++j) {
       for (int c = 0; c < a.channels; ++c) {
         for (int k = 0; k < K; ++k) {
           const Range s = slice(shard(c, k), se, j);
-          if (s.size() > 0) f(c, s);
+          if (s.size() > 0) f(c, k, s);
         }
       }
     }
-  };
+  }
+  // Before a pass over `chunks` ranges of `slices` slices, each slice waits for what last
+  // wrote it; afterwards (learn) the log knows what the pass wrote.
+  template <class RangeOf>
+  LastWrite lastWrites(int chunks, size_t slices, RangeOf range) const {
+    LastWrite last(a.channels, chunks, slices);
+    forEachSlot(chunks, slices, [&](int c, int k, size_t j) { last.at(c, k, j) = written.latest(slice(range(c, k), se, j)); });
+    return last;
+  }
+  template <class RangeOf>
+  void learn(LastWrite& last, int chunks, size_t slices, RangeOf range) {
+    forEachSlot(chunks, slices, [&](int c, int k, size_t j) { written.record(slice(range(c, k), se, j), last.at(c, k, j)); });
+  }
+  // The ring of this host's leaders.
+  RingOrder leaders() const {
+    std::vector<int> ranks;
+    for (int q = 0; q < K; ++q) ranks.push_back(rankOn(hosts.host, q));
+    return RingOrder(ranks);
+  }
+  // The arguments of a pass around the ring `order` of some of the ranks.
+  CollectiveArgs around(const RingOrder& order) const {
+    CollectiveArgs ring = a;
+    ring.nranks = static_cast<int>(order.ranks().size());
+    ring.order = &order;
+    return ring;
+  }
+
+  const CollectiveArgs& a;
+  const HostLayout hosts;
+  const int K;
+  const size_t se, es;
+  const size_t shardSlices;
+  WriteLog written;
+
+ private:
+  template <class F>
+  void forEachSlot(int chunks, size_t slices, F f) const {
+    for (int c = 0; c < a.channels; ++c) {
+      for (int k = 0; k < chunks; ++k) {
+        for (size_t j = 0; j < slices; ++j) f(c, k, j);
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
+  if (a.order == nullptr || a.order->hostStarts().size() < 2) return ringAllReduce(a, plan);
+  HostShards h(a);
+  const int K = h.K, H = h.hosts.hosts, local = h.hosts.local, host = h.hosts.host;
+  const bool avg = a.info.op == loomAvg;
+  const size_t es = h.es;
+  auto shard = [&](int c, int k) { return h.shard(c, k); };
 
   if (local >= K) {  // an extra: fold in, take the result back
-    const int leader = a.rankAt(first + local % K);
+    const int leader = h.rankOn(host, local % K);
     std::vector<int> sends;
-    forEachShardSlice([&](int c, const Range& s) {
+    h.forEachShardSlice([&](int c, int, const Range& s) {
       sends.push_back(plan.add(linkStep(Step::Kind::kSend, leader, c, a.sendAt(s.begin), nullptr, s.size() * es)));
     });
     size_t i = 0;
-    forEachShardSlice([&](int c, const Range& s) {
+    h.forEachShardSlice([&](int c, int, const Range& s) {
       // In place, the result overwrites what was sent: not before the leader has read it.
       Step st = linkStep(Step::Kind::kRecv, leader, c, nullptr, a.recvAt(s.begin), s.size() * es, sends[i++]);
       st.viaFifo = true;  // the leader reduces into this range again in its next allreduce
@@ -130,58 +195,36 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
     return;
   }
 
-  WriteLog written;
   std::vector<int> extras;
-  for (int q = local + K; q < hosts.size(hosts.host); q += K) extras.push_back(a.rankAt(first + q));
+  for (int q = local + K; q < h.hosts.size(host); q += K) extras.push_back(h.rankOn(host, q));
   for (size_t e = 0; e < extras.size(); ++e) {
-    forEachShardSlice([&](int c, const Range& s) {
+    h.forEachShardSlice([&](int c, int, const Range& s) {
       const void* src = e == 0 ? a.sendAt(s.begin) : a.recvAt(s.begin);
-      written.record(s, plan.add(linkStep(Step::Kind::kRecvReduce, extras[e], c, src, a.recvAt(s.begin),
-                                          s.size() * es, written.latest(s))));
+      h.written.record(s, plan.add(linkStep(Step::Kind::kRecvReduce, extras[e], c, src, a.recvAt(s.begin),
+                                            s.size() * es, h.written.latest(s))));
     });
   }
   // What this rank contributes: its own buffer, or that with its extras' folded in.
   const bool folded = !extras.empty();
   auto mine = [&](size_t e) -> const void* { return folded ? a.recvAt(e) : a.sendAt(e); };
-  // Before each pass, every slice waits for what last wrote it; afterwards the log learns
-  // what the pass wrote.
-  auto forEachSlot = [&](int chunks, size_t slices, auto f) {
-    for (int c = 0; c < a.channels; ++c) {
-      for (int k = 0; k < chunks; ++k) {
-        for (size_t j = 0; j < slices; ++j) f(c, k, j);
-      }
-    }
-  };
-  auto lastWrites = [&](int chunks, size_t slices, auto range) {
-    LastWrite last(a.channels, chunks, slices);
-    forEachSlot(chunks, slices, [&](int c, int k, size_t j) { last.at(c, k, j) = written.latest(slice(range(c, k), se, j)); });
-    return last;
-  };
-  auto learn = [&](LastWrite& last, int chunks, size_t slices, auto range) {
-    forEachSlot(chunks, slices, [&](int c, int k, size_t j) { written.record(slice(range(c, k), se, j), last.at(c, k, j)); });
-  };
 
   // The host's leaders, around their own ring; afterwards this rank holds shard `own`
   // reduced over its host.
-  std::vector<int> leaders;
-  for (int q = 0; q < K; ++q) leaders.push_back(a.rankAt(first + q));
-  const RingOrder hostRing(leaders);
-  CollectiveArgs inHost = a;
-  inHost.nranks = K;
-  inHost.order = &hostRing;
+  const RingOrder hostRing = h.leaders();
+  const CollectiveArgs inHost = h.around(hostRing);
   const int own = (local + 1) % K;
   if (K > 1) {
-    LastWrite last = lastWrites(K, shardSlices, shard);
-    ringPass(inHost, plan, last, shardSlices, local, shard,
+    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
+    ringPass(inHost, plan, last, h.shardSlices, local, shard,
              [&](int s, const Range& out) { return s == 0 ? mine(out.begin) : a.recvAt(out.begin); },
              [&](int, const Range& in) {
                Step st{Step::Kind::kRecvReduce};
                st.src = mine(in.begin);
                st.dst = a.recvAt(in.begin);
-               st.after = written.latest(in);
+               st.after = h.written.latest(in);
                return st;
              });
-    learn(last, K, shardSlices, shard);
+    h.learn(last, K, h.shardSlices, shard);
   }
 
   // Shard `own` around the ring of this local index on every host: reduce-scatter, then
@@ -189,43 +232,109 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
   const bool hostReducedInRecv = folded || K > 1;
   auto hostReduced = [&](size_t e) -> const void* { return hostReducedInRecv ? a.recvAt(e) : a.sendAt(e); };
   std::vector<int> across;
-  for (int h = 0; h < H; ++h) across.push_back(a.rankAt(hosts.first(h) + local));
+  for (int q = 0; q < H; ++q) across.push_back(h.rankOn(q, local));
   const RingOrder acrossRing(across);
-  CollectiveArgs acrossHosts = a;
-  acrossHosts.nranks = H;
-  acrossHosts.order = &acrossRing;
+  const CollectiveArgs acrossHosts = h.around(acrossRing);
   auto chunk = [&](int c, int i) { return part(shard(c, own), H, i); };
-  const size_t chunkSlices = sliceCount(part(shard(0, own), H, 0), se);
+  const size_t chunkSlices = sliceCount(part(shard(0, own), H, 0), h.se);
   {
-    LastWrite last = lastWrites(H, chunkSlices, chunk);
-    ringPass(acrossHosts, plan, last, chunkSlices, hosts.host, chunk,
+    LastWrite last = h.lastWrites(H, chunkSlices, chunk);
+    ringPass(acrossHosts, plan, last, chunkSlices, host, chunk,
              [&](int s, const Range& out) { return s == 0 ? hostReduced(out.begin) : a.recvAt(out.begin); },
              [&](int s, const Range& in) {
                Step st{Step::Kind::kRecvReduce};
                st.src = hostReduced(in.begin);
                st.dst = a.recvAt(in.begin);
                st.finalize = avg && s == H - 2;
-               st.after = written.latest(in);
+               st.after = h.written.latest(in);
                return st;
              });
-    ringPass(acrossHosts, plan, last, chunkSlices, hosts.host + 1, chunk,
+    ringPass(acrossHosts, plan, last, chunkSlices, host + 1, chunk,
              [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
              [&](int, const Range& in) { return fifoReceiveInto(a, in); });
-    learn(last, H, chunkSlices, chunk);
+    h.learn(last, H, chunkSlices, chunk);
   }
 
   if (K > 1) {  // the shards around the host's ring
-    LastWrite last = lastWrites(K, shardSlices, shard);
-    ringPass(inHost, plan, last, shardSlices, local + 1, shard,
+    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
+    ringPass(inHost, plan, last, h.shardSlices, local + 1, shard,
              [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
              [&](int, const Range& in) { return fifoReceiveInto(a, in); });
-    learn(last, K, shardSlices, shard);
+    h.learn(last, K, h.shardSlices, shard);
   }
 
   for (int extra : extras) {
-    forEachShardSlice([&](int c, const Range& s) {
-      plan.add(linkStep(Step::Kind::kSend, extra, c, a.recvAt(s.begin), nullptr, s.size() * es, written.latest(s)));
+    h.forEachShardSlice([&](int c, int, const Range& s) {
+      plan.add(linkStep(Step::Kind::kSend, extra, c, a.recvAt(s.begin), nullptr, s.size() * es, h.written.latest(s)));
     });
+  }
+}
+
+void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
+  if (a.order == nullptr || a.order->hostStarts().size() < 2) return ringBroadcast(a, plan);
+  HostShards h(a);
+  const int K = h.K, H = h.hosts.hosts, local = h.hosts.local, host = h.hosts.host;
+  const size_t es = h.es;
+  const int rootPosition = a.positionOf(a.info.root);
+  int rootHost = 0;
+  while (rootHost + 1 < H && h.hosts.first(rootHost + 1) <= rootPosition) ++rootHost;
+  const int hostsFromRoot = mod(host - rootHost, H);  // along the chain of hosts
+  // Leader k of the host `hops` further along the chain of hosts (-1: the one before).
+  auto leaderAlong = [&](int hops, int k) { return h.rankOn(mod(host + hops, H), k); };
+  auto send = [&](int peer, int c, const void* from, const Range& s, int after) {
+    plan.add(linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after));
+  };
+  auto receive = [&](int peer, int c, const Range& s) {
+    return plan.add(linkStep(Step::Kind::kRecv, peer, c, nullptr, a.recvAt(s.begin), s.size() * es));
+  };
+
+  if (hostsFromRoot == 0) {  // the root's host: a chain from the root; leader k sends shard k on
+    const int size = h.hosts.size(host), rootLocal = rootPosition - h.hosts.first(host);
+    const int onChain = mod(local - rootLocal, size);
+    const int next = h.rankOn(host, mod(local + 1, size)), prev = h.rankOn(host, mod(local - 1, size));
+    h.forEachShardSlice([&](int c, int k, const Range& s) {
+      int have = Step::kNone;
+      const void* from = a.recvAt(s.begin);
+      if (onChain == 0) {
+        if (a.send != a.recv) plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), s.size() * es, false));
+        from = a.sendAt(s.begin);
+      } else {
+        have = receive(prev, c, s);
+      }
+      if (onChain < size - 1) send(next, c, from, s, have);
+      if (k == local) send(leaderAlong(1, k), c, from, s, have);
+    });
+    return;
+  }
+
+  if (local >= K) {  // an extra: the whole buffer from its leader
+    const int leader = h.rankOn(host, local % K);
+    h.forEachShardSlice([&](int c, int, const Range& s) { receive(leader, c, s); });
+    return;
+  }
+
+  // Shard `local` from the host before, on to the host after.
+  h.forEachShardSlice([&](int c, int k, const Range& s) {
+    if (k != local) return;
+    const int got = receive(leaderAlong(-1, k), c, s);
+    h.written.record(s, got);
+    if (hostsFromRoot < H - 1) send(leaderAlong(1, k), c, a.recvAt(s.begin), s, got);
+  });
+  if (K > 1) {  // the shards around the host's leaders
+    const RingOrder hostRing = h.leaders();
+    auto shard = [&](int c, int k) { return h.shard(c, k); };
+    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
+    ringPass(h.around(hostRing), plan, last, h.shardSlices, local, shard,
+             [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
+             [&](int, const Range& in) {
+               Step st{Step::Kind::kRecv};
+               st.dst = a.recvAt(in.begin);
+               return st;
+             });
+    h.learn(last, K, h.shardSlices, shard);
+  }
+  for (int q = local + K; q < h.hosts.size(host); q += K) {
+    h.forEachShardSlice([&](int c, int, const Range& s) { send(h.rankOn(host, q), c, a.recvAt(s.begin), s, h.written.latest(s)); });
   }
 }
 

@@ -69,6 +69,7 @@ bool supports(CallInfo::Kind kind, Algorithm algorithm) {
   switch (kind) {
     case CallInfo::Kind::kAllReduce: return algorithm != Algorithm::kPairwise;  // hierarchical included
     case CallInfo::Kind::kBroadcast:
+      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree || algorithm == Algorithm::kHierarchical;
     case CallInfo::Kind::kReduce: return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree;
     case CallInfo::Kind::kAllGather:
     case CallInfo::Kind::kReduceScatter: return algorithm == Algorithm::kRing;
@@ -164,7 +165,7 @@ Status parseProtocolSetting(const std::string& value, ProtocolSetting* out) {
 namespace {
 
 // One-shot needs the board, which exists only when every rank is on this host. The
-// hierarchical allreduce runs on host communicators (a device communicator's plans have not
+// hierarchical algorithms run on host communicators (a device communicator's plans have not
 // been run with it).
 bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profile) {
   if (algorithm == Algorithm::kHierarchical) return !profile.device;

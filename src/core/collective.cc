@@ -32,7 +32,9 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
       }
       return ringAllReduce(args, plan);
     case CallInfo::Kind::kBroadcast:
-      return algorithm == Algorithm::kTree ? treeBroadcast(args, plan) : ringBroadcast(args, plan);
+      if (algorithm == Algorithm::kTree) return treeBroadcast(args, plan);
+      if (algorithm == Algorithm::kHierarchical) return hierarchicalBroadcast(args, plan);
+      return ringBroadcast(args, plan);
     case CallInfo::Kind::kReduce:
       return algorithm == Algorithm::kTree ? treeReduce(args, plan) : ringReduce(args, plan);
     case CallInfo::Kind::kAllGather: return ringAllGather(args, plan);

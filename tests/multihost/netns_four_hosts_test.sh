@@ -2,7 +2,7 @@
 # Four "hosts" of two ranks each (network namespaces on one bridge, netns_hosts.sh), one
 # `loomrun --nnodes 4 --node-rank K` per host: every collective x every type with rotating
 # ops, counts, roots and in place (collectives_rank) over sockets between the hosts, with
-# the tuner's choices and with the hierarchical allreduce forced, and the same over UCX
+# the tuner's choices and with the hierarchical allreduce and broadcast forced, and the same over UCX
 # (UCX_TLS=tcp) where Loom was built with it (LOOM_TEST_UCX). Shared memory joins the two
 # ranks of a host throughout. Then kill trials (survivor_rank): one rank is killed with
 # kill -9 mid-loop, and once before its first data connection; every survivor on every host
@@ -57,14 +57,16 @@ if [ -n "${LOOM_TEST_UCX:-}" ]; then
   grep -q "sockets between hosts (LOOM_TRANSPORTS auto): rank 0's UCX reports no RDMA device" "$out/default.0" ||
     { echo "default: the INFO log does not say why the hosts use sockets"; failed=1; }
 fi
-if run hierarchical 1 LOOM_TRANSPORTS= LOOM_ALGO=allreduce=hierarchical; then
-  grep -q "loomAllReduce.* uses hierarchical/" "$out/hierarchical.0" ||
-    { echo "hierarchical: the INFO log names no hierarchical allreduce"; failed=1; }
+if run hierarchical 1 LOOM_TRANSPORTS= LOOM_ALGO=hierarchical; then
+  for call in loomAllReduce loomBroadcast; do
+    grep -q "$call.* uses hierarchical/" "$out/hierarchical.0" ||
+      { echo "hierarchical: the INFO log names no hierarchical $call"; failed=1; }
+  done
 else
   failed=1
 fi
 if [ -n "${LOOM_TEST_UCX:-}" ]; then
-  run ucx-hierarchical 2 LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp LOOM_ALGO=allreduce=hierarchical || failed=1
+  run ucx-hierarchical 2 LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp LOOM_ALGO=hierarchical || failed=1
   grep -q "ucx (1 link(s) each) to ranks" "$out/ucx-hierarchical.0" ||
     { echo "ucx-hierarchical: no UCX links between the hosts"; failed=1; }
 else

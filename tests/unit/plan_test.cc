@@ -134,6 +134,7 @@ const Case kCases[] = {
     {"ring reducescatter", CallInfo::Kind::kReduceScatter, ringReduceScatter},
     {"pairwise alltoall", CallInfo::Kind::kAllToAll, pairwiseAllToAll},
     {"hierarchical allreduce", CallInfo::Kind::kAllReduce, hierarchicalAllReduce},
+    {"hierarchical broadcast", CallInfo::Kind::kBroadcast, hierarchicalBroadcast},
 };
 
 int32_t input(int rank, size_t i) { return static_cast<int32_t>(rank * 1000 + static_cast<int>(i % 997)); }
@@ -199,13 +200,13 @@ bool simulate(std::vector<RankRun>& ranks, int links) {
 }
 
 void checkCase(const Case& c, int n, size_t count, int channels, size_t sliceBytes, bool inPlace, int links,
-               const RingOrder* order = nullptr) {
+               const RingOrder* order = nullptr, int root = -1) {
   std::string orderText;
   for (int r : order ? order->ranks() : std::vector<int>{}) orderText += " " + std::to_string(r);
   SCOPED_TRACE(testing::Message() << c.name << " n=" << n << " count=" << count << " channels=" << channels
                                   << " slice=" << sliceBytes << (inPlace ? " in place" : "") << " links=" << links
-                                  << (order ? " order" + orderText : ""));
-  const int root = n > 1 ? n / 2 + 1 < n ? n / 2 + 1 : 0 : 0;
+                                  << (order ? " order" + orderText : "") << " root=" << root);
+  if (root < 0) root = n > 1 ? n / 2 + 1 < n ? n / 2 + 1 : 0 : 0;
   const bool wide = c.kind == CallInfo::Kind::kAllGather || c.kind == CallInfo::Kind::kReduceScatter ||
                     c.kind == CallInfo::Kind::kAllToAll;
   const size_t total = wide ? count * static_cast<size_t>(n) : count;
@@ -365,64 +366,123 @@ TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
   }
 }
 
-// Hosts of equal and unequal sizes, channels on links of their own and sharing one: every
-// rank gets the sum, and each host sends the network only what the hierarchy needs, less
-// than the flat ring's.
+// Hosts of equal and unequal sizes (first positions of each host), not in rank order, so
+// positions and ranks differ.
+struct HostsLayout {
+  std::vector<int> starts;
+  int n;
+  RingOrder order;
+
+  explicit HostsLayout(std::vector<int> hostStarts, int lastHostSize)
+      : starts(hostStarts), n(hostStarts.back() + lastHostSize), order(reversed(n), hostStarts) {}
+  static std::vector<int> reversed(int n) {
+    std::vector<int> ranks(static_cast<size_t>(n));
+    std::iota(ranks.rbegin(), ranks.rend(), 0);
+    return ranks;
+  }
+  int hosts() const { return static_cast<int>(starts.size()); }
+  int hostOf(int rank) const {
+    const int p = order.positionOf(rank);
+    int h = 0;
+    while (h + 1 < hosts() && starts[static_cast<size_t>(h + 1)] <= p) ++h;
+    return h;
+  }
+  // K: the fewest ranks on a host.
+  size_t shards() const {
+    int fewest = n;
+    for (int h = 0; h < hosts(); ++h) fewest = std::min(fewest, (h + 1 < hosts() ? starts[static_cast<size_t>(h + 1)] : n) - starts[static_cast<size_t>(h)]);
+    return static_cast<size_t>(fewest);
+  }
+};
+
+const std::vector<HostsLayout>& hostsLayouts() {
+  static const std::vector<HostsLayout> layouts = {HostsLayout({0, 2, 4, 6}, 2), HostsLayout({0, 3, 6}, 3),
+                                                   HostsLayout({0, 1, 4}, 3), HostsLayout({0, 4, 5}, 3),
+                                                   HostsLayout({0, 2, 5, 9}, 3)};
+  return layouts;
+}
+
+// What the plans of a call of 4096 int32 send between hosts: the most any host sends, and the
+// most any one connection (a rank to a peer on another host) carries.
+struct NetworkLoad {
+  size_t perHost = 0;
+  size_t perConnection = 0;
+};
+
+NetworkLoad networkLoad(const Case& c, const HostsLayout& layout, int root) {
+  std::vector<size_t> perHost(static_cast<size_t>(layout.hosts()), 0);
+  std::map<std::pair<int, int>, size_t> perConnection;
+  std::vector<int32_t> buffer(4096);
+  for (int r = 0; r < layout.n; ++r) {
+    CollectiveArgs a;
+    a.info.kind = c.kind;
+    a.info.type = loomInt32;
+    a.info.op = loomSum;
+    a.info.root = root;
+    a.info.count = buffer.size();
+    a.rank = r;
+    a.nranks = layout.n;
+    a.order = &layout.order;
+    a.send = a.recv = buffer.data();
+    Plan plan;
+    plan.beginCall(a.info);
+    c.build(a, plan);
+    for (const Step& s : plan.steps) {
+      if (s.kind != Step::Kind::kSend || layout.hostOf(s.peer) == layout.hostOf(r)) continue;
+      perHost[static_cast<size_t>(layout.hostOf(r))] += s.bytes;
+      perConnection[{r, s.peer}] += s.bytes;
+    }
+  }
+  NetworkLoad load;
+  load.perHost = *std::max_element(perHost.begin(), perHost.end());
+  for (const auto& [pair, bytes] : perConnection) load.perConnection = std::max(load.perConnection, bytes);
+  return load;
+}
+
+// Channels on links of their own and sharing one: every rank gets the sum, and each host
+// sends the network only what the hierarchy needs, less than the flat ring's.
 TEST(Schedules, HierarchicalAllReduceOverHostsOfAnySize) {
   const Case hierarchical{"hierarchical allreduce", CallInfo::Kind::kAllReduce, hierarchicalAllReduce};
   const Case ring{"ring allreduce", CallInfo::Kind::kAllReduce, ringAllReduce};
-  const std::vector<std::vector<int>> layouts = {{0, 2, 4, 6}, {0, 3, 6}, {0, 1, 4}, {0, 4, 5}, {0, 2, 5, 9}};
-  for (const std::vector<int>& starts : layouts) {
-    const int n = starts.back() + (starts == std::vector<int>{0, 2, 4, 6} ? 2 : 3);
-    std::vector<int> ranks(static_cast<size_t>(n));
-    std::iota(ranks.rbegin(), ranks.rend(), 0);  // not rank order, so positions and ranks differ
-    RingOrder order(ranks, starts);
+  for (const HostsLayout& layout : hostsLayouts()) {
     for (size_t count : {size_t{1}, size_t{13}, size_t{1031}}) {
       for (bool inPlace : {false, true}) {
-        checkCase(hierarchical, n, count, 1, 16, inPlace, 1, &order);
-        checkCase(hierarchical, n, count, 3, 32, inPlace, 3, &order);
-        checkCase(hierarchical, n, count, 2, 16, inPlace, 1, &order);
+        checkCase(hierarchical, layout.n, count, 1, 16, inPlace, 1, &layout.order);
+        checkCase(hierarchical, layout.n, count, 3, 32, inPlace, 3, &layout.order);
+        checkCase(hierarchical, layout.n, count, 2, 16, inPlace, 1, &layout.order);
       }
     }
-    // Bytes each host sends to other hosts, for an allreduce of 4096 elements.
-    auto hostOf = [&](int rank) {
-      const int p = order.positionOf(rank);
-      int h = 0;
-      while (h + 1 < static_cast<int>(starts.size()) && starts[static_cast<size_t>(h + 1)] <= p) ++h;
-      return h;
-    };
-    auto networkBytes = [&](const Case& c) {
-      std::vector<size_t> perHost(starts.size(), 0);
-      std::vector<int32_t> buffer(4096);
-      for (int r = 0; r < n; ++r) {
-        CollectiveArgs a;
-        a.info.kind = c.kind;
-        a.info.type = loomInt32;
-        a.info.op = loomSum;
-        a.info.count = buffer.size();
-        a.rank = r;
-        a.nranks = n;
-        a.order = &order;
-        a.send = a.recv = buffer.data();
-        Plan plan;
-        plan.beginCall(a.info);
-        c.build(a, plan);
-        for (const Step& s : plan.steps) {
-          if (s.kind == Step::Kind::kSend && hostOf(s.peer) != hostOf(r)) perHost[static_cast<size_t>(hostOf(r))] += s.bytes;
-        }
-      }
-      return *std::max_element(perHost.begin(), perHost.end());
-    };
-    const size_t hosts = starts.size(), buffer = 4096 * 4;
-    size_t shards = static_cast<size_t>(n);  // the fewest ranks on a host
-    for (size_t h = 0; h < hosts; ++h) {
-      shards = std::min(shards, static_cast<size_t>((h + 1 < hosts ? starts[h + 1] : n) - starts[h]));
-    }
-    SCOPED_TRACE(testing::Message() << n << " ranks on " << hosts << " hosts");
+    const size_t hosts = static_cast<size_t>(layout.hosts()), buffer = 4096 * 4, shards = layout.shards();
+    SCOPED_TRACE(testing::Message() << layout.n << " ranks on " << hosts << " hosts");
     // Each of the K shard rings sends 2 (H-1)/H of its shard from every host (give or take an
     // element per chunk where the sizes do not divide).
-    EXPECT_LE(networkBytes(hierarchical), 2 * (hosts - 1) * buffer / hosts + 2 * hosts * shards * 4);
-    EXPECT_LT(networkBytes(hierarchical), networkBytes(ring));
+    EXPECT_LE(networkLoad(hierarchical, layout, 0).perHost, 2 * (hosts - 1) * buffer / hosts + 2 * hosts * shards * 4);
+    EXPECT_LT(networkLoad(hierarchical, layout, 0).perHost, networkLoad(ring, layout, 0).perHost);
+  }
+}
+
+// From every root: every rank gets the root's buffer; a host sends the network no more than
+// the flat chain does (the buffer once), spread over K connections of a shard each where the
+// chain puts it all on one.
+TEST(Schedules, HierarchicalBroadcastOverHostsOfAnySize) {
+  const Case hierarchical{"hierarchical broadcast", CallInfo::Kind::kBroadcast, hierarchicalBroadcast};
+  const Case ring{"ring broadcast", CallInfo::Kind::kBroadcast, ringBroadcast};
+  for (const HostsLayout& layout : hostsLayouts()) {
+    for (int root = 0; root < layout.n; ++root) {
+      for (size_t count : {size_t{1}, size_t{13}, size_t{1031}}) {
+        for (bool inPlace : {false, true}) {
+          checkCase(hierarchical, layout.n, count, 1, 16, inPlace, 1, &layout.order, root);
+          checkCase(hierarchical, layout.n, count, 3, 32, inPlace, 3, &layout.order, root);
+          checkCase(hierarchical, layout.n, count, 2, 16, inPlace, 1, &layout.order, root);
+        }
+      }
+      const size_t buffer = 4096 * 4, shards = layout.shards();
+      SCOPED_TRACE(testing::Message() << layout.n << " ranks on " << layout.hosts() << " hosts, root " << root);
+      const NetworkLoad mine = networkLoad(hierarchical, layout, root), chain = networkLoad(ring, layout, root);
+      EXPECT_EQ(chain.perConnection, buffer);
+      EXPECT_LE(mine.perHost, buffer);
+      EXPECT_LE(mine.perConnection, (buffer / 4 + shards - 1) / shards * 4);
+    }
   }
 }
 
