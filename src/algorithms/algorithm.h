@@ -16,7 +16,7 @@ enum class Algorithm : uint8_t {
   kRecursiveDoubling,  // latency-optimal small allreduce over links
   kOneShot,            // small allreduce through one shared-memory board (one host)
   kPairwise,           // all-to-all: every pair exchanges directly
-  kHierarchical,       // allreduce, broadcast across hosts: each rank of a host carries a shard between hosts
+  kHierarchical,       // allreduce, broadcast, reduce across hosts: each rank of a host carries a shard between hosts
 };
 constexpr int kNumAlgorithms = 6;
 
@@ -81,5 +81,6 @@ void pairwiseAllToAll(const CollectiveArgs& a, Plan& plan);
 // Need `order` with hostStarts (several hosts); on one host they are the ring's.
 void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan);
 void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan);
+void hierarchicalReduce(const CollectiveArgs& a, Plan& plan);
 
 }  // namespace loom

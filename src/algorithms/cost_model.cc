@@ -346,18 +346,20 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
 //   max(bytes / intra, (bytes / r) / inter, (r-1)/r bytes / intra)
 //     + (r-1) intra alpha + (H-1) inter alpha + (r-1) intra alpha (+ the chains' fill).
 // The flat chain sends the whole buffer over one connection per host boundary; the same
-// caveat applies (one port per host: the same network time).
+// caveat applies (one port per host: the same network time). Reduce is the same schedule
+// run backwards, each phase reducing what it receives.
 double hierarchicalUs(CallInfo::Kind kind, Protocol protocol, size_t size, const CommProfile& p) {
   const int r = p.ranksPerHost();
   const int channels = activeChannels(size, p);
   const double bytes = static_cast<double>(size);
-  const bool broadcast = kind == CallInfo::Kind::kBroadcast;
+  const bool chains = kind == CallInfo::Kind::kBroadcast || kind == CallInfo::Kind::kReduce;
+  const bool reduces = kind == CallInfo::Kind::kReduce;
   CommProfile across = p;
   across.nranks = p.nhosts;
   CommProfile host = p;
   host.nranks = r;
   host.nhosts = 1;
-  if (broadcast) {
+  if (chains) {
     // Each phase's time past its latency; the slowest of those, then every phase's latency.
     double slowest = 0, latency = 0;
     auto phase = [&](const Schedule& s, const CommProfile& on) {
@@ -365,10 +367,12 @@ double hierarchicalUs(CallInfo::Kind kind, Protocol protocol, size_t size, const
       slowest = std::max(slowest, scheduleUs(s, on, protocol, size) - alpha);
       latency += alpha;
     };
-    phase(pipelinedChain(ringWalk(p.nhosts - 1, across), bytes / r, 1, 1, 0, channels, across), across);
+    phase(pipelinedChain(ringWalk(p.nhosts - 1, across), bytes / r, 1, reduces ? 0 : 1, reduces ? bytes / r : 0,
+                         channels, across),
+          across);
     if (r > 1) {
-      phase(pipelinedChain(ringWalk(r - 1, host), bytes, 1, 1, 0, channels, host), host);
-      phase(ringPasses(1, false, bytes, host, channels), host);
+      phase(pipelinedChain(ringWalk(r - 1, host), bytes, 1, reduces ? 0 : 1, reduces ? bytes : 0, channels, host), host);
+      phase(ringPasses(1, reduces, bytes, host, channels), host);
     }
     return slowest + latency;
   }

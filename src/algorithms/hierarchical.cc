@@ -1,4 +1,4 @@
-// Hierarchical allreduce and broadcast, for communicators that span hosts: every rank of a
+// Hierarchical allreduce, broadcast and reduce, for communicators that span hosts: every rank of a
 // host drives the network with its own connections, each carrying a shard of the buffer.
 //
 // Allreduce: the ranks of each host reduce-scatter the buffer around their host's ring
@@ -20,10 +20,14 @@
 // the same time where one network port per host is the limit, L times less where each rank
 // has its own (a NIC per GPU) or one connection cannot fill the port.
 //
+// Reduce is the broadcast run backwards: each other host's ranks reduce-scatter, the shards
+// pass toward the root's host along the chains of hosts, folded in at each host, and the
+// root's host reduces them along a chain that ends at the root.
+//
 // Hosts of unequal size: K, the fewest ranks any host has, is the number of shards. The
 // first K ranks of a host on the ring ("leaders") hold them; every other rank (an "extra")
 // first folds its buffer into leader (its local index mod K) and at the end receives the
-// result from it (broadcast: only receives it).
+// result from it (broadcast: only receives it; reduce: only folds in).
 //
 // Phases hand over slice by slice: a step that reads or writes part of the receive buffer
 // waits (`after`) for the step that last wrote it (WriteLog). Each such wait spans one shard,
@@ -336,6 +340,103 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
   for (int q = local + K; q < h.hosts.size(host); q += K) {
     h.forEachShardSlice([&](int c, int, const Range& s) { send(h.rankOn(host, q), c, a.recvAt(s.begin), s, h.written.latest(s)); });
   }
+}
+
+void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
+  if (a.order == nullptr || a.order->hostStarts().size() < 2) return ringReduce(a, plan);
+  HostShards h(a);
+  const int K = h.K, H = h.hosts.hosts, local = h.hosts.local, host = h.hosts.host;
+  const size_t es = h.es;
+  const bool avg = a.info.op == loomAvg;
+  const int rootPosition = a.positionOf(a.info.root);
+  int rootHost = 0;
+  while (rootHost + 1 < H && h.hosts.first(rootHost + 1) <= rootPosition) ++rootHost;
+  const int hostsFromRoot = mod(host - rootHost, H);  // against the flow: hosts pass toward the root's
+  // Leader `local` of every host holds shard `own` (as after the allreduce's reduce-scatter),
+  // so a shard's chain between hosts joins the leaders of one local index.
+  const int own = (local + 1) % K;
+  const bool isRoot = a.rank == a.info.root;
+  // Where this rank reduces: the root's receive buffer, elsewhere scratch, made for the ranks
+  // that reduce (the other ranks' receive buffers are not the call's).
+  char* scratch = nullptr;
+  auto acc = [&](size_t e) -> char* {
+    if (isRoot) return a.recvAt(e);
+    if (scratch == nullptr) scratch = plan.scratch(a.info.count * es);
+    return scratch + e * es;
+  };
+  auto send = [&](int peer, int c, const void* from, const Range& s, int after) {
+    return plan.add(linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after));
+  };
+  auto reduceFrom = [&](int peer, int c, const void* src, const Range& s, int after, bool finalize) {
+    Step st = linkStep(Step::Kind::kRecvReduce, peer, c, src, acc(s.begin), s.size() * es, after);
+    st.finalize = finalize;
+    return plan.add(st);
+  };
+
+  if (hostsFromRoot == 0) {  // the root's host: a chain toward the root; leader q folds in shard (q+1) % K
+    const int size = h.hosts.size(host), rootLocal = rootPosition - h.hosts.first(host);
+    const int onChain = mod(local - rootLocal, size);
+    const int towardRoot = h.rankOn(host, mod(local - 1, size)), fromChain = h.rankOn(host, mod(local + 1, size));
+    h.forEachShardSlice([&](int c, int k, const Range& s) {
+      const bool crossing = local < K && k == own, chained = onChain < size - 1;
+      const void* mine = a.sendAt(s.begin);
+      int last = Step::kNone;
+      if (crossing) {
+        last = reduceFrom(h.rankOn(mod(host + 1, H), local), c, mine, s, Step::kNone, isRoot && avg && !chained);
+        mine = acc(s.begin);
+      }
+      if (chained) {
+        last = reduceFrom(fromChain, c, mine, s, last, isRoot && avg);
+        mine = acc(s.begin);
+      }
+      if (!isRoot) send(towardRoot, c, mine, s, last);
+    });
+    return;
+  }
+
+  if (local >= K) {  // an extra: the whole buffer into its leader
+    const int leader = h.rankOn(host, local % K);
+    h.forEachShardSlice([&](int c, int, const Range& s) { send(leader, c, a.sendAt(s.begin), s, Step::kNone); });
+    return;
+  }
+
+  std::vector<int> extras;
+  for (int q = local + K; q < h.hosts.size(host); q += K) extras.push_back(h.rankOn(host, q));
+  for (size_t e = 0; e < extras.size(); ++e) {
+    h.forEachShardSlice([&](int c, int, const Range& s) {
+      const void* src = e == 0 ? a.sendAt(s.begin) : acc(s.begin);
+      h.written.record(s, reduceFrom(extras[e], c, src, s, h.written.latest(s), false));
+    });
+  }
+  const bool folded = !extras.empty();
+  auto mine = [&](size_t e) -> const void* { return folded ? acc(e) : a.sendAt(e); };
+  auto shard = [&](int c, int k) { return h.shard(c, k); };
+  if (K > 1) {  // reduce-scatter around the host's leaders: shard `own` reduced over the host
+    const RingOrder hostRing = h.leaders();
+    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
+    ringPass(h.around(hostRing), plan, last, h.shardSlices, local, shard,
+             [&](int s, const Range& out) { return s == 0 ? mine(out.begin) : acc(out.begin); },
+             [&](int, const Range& in) {
+               Step st{Step::Kind::kRecvReduce};
+               st.src = mine(in.begin);
+               st.dst = acc(in.begin);
+               st.after = h.written.latest(in);
+               return st;
+             });
+    h.learn(last, K, h.shardSlices, shard);
+  }
+  const bool hostReducedInAcc = folded || K > 1;
+  // Shard `own` from the host farther from the root's, folded in, on toward the root's.
+  h.forEachShardSlice([&](int c, int k, const Range& s) {
+    if (k != own) return;
+    const void* partial = hostReducedInAcc ? acc(s.begin) : a.sendAt(s.begin);
+    int last = h.written.latest(s);
+    if (hostsFromRoot < H - 1) {
+      last = reduceFrom(h.rankOn(mod(host + 1, H), local), c, partial, s, last, false);
+      partial = acc(s.begin);
+    }
+    send(h.rankOn(mod(host - 1, H), local), c, partial, s, last);
+  });
 }
 
 }  // namespace loom

@@ -69,8 +69,8 @@ bool supports(CallInfo::Kind kind, Algorithm algorithm) {
   switch (kind) {
     case CallInfo::Kind::kAllReduce: return algorithm != Algorithm::kPairwise;  // hierarchical included
     case CallInfo::Kind::kBroadcast:
+    case CallInfo::Kind::kReduce:
       return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree || algorithm == Algorithm::kHierarchical;
-    case CallInfo::Kind::kReduce: return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree;
     case CallInfo::Kind::kAllGather:
     case CallInfo::Kind::kReduceScatter: return algorithm == Algorithm::kRing;
     case CallInfo::Kind::kAllToAll: return algorithm == Algorithm::kPairwise;

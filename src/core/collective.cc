@@ -36,7 +36,9 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
       if (algorithm == Algorithm::kHierarchical) return hierarchicalBroadcast(args, plan);
       return ringBroadcast(args, plan);
     case CallInfo::Kind::kReduce:
-      return algorithm == Algorithm::kTree ? treeReduce(args, plan) : ringReduce(args, plan);
+      if (algorithm == Algorithm::kTree) return treeReduce(args, plan);
+      if (algorithm == Algorithm::kHierarchical) return hierarchicalReduce(args, plan);
+      return ringReduce(args, plan);
     case CallInfo::Kind::kAllGather: return ringAllGather(args, plan);
     case CallInfo::Kind::kReduceScatter: return ringReduceScatter(args, plan);
     case CallInfo::Kind::kAllToAll: return pairwiseAllToAll(args, plan);

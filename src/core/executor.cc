@@ -99,9 +99,6 @@ class Run {
   // Lets each transport move bytes it holds after reporting them sent (Transport::flushSome);
   // whether none are left.
   bool flushSome();
-  // Every step is done: the bytes transports still hold go out before the call returns,
-  // since a peer may wait for them while this rank waits outside Loom.
-  Status flushAll();
   // Records s in the communicators left out of step: origin's (SIZE_MAX: all) and those of
   // plans with unfinished steps, and closes their links, telling peers `causeRank`: the rank
   // whose failure this is (-1: none, or not a peer's failure).
@@ -168,7 +165,11 @@ Status Run::go() {
         spin = spin || (!q.waitsForStep && (q.link == nullptr || q.link->waitFd() < 0));
       }
     }
-    if (!pending) return flushAll();
+    if (!pending) {
+      // What a transport still holds goes out once the run has ended (Transport::endRun).
+      flushSome();
+      return Status::ok();
+    }
     if (!progressed) {
       flushSome();
       LOOM_TRY(idle(spin));
@@ -180,22 +181,6 @@ bool Run::flushSome() {
   bool flushed = true;
   for (Plan& p : plans_) flushed = p.comm->transport().flushSome() && flushed;
   return flushed;
-}
-
-Status Run::flushAll() {
-  const Clock::time_point start = Clock::now();
-  while (!flushSome()) {
-    for (size_t i = 0; i < plans_.size(); ++i) {
-      const long long limitMs = plans_[i].comm->config().timeoutMs;
-      if (Clock::now() - start < std::chrono::milliseconds(limitMs)) continue;
-      const std::string what = plans_[i].calls.empty() ? "the call" : plans_[i].calls.front().describeNumbered();
-      return fail(error(loomTimeout, "%s: every step was done but the %s transport still held bytes for peers after %lld ms",
-                        what.c_str(), plans_[i].comm->transport().name(), limitMs),
-                  i);
-    }
-    LOOM_TRY(idle(true));
-  }
-  return Status::ok();
 }
 
 // Whether every link the plan's steps use exists already (made by an earlier call): the
@@ -630,6 +615,16 @@ Status execute(std::vector<Plan>& plans) {
   comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
   std::vector<std::unique_lock<YieldingLock>> locks;
   for (Communicator* c : comms) locks.emplace_back(c->executionLock());
+  // The transports are this run's until it ends (Transport::beginRun), whichever way it ends.
+  struct Driving {
+    explicit Driving(const std::vector<Communicator*>& c) : comms(c) {
+      for (Communicator* comm : comms) comm->transport().beginRun();
+    }
+    ~Driving() {
+      for (Communicator* comm : comms) comm->transport().endRun();
+    }
+    const std::vector<Communicator*>& comms;
+  } driving(comms);
   return Run(plans).go();
 }
 

@@ -51,6 +51,16 @@ bool RoutedTransport::flushSome() {
   return (!network_ || network_->flushSome()) && shmFlushed;
 }
 
+void RoutedTransport::beginRun() {
+  if (shm_) shm_->beginRun();
+  if (network_) network_->beginRun();
+}
+
+void RoutedTransport::endRun() {
+  if (shm_) shm_->endRun();
+  if (network_) network_->endRun();
+}
+
 Status RoutedTransport::registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) {
   return network_ ? network_->registerMemory(base, bytes, out) : Transport::registerMemory(base, bytes, out);
 }

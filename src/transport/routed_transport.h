@@ -25,6 +25,8 @@ class RoutedTransport : public Transport {
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
   bool flushSome() override;
+  void beginRun() override;
+  void endRun() override;
   // Shared memory needs no registration: the network transport's.
   Status registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) override;
 

@@ -116,10 +116,15 @@ class Transport {
   // Some transports hold bytes after their link reported them sent (UCX's TCP keeps what a
   // full socket did not take until a later progress call), and a peer waits for them even
   // when this rank no longer drives that link. The executor calls this in passes that moved
-  // nothing and at the end of a run until it returns true: it moves such bytes on without
-  // waiting and says whether none are left. A failure is not reported here: the link's next
-  // call reports it.
+  // nothing and once at the end of a run: it moves such bytes on without waiting and says
+  // whether none are left. A failure is not reported here: the link's next call reports it.
   virtual bool flushSome() { return true; }
+  // The executor drives the links from beginRun to endRun. Outside a run a transport whose
+  // peers need it to make progress (UCX: bytes it still holds, and the protocol messages
+  // that complete a peer's sends and flushes) makes it on its own, so that no peer waits for
+  // this rank's next call on this communicator, which may itself wait for that peer.
+  virtual void beginRun() {}
+  virtual void endRun() {}
   // Memory the caller will pass to links again and again (loomCommRegister): a transport
   // whose wire needs memory registered (UCX: RDMA adapters read and write only registered
   // pages) registers it once here and lets its links use that for any range inside it.

@@ -4,12 +4,16 @@
 
 #include <ucp/api/ucp.h>
 
+#include <poll.h>
+
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "base/log.h"
 
@@ -32,6 +36,9 @@ constexpr auto kCloseOnFailureBudget = std::chrono::seconds(1);
 // that is gone must not hold the communicator's destruction longer than this.
 constexpr auto kCloseBudget = std::chrono::seconds(2);
 constexpr auto kFlushBudget = std::chrono::milliseconds(250);
+// Between runs the progress thread sleeps on the worker's descriptor at most this long: a
+// wakeup UCX never signals costs no more than this.
+constexpr int kBetweenRunsPollMs = 10;
 
 Status ucxError(const char* what, ucs_status_t status) {
   return error(loomSystemError, "ucx transport: %s: %s", what, ucs_status_string(status));
@@ -62,6 +69,7 @@ struct UcxTransport::State {
   };
 
   ~State() {
+    stopProgress();
     // What this rank sent reaches peers that still run (flushed), then every endpoint closes
     // at once: a graceful close waits for the peer's answer, which never comes from a peer
     // closing its own endpoint at the same moment. A flush needs the peer's worker to make
@@ -115,6 +123,50 @@ struct UcxTransport::State {
   }
   bool movedSinceArm = false;
 
+  // Between runs (Transport::beginRun/endRun) a thread of the transport's own progresses the
+  // worker, so that a peer never waits for this rank's next call on this communicator: for
+  // bytes the worker still holds, or for the protocol messages (acknowledgements, the
+  // endpoint's wireup) that complete that peer's sends and flushes. A flush that waited for
+  // them at the end of a call instead deadlocked once the peer had gone on to another
+  // communicator's call that waited for this rank. The thread makes UCX calls only while no
+  // run does (runMutex), so the executor's state needs no lock of its own.
+  std::mutex runMutex;
+  std::condition_variable runsChanged;
+  int runs = 0;
+  bool stopping = false;
+  std::thread betweenRuns;
+
+  void progressBetweenRuns() {
+    std::unique_lock<std::mutex> lock(runMutex);
+    while (!stopping) {
+      if (runs > 0 || closed) {
+        runsChanged.wait(lock);
+        continue;
+      }
+      while (ucp_worker_progress(worker) != 0) {
+      }
+      const ucs_status_t armed = eventFd >= 0 ? ucp_worker_arm(worker) : UCS_ERR_UNSUPPORTED;
+      if (armed == UCS_ERR_BUSY) continue;  // events came in meanwhile: progress them first
+      lock.unlock();
+      if (armed == UCS_OK) {
+        pollfd fd{eventFd, POLLIN, 0};
+        poll(&fd, 1, kBetweenRunsPollMs);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      lock.lock();
+    }
+  }
+  void stopProgress() {
+    if (!betweenRuns.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(runMutex);
+      stopping = true;
+    }
+    runsChanged.notify_all();
+    betweenRuns.join();
+  }
+
   // loomCommRegister's regions (few: a scan finds the one holding a range). A device
   // communicator's proxy thread looks here too, outside the executor's lock, hence the mutex.
   std::mutex regionsMutex;
@@ -141,6 +193,7 @@ class UcxTransport::UcxRegistration : public MemoryRegistration {
       std::lock_guard<std::mutex> lock(state_.regionsMutex);
       state_.regions.erase(std::find(state_.regions.begin(), state_.regions.end(), this));
     }
+    std::lock_guard<std::mutex> lock(state_.runMutex);  // not beside the thread's progress
     ucp_mem_unmap(state_.context, memh_);
   }
   UcxRegistration(const UcxRegistration&) = delete;
@@ -352,6 +405,7 @@ UcxTransport::UcxTransport(std::unique_ptr<State> state) : state_(std::move(stat
 }
 
 UcxTransport::~UcxTransport() {
+  state_->stopProgress();
   links_.clear();  // requests finish before the endpoints and worker go
   state_.reset();
 }
@@ -401,8 +455,23 @@ Status UcxTransport::create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>*
   for (size_t r = 0; r < n; ++r) {
     state->addresses[r].assign(table.data() + longest * r, table.data() + longest * r + lengths[r]);
   }
+  State* st = state.get();
   out->reset(new UcxTransport(std::move(state)));
+  st->betweenRuns = std::thread([st] { st->progressBetweenRuns(); });
   return Status::ok();
+}
+
+void UcxTransport::beginRun() {
+  std::lock_guard<std::mutex> lock(state_->runMutex);
+  ++state_->runs;
+}
+
+void UcxTransport::endRun() {
+  {
+    std::lock_guard<std::mutex> lock(state_->runMutex);
+    --state_->runs;
+  }
+  state_->runsChanged.notify_all();
 }
 
 Status UcxTransport::connectOut(const std::vector<int>& peers, const Deadline&) {
@@ -442,6 +511,7 @@ Link* UcxTransport::link(int peer, int index) {
 // endpoints fail, where UCX 1.13's TCP transport trips its own assertions.
 void UcxTransport::closeAll(int /*causeRank*/) {
   State& st = *state_;
+  std::lock_guard<std::mutex> lock(st.runMutex);  // called in a run, or with none (abort)
   if (st.closed) return;
   // Force: what is still in flight (a send a stuck peer never takes) ends with an error, so
   // the links' requests are done and the caller's buffers free once the failed call returns.
@@ -490,7 +560,9 @@ Status UcxTransport::registerMemory(void* base, size_t bytes, std::unique_ptr<Me
   params.address = base;
   params.length = bytes;
   ucp_mem_h memh = nullptr;
+  std::unique_lock<std::mutex> lock(state_->runMutex);  // not beside the thread's progress
   const ucs_status_t status = ucp_mem_map(state_->context, &params, &memh);
+  lock.unlock();
   if (status != UCS_OK) return ucxError("ucp_mem_map (registering a buffer)", status);
   *out = std::make_unique<UcxRegistration>(*state_, base, bytes, memh);
   return Status::ok();

@@ -13,7 +13,10 @@
 // for a while sleeps on the worker's event descriptor, armed first (prepareWait). UCX may report a send done while
 // its bytes still wait in the worker (TCP writes what a full socket did not take on a later
 // progress call): flushSome flushes the worker after sends, so that an executor that no
-// longer drives a link, or has finished its call, still delivers them.
+// longer drives a link still delivers them, and between runs a thread of the transport's own
+// progresses the worker (it never runs beside the executor), so that a rank that has
+// finished its call, or waits in another communicator's, still delivers them and answers
+// what its peers' sends and flushes wait for.
 //
 // Memory registered through loomCommRegister is mapped once (ucp_mem_map), and a message
 // from or into it carries that handle, so UCX need not look the pages up in its own
@@ -47,6 +50,9 @@ class UcxTransport : public Transport {
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
   bool flushSome() override;
+  // Between runs the transport's own thread progresses the worker (see State).
+  void beginRun() override;
+  void endRun() override;
   // ucp_mem_map once; the links pass the handle for every message inside the region.
   Status registerMemory(void* base, size_t bytes, std::unique_ptr<MemoryRegistration>* out) override;
 

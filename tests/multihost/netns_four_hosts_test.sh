@@ -2,18 +2,20 @@
 # Four "hosts" of two ranks each (network namespaces on one bridge, netns_hosts.sh), one
 # `loomrun --nnodes 4 --node-rank K` per host: every collective x every type with rotating
 # ops, counts, roots and in place (collectives_rank) over sockets between the hosts, with
-# the tuner's choices and with the hierarchical allreduce and broadcast forced, and the same over UCX
-# (UCX_TLS=tcp) where Loom was built with it (LOOM_TEST_UCX). Shared memory joins the two
-# ranks of a host throughout. Then kill trials (survivor_rank): one rank is killed with
+# the tuner's choices and with the hierarchical algorithms forced (allreduce, broadcast, reduce), and the same over UCX
+# (UCX_TLS=tcp) where Loom was built with it (LOOM_TEST_UCX), and loom-perf's broadcast over
+# UCX, whose ranks leave one communicator's call for another's that waits on a peer. Shared
+# memory joins the two ranks of a host throughout. Then kill trials (survivor_rank): one rank is killed with
 # kill -9 mid-loop, and once before its first data connection; every survivor on every host
 # must error within 5 s of the kill (Loom's own deadline is 30 s) naming the killed rank.
 # Without root or netns support the test is skipped with the reason.
 #
-#   netns_four_hosts_test.sh COLLECTIVES_RANK LOOMRUN SURVIVOR_RANK
+#   netns_four_hosts_test.sh COLLECTIVES_RANK LOOMRUN SURVIVOR_RANK LOOM_PERF
 set -u
 rankprog=$1
 loomrun=$2
 survivor=$3
+perfprog=$4
 # shellcheck source=netns_hosts.sh
 . "$(dirname "$0")/netns_hosts.sh"
 subnet=10.231.9
@@ -58,7 +60,7 @@ if [ -n "${LOOM_TEST_UCX:-}" ]; then
     { echo "default: the INFO log does not say why the hosts use sockets"; failed=1; }
 fi
 if run hierarchical 1 LOOM_TRANSPORTS= LOOM_ALGO=hierarchical; then
-  for call in loomAllReduce loomBroadcast; do
+  for call in loomAllReduce loomBroadcast loomReduce; do
     grep -q "$call.* uses hierarchical/" "$out/hierarchical.0" ||
       { echo "hierarchical: the INFO log names no hierarchical $call"; failed=1; }
   done
@@ -69,6 +71,27 @@ if [ -n "${LOOM_TEST_UCX:-}" ]; then
   run ucx-hierarchical 2 LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp LOOM_ALGO=hierarchical || failed=1
   grep -q "ucx (1 link(s) each) to ranks" "$out/ucx-hierarchical.0" ||
     { echo "ucx-hierarchical: no UCX links between the hosts"; failed=1; }
+  # A rank that finished its part of a chain went on to loom-perf's other communicator and
+  # waited there for a peer whose flush, at the end of the same broadcast, waited for that
+  # rank's progress: every run stalled until UCX declared the endpoints dead, before the
+  # transport progressed its worker between runs.
+  port=$((port + 1))
+  pids=()
+  for node in 0 1 2 3; do
+    ip netns exec "${hostNs[$node]}" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TIMEOUT_MS=30000 \
+      LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp "$loomrun" -n 8 --nnodes 4 --node-rank $node --master-addr $subnet.1 \
+      --master-port $port --timeout 150 "$perfprog" broadcast -b 64M -e 64M -n 5 -w 1 --algo ring,hierarchical \
+      >"$out/ucx-perf.$node" 2>&1 &
+    pids+=($!)
+  done
+  for node in 0 1 2 3; do
+    wait "${pids[$node]}" || { echo "ucx-perf: loom-perf on host $node failed:"; tail -5 "$out/ucx-perf.$node"; failed=1; }
+  done
+  if [ "$(awk '$1 == 67108864 && $9 == 0 && $13 == 0' "$out/ucx-perf.0" | wc -l)" = 2 ]; then
+    echo "ucx-perf: loom-perf's 64 MiB broadcast over UCX, ring and hierarchical, checked on 4 hosts"
+  else
+    echo "ucx-perf: loom-perf printed no checked 64 MiB rows:"; tail -20 "$out/ucx-perf.0"; failed=1
+  fi
 else
   echo "UCX across the hosts: skipped: this Loom was built without UCX"
 fi

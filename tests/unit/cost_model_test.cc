@@ -366,26 +366,27 @@ TEST(CostModel, HierarchicalWinsLargeCallsAcrossHosts) {
   EXPECT_TRUE(std::isinf(allReduceUs(Algorithm::kHierarchical, 4 * kMiB, CommProfile::deviceDefaults(8, 4))));
 }
 
-// The hierarchical broadcast spreads what crosses between hosts over a host's r ranks: where
-// the network is the only cost (shared memory taken as free), 2 ranks a host take half the
-// flat chain's time; the tuner takes it for large calls across hosts. On one host it is the
-// chain; on a device it cannot run.
-TEST(CostModel, HierarchicalBroadcastSpreadsTheNetworkOverAHostsRanks) {
+// The hierarchical broadcast and reduce spread what crosses between hosts over a host's r
+// ranks: where the network is the only cost (shared memory taken as free), 2 ranks a host
+// take half the flat chain's time; the tuner takes them for large calls across hosts. On one
+// host they are the chain; on a device they cannot run.
+TEST(CostModel, HierarchicalBroadcastAndReduceSpreadTheNetworkOverAHostsRanks) {
   const CommProfile hosts = CommProfile::defaults(8, 4);
-  const auto broadcastUs = [](Algorithm a, size_t bytes, const CommProfile& p) {
-    return predict(Kind::kBroadcast, a, bytes, p).us;
-  };
-  EXPECT_LT(broadcastUs(Algorithm::kHierarchical, 64 * kMiB, hosts), broadcastUs(Algorithm::kRing, 64 * kMiB, hosts));
-  EXPECT_EQ(rankAlgorithms(Kind::kBroadcast, 64 * kMiB, hosts).front().algorithm, Algorithm::kHierarchical);
   CommProfile freeHosts = hosts;
   freeHosts.intra = {0.0, 1e9};
   freeHosts.copyGbps = freeHosts.reduceGbps = freeHosts.memGbps = freeHosts.streamingGbps = freeHosts.directGbps = 1e9;
-  EXPECT_NEAR(broadcastUs(Algorithm::kRing, size_t{1} << 30, freeHosts) / broadcastUs(Algorithm::kHierarchical, size_t{1} << 30, freeHosts), 2.0,
-              0.05);
   const CommProfile oneHost = CommProfile::defaults(8, 1);
-  EXPECT_EQ(broadcastUs(Algorithm::kHierarchical, 4 * kMiB, oneHost), broadcastUs(Algorithm::kRing, 4 * kMiB, oneHost));
-  EXPECT_TRUE(std::isinf(broadcastUs(Algorithm::kHierarchical, 4 * kMiB, CommProfile::deviceDefaults(8, 4))));
-  EXPECT_TRUE(std::isinf(predict(Kind::kReduce, Algorithm::kHierarchical, 4 * kMiB, hosts).us));
+  for (Kind kind : {Kind::kBroadcast, Kind::kReduce}) {
+    SCOPED_TRACE(kind == Kind::kBroadcast ? "broadcast" : "reduce");
+    const auto us = [kind](Algorithm a, size_t bytes, const CommProfile& p) { return predict(kind, a, bytes, p).us; };
+    EXPECT_LT(us(Algorithm::kHierarchical, 64 * kMiB, hosts), us(Algorithm::kRing, 64 * kMiB, hosts));
+    EXPECT_EQ(rankAlgorithms(kind, 64 * kMiB, hosts).front().algorithm, Algorithm::kHierarchical);
+    EXPECT_NEAR(us(Algorithm::kRing, size_t{1} << 30, freeHosts) / us(Algorithm::kHierarchical, size_t{1} << 30, freeHosts),
+                2.0, 0.05);
+    EXPECT_EQ(us(Algorithm::kHierarchical, 4 * kMiB, oneHost), us(Algorithm::kRing, 4 * kMiB, oneHost));
+    EXPECT_TRUE(std::isinf(us(Algorithm::kHierarchical, 4 * kMiB, CommProfile::deviceDefaults(8, 4))));
+  }
+  EXPECT_TRUE(std::isinf(predict(Kind::kAllGather, Algorithm::kHierarchical, 4 * kMiB, hosts).us));
 }
 
 // ---- tuning file ----

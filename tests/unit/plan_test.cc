@@ -135,6 +135,7 @@ const Case kCases[] = {
     {"pairwise alltoall", CallInfo::Kind::kAllToAll, pairwiseAllToAll},
     {"hierarchical allreduce", CallInfo::Kind::kAllReduce, hierarchicalAllReduce},
     {"hierarchical broadcast", CallInfo::Kind::kBroadcast, hierarchicalBroadcast},
+    {"hierarchical reduce", CallInfo::Kind::kReduce, hierarchicalReduce},
 };
 
 int32_t input(int rank, size_t i) { return static_cast<int32_t>(rank * 1000 + static_cast<int>(i % 997)); }
@@ -461,27 +462,35 @@ TEST(Schedules, HierarchicalAllReduceOverHostsOfAnySize) {
   }
 }
 
-// From every root: every rank gets the root's buffer; a host sends the network no more than
-// the flat chain does (the buffer once), spread over K connections of a shard each where the
+// From every root: every rank gets the root's buffer (broadcast), the root the sum (reduce,
+// the other ranks' receive buffers untouched); a host sends the network no more than the
+// flat chain does (the buffer once), spread over K connections of a shard each where the
 // chain puts it all on one.
-TEST(Schedules, HierarchicalBroadcastOverHostsOfAnySize) {
-  const Case hierarchical{"hierarchical broadcast", CallInfo::Kind::kBroadcast, hierarchicalBroadcast};
-  const Case ring{"ring broadcast", CallInfo::Kind::kBroadcast, ringBroadcast};
-  for (const HostsLayout& layout : hostsLayouts()) {
-    for (int root = 0; root < layout.n; ++root) {
-      for (size_t count : {size_t{1}, size_t{13}, size_t{1031}}) {
-        for (bool inPlace : {false, true}) {
-          checkCase(hierarchical, layout.n, count, 1, 16, inPlace, 1, &layout.order, root);
-          checkCase(hierarchical, layout.n, count, 3, 32, inPlace, 3, &layout.order, root);
-          checkCase(hierarchical, layout.n, count, 2, 16, inPlace, 1, &layout.order, root);
+TEST(Schedules, HierarchicalBroadcastAndReduceOverHostsOfAnySize) {
+  const Case cases[][2] = {
+      {{"hierarchical broadcast", CallInfo::Kind::kBroadcast, hierarchicalBroadcast},
+       {"ring broadcast", CallInfo::Kind::kBroadcast, ringBroadcast}},
+      {{"hierarchical reduce", CallInfo::Kind::kReduce, hierarchicalReduce},
+       {"ring reduce", CallInfo::Kind::kReduce, ringReduce}},
+  };
+  for (const auto& [hierarchical, chain] : cases) {
+    for (const HostsLayout& layout : hostsLayouts()) {
+      for (int root = 0; root < layout.n; ++root) {
+        for (size_t count : {size_t{1}, size_t{13}, size_t{1031}}) {
+          for (bool inPlace : {false, true}) {
+            checkCase(hierarchical, layout.n, count, 1, 16, inPlace, 1, &layout.order, root);
+            checkCase(hierarchical, layout.n, count, 3, 32, inPlace, 3, &layout.order, root);
+            checkCase(hierarchical, layout.n, count, 2, 16, inPlace, 1, &layout.order, root);
+          }
         }
+        const size_t buffer = 4096 * 4, shards = layout.shards();
+        SCOPED_TRACE(testing::Message() << hierarchical.name << ", " << layout.n << " ranks on " << layout.hosts()
+                                        << " hosts, root " << root);
+        const NetworkLoad mine = networkLoad(hierarchical, layout, root), flat = networkLoad(chain, layout, root);
+        EXPECT_EQ(flat.perConnection, buffer);
+        EXPECT_LE(mine.perHost, buffer);
+        EXPECT_LE(mine.perConnection, (buffer / 4 + shards - 1) / shards * 4);
       }
-      const size_t buffer = 4096 * 4, shards = layout.shards();
-      SCOPED_TRACE(testing::Message() << layout.n << " ranks on " << layout.hosts() << " hosts, root " << root);
-      const NetworkLoad mine = networkLoad(hierarchical, layout, root), chain = networkLoad(ring, layout, root);
-      EXPECT_EQ(chain.perConnection, buffer);
-      EXPECT_LE(mine.perHost, buffer);
-      EXPECT_LE(mine.perConnection, (buffer / 4 + shards - 1) / shards * 4);
     }
   }
 }
