@@ -166,9 +166,9 @@ namespace {
 
 // One-shot needs the board, which exists only when every rank is on this host. The
 // hierarchical algorithms run on host communicators (a device communicator's plans have not
-// been run with it).
+// been run with them) across hosts: on one host they would be the ring under another name.
 bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profile) {
-  if (algorithm == Algorithm::kHierarchical) return !profile.device;
+  if (algorithm == Algorithm::kHierarchical) return !profile.device && profile.nhosts > 1;
   return algorithm != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= profile.oneShotMaxBytes);
 }
 
@@ -225,7 +225,7 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     if (best.why == nullptr) continue;
     best.why = onlyAllowed ? "predicted fastest"
                            : "LOOM_ALGO's choice set aside: oneshot carries at most 32 KiB between ranks of one host, "
-                             "hierarchical runs on host communicators";
+                             "hierarchical runs on host communicators across hosts";
     return best;
   }
   // Unreachable for a collective: every one has an algorithm that always fits.

@@ -64,7 +64,7 @@ const std::vector<Variable>& variables() {
       {"LOOM_ALGO", "", kData,
        "Which algorithms may run: ring, tree, rd (recursive doubling), oneshot (shared memory, one "
        "host), pairwise, hierarchical (allreduce, broadcast and reduce across hosts: every rank of a host carries "
-       "a shard between hosts; on one host the ring). One name forces it for every collective that has it; a list allows only those "
+       "a shard between hosts; set aside on one host). One name forces it for every collective that has it; a list allows only those "
        "('ring,tree'); ^ excludes ('^oneshot'); 'allreduce=tree,broadcast=^tree' applies per collective. "
        "Among the allowed, the tuner picks the one its cost model predicts fastest (docs/TUNING.md). "
        "Default: all allowed. Read at communicator creation."},

@@ -101,7 +101,8 @@ TEST(AlgoSetting, BadValuesSayWhat) {
   EXPECT_NE(parseError("gather=ring").find("unknown collective \"gather\""), std::string::npos);
   EXPECT_NE(parseError("allreduce=pairwise").find("allreduce has no pairwise"), std::string::npos);
   EXPECT_NE(parseError("alltoall=^pairwise").find("leaves alltoall no algorithm"), std::string::npos);
-  EXPECT_NE(parseError("broadcast=^ring,broadcast=^tree").find("leaves broadcast no algorithm"), std::string::npos);
+  EXPECT_NE(parseError("broadcast=^ring,broadcast=^tree,broadcast=^hierarchical").find("leaves broadcast no algorithm"),
+            std::string::npos);
 }
 
 TEST(ProtoSetting, ParsesNamesListsAndExclusion) {
