@@ -20,6 +20,9 @@ void storeRelease(uint8_t* at, uint64_t v) { __atomic_store_n(reinterpret_cast<u
 
 Proxy::Proxy(int rank, transport::Transport& transport, const std::vector<int>& cpus)
     : rank_(rank), transport_(transport) {
+  // The proxy drives these links for as long as it lives: the transport makes no progress of
+  // its own meanwhile (Transport::beginRun).
+  transport_.beginRun();
   thread_ = std::thread([this, cpus] {
     // Near the GPU: the host-mapped FIFOs it copies were first touched there.
     std::string note;
@@ -34,6 +37,7 @@ Proxy::Proxy(int rank, transport::Transport& transport, const std::vector<int>& 
 Proxy::~Proxy() {
   stopping_.store(true, std::memory_order_release);
   thread_.join();
+  transport_.endRun();
 }
 
 void Proxy::add(int peer, int channel, const FifoShape& shape, uint8_t* in, uint8_t* out) {

@@ -119,7 +119,8 @@ class Transport {
   // nothing and once at the end of a run: it moves such bytes on without waiting and says
   // whether none are left. A failure is not reported here: the link's next call reports it.
   virtual bool flushSome() { return true; }
-  // The executor drives the links from beginRun to endRun. Outside a run a transport whose
+  // The executor drives the links from beginRun to endRun (a device communicator's proxy for
+  // as long as it lives; runs may overlap, each counts). Outside a run a transport whose
   // peers need it to make progress (UCX: bytes it still holds, and the protocol messages
   // that complete a peer's sends and flushes) makes it on its own, so that no peer waits for
   // this rank's next call on this communicator, which may itself wait for that peer.
