@@ -96,13 +96,19 @@ struct HostLayout {
     for (int h = 0; h < hosts; ++h) {
       firsts.push_back(starts[static_cast<size_t>(h)]);
       sizes.push_back((h + 1 < hosts ? starts[static_cast<size_t>(h + 1)] : nranks) - firsts.back());
-      if (firsts.back() <= position) host = h;
     }
+    host = hostOf(position);
     local = position - firsts[static_cast<size_t>(host)];
     shards = *std::min_element(sizes.begin(), sizes.end());
   }
   int first(int h) const { return firsts[static_cast<size_t>(h)]; }
   int size(int h) const { return sizes[static_cast<size_t>(h)]; }
+  // The host of the rank at ring position `position`.
+  int hostOf(int position) const {
+    int h = 0;
+    while (h + 1 < hosts && first(h + 1) <= position) ++h;
+    return h;
+  }
 };
 
 // What the hierarchical builders share: the hosts, the K shards of each channel's part, and
@@ -279,9 +285,7 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
   HostShards h(a);
   const int K = h.K, H = h.hosts.hosts, local = h.hosts.local, host = h.hosts.host;
   const size_t es = h.es;
-  const int rootPosition = a.positionOf(a.info.root);
-  int rootHost = 0;
-  while (rootHost + 1 < H && h.hosts.first(rootHost + 1) <= rootPosition) ++rootHost;
+  const int rootPosition = a.positionOf(a.info.root), rootHost = h.hosts.hostOf(rootPosition);
   const int hostsFromRoot = mod(host - rootHost, H);  // along the chain of hosts
   // Leader k of the host `hops` further along the chain of hosts (-1: the one before).
   auto leaderAlong = [&](int hops, int k) { return h.rankOn(mod(host + hops, H), k); };
@@ -348,9 +352,7 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
   const int K = h.K, H = h.hosts.hosts, local = h.hosts.local, host = h.hosts.host;
   const size_t es = h.es;
   const bool avg = a.info.op == loomAvg;
-  const int rootPosition = a.positionOf(a.info.root);
-  int rootHost = 0;
-  while (rootHost + 1 < H && h.hosts.first(rootHost + 1) <= rootPosition) ++rootHost;
+  const int rootPosition = a.positionOf(a.info.root), rootHost = h.hosts.hostOf(rootPosition);
   const int hostsFromRoot = mod(host - rootHost, H);  // against the flow: hosts pass toward the root's
   // Leader `local` of every host holds shard `own` (as after the allreduce's reduce-scatter),
   // so a shard's chain between hosts joins the leaders of one local index.
