@@ -153,6 +153,45 @@ struct HostShards {
     for (int q = 0; q < K; ++q) ranks.push_back(rankOn(hosts.host, q));
     return RingOrder(ranks);
   }
+  // This leader's extras: its host's ranks local + K, local + 2K, ...
+  std::vector<int> extras() const {
+    std::vector<int> ranks;
+    for (int q = hosts.local + K; q < hosts.size(hosts.host); q += K) ranks.push_back(rankOn(hosts.host, q));
+    return ranks;
+  }
+  // A leader folds its extras' buffers into `to` (element -> address: the receive buffer, or
+  // the reduce's scratch), then reduce-scatters around the host's leaders there: afterwards
+  // `to` holds shard (local + 1) % K summed over the host. False where nothing was written
+  // (no extras, one leader): the send buffer holds this rank's part as it is.
+  template <class To>
+  bool reduceOverHost(Plan& plan, To to) {
+    const std::vector<int> folds = extras();
+    for (size_t e = 0; e < folds.size(); ++e) {
+      forEachShardSlice([&](int c, int, const Range& s) {
+        const void* src = e == 0 ? a.sendAt(s.begin) : to(s.begin);
+        written.record(s, plan.add(linkStep(Step::Kind::kRecvReduce, folds[e], c, src, to(s.begin), s.size() * es,
+                                            written.latest(s))));
+      });
+    }
+    const bool folded = !folds.empty();
+    auto mine = [&](size_t e) -> const void* { return folded ? to(e) : a.sendAt(e); };
+    auto range = [&](int c, int k) { return shard(c, k); };
+    if (K > 1) {
+      const RingOrder hostRing = leaders();
+      LastWrite last = lastWrites(K, shardSlices, range);
+      ringPass(around(hostRing), plan, last, shardSlices, hosts.local, range,
+               [&](int s, const Range& out) -> const void* { return s == 0 ? mine(out.begin) : to(out.begin); },
+               [&](int, const Range& in) {
+                 Step st{Step::Kind::kRecvReduce};
+                 st.src = mine(in.begin);
+                 st.dst = to(in.begin);
+                 st.after = written.latest(in);
+                 return st;
+               });
+      learn(last, K, shardSlices, range);
+    }
+    return folded || K > 1;
+  }
   // The arguments of a pass around the ring `order` of some of the ranks.
   CollectiveArgs around(const RingOrder& order) const {
     CollectiveArgs ring = a;
@@ -205,41 +244,15 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
     return;
   }
 
-  std::vector<int> extras;
-  for (int q = local + K; q < h.hosts.size(host); q += K) extras.push_back(h.rankOn(host, q));
-  for (size_t e = 0; e < extras.size(); ++e) {
-    h.forEachShardSlice([&](int c, int, const Range& s) {
-      const void* src = e == 0 ? a.sendAt(s.begin) : a.recvAt(s.begin);
-      h.written.record(s, plan.add(linkStep(Step::Kind::kRecvReduce, extras[e], c, src, a.recvAt(s.begin),
-                                            s.size() * es, h.written.latest(s))));
-    });
-  }
-  // What this rank contributes: its own buffer, or that with its extras' folded in.
-  const bool folded = !extras.empty();
-  auto mine = [&](size_t e) -> const void* { return folded ? a.recvAt(e) : a.sendAt(e); };
-
-  // The host's leaders, around their own ring; afterwards this rank holds shard `own`
-  // reduced over its host.
+  // This rank's extras folded in, then the host's leaders around their own ring; afterwards
+  // this rank holds shard `own` reduced over its host.
+  const bool hostReducedInRecv = h.reduceOverHost(plan, [&](size_t e) { return a.recvAt(e); });
   const RingOrder hostRing = h.leaders();
   const CollectiveArgs inHost = h.around(hostRing);
   const int own = (local + 1) % K;
-  if (K > 1) {
-    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
-    ringPass(inHost, plan, last, h.shardSlices, local, shard,
-             [&](int s, const Range& out) { return s == 0 ? mine(out.begin) : a.recvAt(out.begin); },
-             [&](int, const Range& in) {
-               Step st{Step::Kind::kRecvReduce};
-               st.src = mine(in.begin);
-               st.dst = a.recvAt(in.begin);
-               st.after = h.written.latest(in);
-               return st;
-             });
-    h.learn(last, K, h.shardSlices, shard);
-  }
 
   // Shard `own` around the ring of this local index on every host: reduce-scatter, then
   // allgather, as ringAllReduce.
-  const bool hostReducedInRecv = folded || K > 1;
   auto hostReduced = [&](size_t e) -> const void* { return hostReducedInRecv ? a.recvAt(e) : a.sendAt(e); };
   std::vector<int> across;
   for (int q = 0; q < H; ++q) across.push_back(h.rankOn(q, local));
@@ -273,7 +286,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
     h.learn(last, K, h.shardSlices, shard);
   }
 
-  for (int extra : extras) {
+  for (int extra : h.extras()) {
     h.forEachShardSlice([&](int c, int, const Range& s) {
       plan.add(linkStep(Step::Kind::kSend, extra, c, a.recvAt(s.begin), nullptr, s.size() * es, h.written.latest(s)));
     });
@@ -341,8 +354,8 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
              });
     h.learn(last, K, h.shardSlices, shard);
   }
-  for (int q = local + K; q < h.hosts.size(host); q += K) {
-    h.forEachShardSlice([&](int c, int, const Range& s) { send(h.rankOn(host, q), c, a.recvAt(s.begin), s, h.written.latest(s)); });
+  for (int extra : h.extras()) {
+    h.forEachShardSlice([&](int c, int, const Range& s) { send(extra, c, a.recvAt(s.begin), s, h.written.latest(s)); });
   }
 }
 
@@ -402,32 +415,7 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
     return;
   }
 
-  std::vector<int> extras;
-  for (int q = local + K; q < h.hosts.size(host); q += K) extras.push_back(h.rankOn(host, q));
-  for (size_t e = 0; e < extras.size(); ++e) {
-    h.forEachShardSlice([&](int c, int, const Range& s) {
-      const void* src = e == 0 ? a.sendAt(s.begin) : acc(s.begin);
-      h.written.record(s, reduceFrom(extras[e], c, src, s, h.written.latest(s), false));
-    });
-  }
-  const bool folded = !extras.empty();
-  auto mine = [&](size_t e) -> const void* { return folded ? acc(e) : a.sendAt(e); };
-  auto shard = [&](int c, int k) { return h.shard(c, k); };
-  if (K > 1) {  // reduce-scatter around the host's leaders: shard `own` reduced over the host
-    const RingOrder hostRing = h.leaders();
-    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
-    ringPass(h.around(hostRing), plan, last, h.shardSlices, local, shard,
-             [&](int s, const Range& out) { return s == 0 ? mine(out.begin) : acc(out.begin); },
-             [&](int, const Range& in) {
-               Step st{Step::Kind::kRecvReduce};
-               st.src = mine(in.begin);
-               st.dst = acc(in.begin);
-               st.after = h.written.latest(in);
-               return st;
-             });
-    h.learn(last, K, h.shardSlices, shard);
-  }
-  const bool hostReducedInAcc = folded || K > 1;
+  const bool hostReducedInAcc = h.reduceOverHost(plan, acc);
   // Shard `own` from the host farther from the root's, folded in, on toward the root's.
   h.forEachShardSlice([&](int c, int k, const Range& s) {
     if (k != own) return;
