@@ -153,6 +153,10 @@ struct HostShards {
     for (int q = 0; q < K; ++q) ranks.push_back(rankOn(hosts.host, q));
     return RingOrder(ranks);
   }
+  // Sends slice `s` from `from` to `peer` on channel c once step `after` is done.
+  int send(Plan& plan, int peer, int c, const void* from, const Range& s, int after) const {
+    return plan.add(linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after));
+  }
   // This leader's extras: its host's ranks local + K, local + 2K, ...
   std::vector<int> extras() const {
     std::vector<int> ranks;
@@ -232,7 +236,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
     const int leader = h.rankOn(host, local % K);
     std::vector<int> sends;
     h.forEachShardSlice([&](int c, int, const Range& s) {
-      sends.push_back(plan.add(linkStep(Step::Kind::kSend, leader, c, a.sendAt(s.begin), nullptr, s.size() * es)));
+      sends.push_back(h.send(plan, leader, c, a.sendAt(s.begin), s, Step::kNone));
     });
     size_t i = 0;
     h.forEachShardSlice([&](int c, int, const Range& s) {
@@ -288,7 +292,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
 
   for (int extra : h.extras()) {
     h.forEachShardSlice([&](int c, int, const Range& s) {
-      plan.add(linkStep(Step::Kind::kSend, extra, c, a.recvAt(s.begin), nullptr, s.size() * es, h.written.latest(s)));
+      h.send(plan, extra, c, a.recvAt(s.begin), s, h.written.latest(s));
     });
   }
 }
@@ -302,9 +306,6 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
   const int hostsFromRoot = mod(host - rootHost, H);  // along the chain of hosts
   // Leader k of the host `hops` further along the chain of hosts (-1: the one before).
   auto leaderAlong = [&](int hops, int k) { return h.rankOn(mod(host + hops, H), k); };
-  auto send = [&](int peer, int c, const void* from, const Range& s, int after) {
-    plan.add(linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after));
-  };
   auto receive = [&](int peer, int c, const Range& s) {
     return plan.add(linkStep(Step::Kind::kRecv, peer, c, nullptr, a.recvAt(s.begin), s.size() * es));
   };
@@ -322,8 +323,8 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
       } else {
         have = receive(prev, c, s);
       }
-      if (onChain < size - 1) send(next, c, from, s, have);
-      if (k == local) send(leaderAlong(1, k), c, from, s, have);
+      if (onChain < size - 1) h.send(plan, next, c, from, s, have);
+      if (k == local) h.send(plan, leaderAlong(1, k), c, from, s, have);
     });
     return;
   }
@@ -339,7 +340,7 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
     if (k != local) return;
     const int got = receive(leaderAlong(-1, k), c, s);
     h.written.record(s, got);
-    if (hostsFromRoot < H - 1) send(leaderAlong(1, k), c, a.recvAt(s.begin), s, got);
+    if (hostsFromRoot < H - 1) h.send(plan, leaderAlong(1, k), c, a.recvAt(s.begin), s, got);
   });
   if (K > 1) {  // the shards around the host's leaders
     const RingOrder hostRing = h.leaders();
@@ -355,7 +356,7 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
     h.learn(last, K, h.shardSlices, shard);
   }
   for (int extra : h.extras()) {
-    h.forEachShardSlice([&](int c, int, const Range& s) { send(extra, c, a.recvAt(s.begin), s, h.written.latest(s)); });
+    h.forEachShardSlice([&](int c, int, const Range& s) { h.send(plan, extra, c, a.recvAt(s.begin), s, h.written.latest(s)); });
   }
 }
 
@@ -379,9 +380,6 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
     if (scratch == nullptr) scratch = plan.scratch(a.info.count * es);
     return scratch + e * es;
   };
-  auto send = [&](int peer, int c, const void* from, const Range& s, int after) {
-    return plan.add(linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after));
-  };
   auto reduceFrom = [&](int peer, int c, const void* src, const Range& s, int after, bool finalize) {
     Step st = linkStep(Step::Kind::kRecvReduce, peer, c, src, acc(s.begin), s.size() * es, after);
     st.finalize = finalize;
@@ -404,14 +402,14 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
         last = reduceFrom(fromChain, c, mine, s, last, isRoot && avg);
         mine = acc(s.begin);
       }
-      if (!isRoot) send(towardRoot, c, mine, s, last);
+      if (!isRoot) h.send(plan, towardRoot, c, mine, s, last);
     });
     return;
   }
 
   if (local >= K) {  // an extra: the whole buffer into its leader
     const int leader = h.rankOn(host, local % K);
-    h.forEachShardSlice([&](int c, int, const Range& s) { send(leader, c, a.sendAt(s.begin), s, Step::kNone); });
+    h.forEachShardSlice([&](int c, int, const Range& s) { h.send(plan, leader, c, a.sendAt(s.begin), s, Step::kNone); });
     return;
   }
 
@@ -425,7 +423,7 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
       last = reduceFrom(h.rankOn(mod(host + 1, H), local), c, partial, s, last, false);
       partial = acc(s.begin);
     }
-    send(h.rankOn(mod(host - 1, H), local), c, partial, s, last);
+    h.send(plan, h.rankOn(mod(host - 1, H), local), c, partial, s, last);
   });
 }
 
