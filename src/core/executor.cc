@@ -495,8 +495,8 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
 
 // Nothing moved in a whole pass. Links with a descriptor are waited on with poll, after
 // kSpinBeforeSleep of looking again. Shared-memory links have none: the thread yields and
-// looks again, then naps (core/wait_policy.h). Either way abort and the no-progress deadline
-// are checked.
+// looks again, then naps (core/wait_policy.h), woken early by any descriptor a pending link
+// has. Either way abort and the no-progress deadline are checked.
 Status Run::idle(bool spin) {
   Clock::time_point now = Clock::now();
   Clock::time_point wake = Clock::time_point::max();
@@ -529,10 +529,12 @@ Status Run::idle(bool spin) {
     sched_yield();
     return Status::ok();
   }
+  // A sleep also wakes for the links that have a descriptor, so a rank napping on shared
+  // memory notices at once what arrives on its sockets (a plan across hosts waits on both).
   std::vector<pollfd> fds;
-  if (!spin) {
+  if (!(spin && recent)) {
     for (const Queue& q : queues_) {
-      if (q.head == q.steps.size() || q.waitsForStep) continue;
+      if (q.head == q.steps.size() || q.waitsForStep || q.link == nullptr || q.link->waitFd() < 0) continue;
       pollfd fd{};
       if (!q.link->prepareWait(q.send, &fd)) {
         sched_yield();
