@@ -27,17 +27,28 @@ secret=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 failed=0
 port=29650
 
-# run LABEL ROTATION VAR=VALUE...: one job of 8 ranks, 2 per host; checks every rank passed.
-run() {
-  local label=$1 rotation=$2 node pids=() rank start=$SECONDS ok=1
+# launch LABEL TIMEOUT VAR=VALUE... -- PROGRAM ARG...: one job of 8 ranks, 2 per host (one
+# loomrun each, output tagged with the rank in $out/LABEL.HOST); their pids in `pids`.
+launch() {
+  local label=$1 timeout=$2 node vars=()
   shift 2
+  while [ "$1" != -- ]; do vars+=("$1"); shift; done
+  shift
   port=$((port + 1))
+  pids=()
   for node in 0 1 2 3; do
-    ip netns exec "${hostNs[$node]}" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_DEBUG=INFO \
-      LOOM_TIMEOUT_MS=30000 "$@" "$loomrun" -n 8 --nnodes 4 --node-rank $node --master-addr $subnet.1 \
-      --master-port $port --timeout 150 --tag-output "$rankprog" "$rotation" >"$out/$label.$node" 2>&1 &
+    ip netns exec "${hostNs[$node]}" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TIMEOUT_MS=30000 \
+      "${vars[@]}" "$loomrun" -n 8 --nnodes 4 --node-rank $node --master-addr $subnet.1 --master-port $port \
+      --timeout "$timeout" --tag-output "$@" >"$out/$label.$node" 2>&1 &
     pids+=($!)
   done
+}
+
+# run LABEL ROTATION VAR=VALUE...: collectives_rank on every rank; checks every rank passed.
+run() {
+  local label=$1 rotation=$2 node pids rank start=$SECONDS ok=1
+  shift 2
+  launch "$label" 150 LOOM_DEBUG=INFO "$@" -- "$rankprog" "$rotation"
   for node in 0 1 2 3; do
     wait "${pids[$node]}" || { echo "$label: loomrun on host $node failed:"; grep -v " INFO " "$out/$label.$node" | head -40; ok=0; }
   done
@@ -75,19 +86,12 @@ if [ -n "${LOOM_TEST_UCX:-}" ]; then
   # waited there for a peer whose flush, at the end of the same broadcast, waited for that
   # rank's progress: every run stalled until UCX declared the endpoints dead, before the
   # transport progressed its worker between runs.
-  port=$((port + 1))
-  pids=()
-  for node in 0 1 2 3; do
-    ip netns exec "${hostNs[$node]}" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TIMEOUT_MS=30000 \
-      LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp "$loomrun" -n 8 --nnodes 4 --node-rank $node --master-addr $subnet.1 \
-      --master-port $port --timeout 150 "$perfprog" broadcast -b 64M -e 64M -n 5 -w 1 --algo ring,hierarchical \
-      >"$out/ucx-perf.$node" 2>&1 &
-    pids+=($!)
-  done
+  launch ucx-perf 150 LOOM_TRANSPORTS=shm,ucx UCX_TLS=tcp -- \
+    "$perfprog" broadcast -b 64M -e 64M -n 5 -w 1 --algo ring,hierarchical
   for node in 0 1 2 3; do
     wait "${pids[$node]}" || { echo "ucx-perf: loom-perf on host $node failed:"; tail -5 "$out/ucx-perf.$node"; failed=1; }
   done
-  if [ "$(awk '$1 == 67108864 && $9 == 0 && $13 == 0' "$out/ucx-perf.0" | wc -l)" = 2 ]; then
+  if [ "$(awk '$1 == "[0]" && $2 == 67108864 && $10 == 0 && $14 == 0' "$out/ucx-perf.0" | wc -l)" = 2 ]; then
     echo "ucx-perf: loom-perf's 64 MiB broadcast over UCX, ring and hierarchical, checked on 4 hosts"
   else
     echo "ucx-perf: loom-perf printed no checked 64 MiB rows:"; tail -20 "$out/ucx-perf.0"; failed=1
@@ -100,15 +104,9 @@ fi
 # kill -9 one second after every rank is ready; each survivor's error within 5 s of the kill
 # (or of its first call, which in before-mode comes a second after the kill), naming it.
 kill_trial() {
-  local label=$1 mode=$2 victim=$3 node pids=() rank start=$SECONDS ok=1 ready=0 pid killMs at from late=0 line
+  local label=$1 mode=$2 victim=$3 node pids rank start=$SECONDS ok=1 ready=0 pid killMs at from late=0 line
   shift 3
-  port=$((port + 1))
-  for node in 0 1 2 3; do
-    ip netns exec "${hostNs[$node]}" env LOOM_SECRET="$secret" LOOM_HOSTID=node$node LOOM_TIMEOUT_MS=30000 "$@" \
-      "$loomrun" -n 8 --nnodes 4 --node-rank $node --master-addr $subnet.1 --master-port $port --timeout 60 \
-      --tag-output "$survivor" "$victim" "$mode" >"$out/$label.$node" 2>&1 &
-    pids+=($!)
-  done
+  launch "$label" 60 "$@" -- "$survivor" "$victim" "$mode"
   for _ in $(seq 300); do
     ready=$(cat "$out/$label".? | grep -c " pid [0-9]* ready")
     [ "$ready" -eq 8 ] && break
