@@ -203,6 +203,7 @@ class DeviceCommImpl final : public DeviceComm {
   bool reported_ = false;
   bool published_ = false;
   bool stopping_ = false;
+  std::atomic<bool> watchingSlowly_{true};  // the watchdog looks every 100 ms, not every 2
   std::thread watchdog_;
   // The watchdog thread's own: the launch it is timing, since when, its last look at peers.
   uint64_t watched_ = 0;
@@ -689,7 +690,10 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
                args->plan == nullptr ? "in the kernel's parameter" : "in pinned memory",
                captured ? ", captured in a CUDA graph" : "");
   }
-  changed_.notify_all();  // the watchdog watches more closely while launches run
+  // The watchdog watches more closely while launches run; waking it on every launch put a
+  // futex call and a thread wakeup into each call of a loop, so only the first launch after
+  // it went to its slow period wakes it.
+  if (watchingSlowly_.exchange(false)) changed_.notify_all();
   return Status::ok();
 }
 
@@ -838,8 +842,9 @@ void DeviceCommImpl::publishFailure() {
 void DeviceCommImpl::watch() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!stopping_) {
-    const auto period = launchesOutstanding() ? std::chrono::milliseconds(2) : std::chrono::milliseconds(100);
-    changed_.wait_for(lock, period);
+    const bool busy = launchesOutstanding();
+    watchingSlowly_.store(!busy);
+    changed_.wait_for(lock, busy ? std::chrono::milliseconds(2) : std::chrono::milliseconds(100));
     if (stopping_) return;
     lock.unlock();
     inspect(Clock::now());

@@ -24,16 +24,20 @@ class DeviceScope {
  public:
   explicit DeviceScope(int device) {
     if (cudaGetDevice(&previous_) != cudaSuccess) previous_ = -1;
-    if (previous_ != device) cudaSetDevice(device);
+    if (previous_ != device) {
+      cudaSetDevice(device);
+      restore_ = previous_ >= 0;
+    }
   }
   ~DeviceScope() {
-    if (previous_ >= 0) cudaSetDevice(previous_);
+    if (restore_) cudaSetDevice(previous_);
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
 
  private:
   int previous_ = -1;
+  bool restore_ = false;  // every launch makes a scope: one that changed nothing calls nothing
 };
 
 static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(SharedHandle::data), "an IPC handle fits a SharedHandle");
