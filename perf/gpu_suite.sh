@@ -3,7 +3,8 @@
 # collectives as threads and as processes, the DDP layer on device buffers, NVML's view of
 # the GPUs), then the GPU benchmarks (reduce-kernel and copy bandwidth; loom-perf allreduce
 # and broadcast on 2 and 4 ranks of GPU 0 from 8 B to 1 GiB; the 8 B allreduce in a loop and
-# inside a replayed CUDA graph), and leaves every output under OUT.
+# inside a replayed CUDA graph, and what a plan kernel's fixed cost is made of), and leaves
+# every output under OUT.
 #
 #   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR]
 #
@@ -40,7 +41,7 @@ done
 
 programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
           tests/gpu/kernels_test tests/gpu/ddp_device_test tests/unit/nvml_probe_test tools/loom-topo
-          perf/loom-kernel-bw perf/loom-perf)
+          perf/loom-kernel-bw perf/loom-kernel-latency perf/loom-perf)
 
 if [[ -z $prebuilt ]]; then
   if [[ ! -d $builddir ]]; then
@@ -106,6 +107,9 @@ perf() {  # perf NAME LIMIT_S LOOM-PERF-ARGS...
 # 8 B allreduce, 2 ranks: time per call in a loop of calls, and per call inside a replayed
 # CUDA graph of 20 calls (the targets: 10 and 5 µs).
 perf latency-loop 45 allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
+# What a plan kernel's fixed cost is made of: probe kernels that each add a piece of its start
+# and end (fences, stores to host memory, scopes), and the plan kernel on a plan of no steps.
+run kernel-latency timeout -k 10 60 "$bin/perf/loom-kernel-latency"
 # The physical limit beside the collectives: a device-to-device copy of the same bytes
 # (loom-kernel-bw's copy column), and the reduce kernels.
 run kernel-bw timeout -k 10 60 "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8

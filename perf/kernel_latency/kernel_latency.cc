@@ -1,0 +1,197 @@
+// loom-kernel-latency: where a plan kernel's fixed cost goes on this GPU. An 8-byte allreduce
+// costs Loom several microseconds a kernel inside a CUDA graph where NCCL's costs one; this
+// times, per kernel, the probes of probes.h (each a piece of what the plan kernel does around
+// its steps) and the plan kernel itself on a plan of no steps, in a replayed CUDA graph (the
+// device's cost alone) and in a loop of launches (with the host's launch path).
+//
+//   loom-kernel-latency [--graph-kernels N] [--replays N] [--loop N]
+//
+// Prints one row per kernel: µs a kernel in the graph and in the loop, the median of 5
+// timings. Without a CUDA device it says so and exits 0.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "device/plan_format.h"
+#include "device/plan_kernel.h"
+#include "probes.h"
+
+namespace {
+
+[[noreturn]] void die(const char* what, cudaError_t e) {
+  std::fprintf(stderr, "loom-kernel-latency: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+void check(const char* what, cudaError_t e) {
+  if (e != cudaSuccess) die(what, e);
+}
+
+struct Options {
+  int graphKernels = 20;
+  int replays = 100;
+  int loop = 2000;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "loom-kernel-latency: %s needs a value\n", a.c_str());
+      std::exit(2);
+    }
+    const int v = std::atoi(argv[++i]);
+    if (v <= 0) {
+      std::fprintf(stderr, "loom-kernel-latency: %s takes a positive count\n", a.c_str());
+      std::exit(2);
+    }
+    if (a == "--graph-kernels") {
+      o.graphKernels = v;
+    } else if (a == "--replays") {
+      o.replays = v;
+    } else if (a == "--loop") {
+      o.loop = v;
+    } else {
+      std::fprintf(stderr, "usage: loom-kernel-latency [--graph-kernels N] [--replays N] [--loop N]\n");
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+// Median over 5 timings of µs per kernel: `kernels` launches of `launch` between two events.
+double timeKernels(const std::function<void()>& enqueue, int kernels, cudaStream_t s) {
+  cudaEvent_t start, stop;
+  check("cudaEventCreate", cudaEventCreate(&start));
+  check("cudaEventCreate", cudaEventCreate(&stop));
+  enqueue();  // warm up
+  check("warm-up", cudaStreamSynchronize(s));
+  std::vector<double> samples;
+  for (int rep = 0; rep < 5; ++rep) {
+    check("cudaEventRecord", cudaEventRecord(start, s));
+    enqueue();
+    check("cudaEventRecord", cudaEventRecord(stop, s));
+    check("cudaEventSynchronize", cudaEventSynchronize(stop));
+    float ms = 0;
+    check("cudaEventElapsedTime", cudaEventElapsedTime(&ms, start, stop));
+    samples.push_back(ms * 1e3 / kernels);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// µs a kernel in a graph of `graphKernels` launches replayed `replays` times, and in a loop.
+void measure(const char* name, const std::function<cudaError_t(cudaStream_t)>& launch, const Options& o,
+             cudaStream_t s) {
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  check("cudaStreamBeginCapture", cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  for (int i = 0; i < o.graphKernels; ++i) check(name, launch(s));
+  check("cudaStreamEndCapture", cudaStreamEndCapture(s, &graph));
+  check("cudaGraphInstantiate", cudaGraphInstantiate(&exec, graph, 0));
+  const double inGraph = timeKernels(
+      [&] {
+        for (int r = 0; r < o.replays; ++r) check("cudaGraphLaunch", cudaGraphLaunch(exec, s));
+      },
+      o.graphKernels * o.replays, s);
+  const double inLoop = timeKernels(
+      [&] {
+        for (int i = 0; i < o.loop; ++i) check(name, launch(s));
+      },
+      o.loop, s);
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  std::printf("%-58s %10.2f %10.2f\n", name, inGraph, inLoop);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("skipped: no CUDA device\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  check("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, 0));
+  std::printf("# device 0: %s, %d SMs; graph of %d kernels replayed %d times; loop of %d launches\n", prop.name,
+              prop.multiProcessorCount, o.graphKernels, o.replays, o.loop);
+  int blocksPerSm = 0;
+  check("loading the plan kernel", static_cast<cudaError_t>(loom::device::loadPlanKernel(&blocksPerSm)));
+
+  cudaStream_t s;
+  check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // The probes' memory and the plan kernel's: device memory for what only the kernel uses,
+  // pinned mapped host memory for what the host watches (as device_comm.cc makes them).
+  void* device = nullptr;
+  check("cudaMalloc", cudaMalloc(&device, 4096));
+  check("cudaMemset", cudaMemset(device, 0, 4096));
+  void* host = nullptr;
+  check("cudaHostAlloc", cudaHostAlloc(&host, 8192, cudaHostAllocMapped));
+  std::memset(host, 0, 8192);
+  void* hostOnDevice = nullptr;
+  check("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&hostOnDevice, host, 0));
+  auto* deviceBytes = static_cast<uint8_t*>(device);
+  auto* hostBytes = static_cast<uint8_t*>(hostOnDevice);
+
+  loom::probe::ProbeMemory memory;
+  memory.deviceCounter = reinterpret_cast<uint32_t*>(deviceBytes);
+  memory.deviceWord = reinterpret_cast<uint64_t*>(deviceBytes + 64);
+  memory.hostWords = reinterpret_cast<uint64_t*>(hostBytes);
+  memory.hostAbort = reinterpret_cast<const uint32_t*>(hostBytes + 64);
+
+  std::printf("%-58s %10s %10s\n", "# kernel", "graph µs", "loop µs");
+  for (int p = 0; p < loom::probe::kProbes; ++p) {
+    const auto probe = static_cast<loom::probe::Probe>(p);
+    measure(loom::probe::probeName(probe),
+            [&](cudaStream_t stream) {
+              return static_cast<cudaError_t>(loom::probe::launchProbe(probe, memory, stream));
+            },
+            o, s);
+  }
+
+  // The plan kernel on a plan of no steps and one worker: its start and end alone, beside the
+  // probes (the same Control, LaunchState and step-flag memory kinds as a communicator's).
+  using loom::device::LaunchArgs;
+  using loom::device::PlanHeader;
+  using loom::device::WorkerRange;
+  auto args = std::make_unique<LaunchArgs>();
+  std::memset(args.get(), 0, sizeof(LaunchArgs));
+  PlanHeader header{};
+  header.id = 1;
+  header.workers = 1;
+  header.callsAt = header.stepsAt = header.workersAt = sizeof(PlanHeader);
+  header.orderAt = header.workersAt + sizeof(WorkerRange);
+  header.bytes = header.orderAt;
+  const WorkerRange none{0, 0, 0, 1};
+  std::memcpy(args->inlinePlan, &header, sizeof header);
+  std::memcpy(args->inlinePlan + header.workersAt, &none, sizeof none);
+  args->workers = 1;
+  args->countsForHost = 0;
+  args->state = reinterpret_cast<loom::device::LaunchState*>(deviceBytes + 1024);
+  args->stepFlags = reinterpret_cast<uint64_t*>(deviceBytes + 2048);
+  args->localArrivals = reinterpret_cast<uint32_t*>(deviceBytes + 3072);
+  args->control = reinterpret_cast<loom::device::Control*>(hostBytes + 4096);
+  measure("plan kernel, a plan of no steps (1 worker)",
+          [&](cudaStream_t stream) {
+            return static_cast<cudaError_t>(loom::device::launchPlanKernel(*args, stream));
+          },
+          o, s);
+
+  check("final synchronize", cudaStreamSynchronize(s));
+  cudaStreamDestroy(s);
+  cudaFreeHost(host);
+  cudaFree(device);
+  return 0;
+}
