@@ -5,8 +5,13 @@
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -17,10 +22,10 @@ namespace {
 
 const char kUniqueIdKey[] = "loom/unique_id";
 
-// How long the caller's wait() and the idle worker look again (yielding) before they block:
-// a short call is over, and a caller's next call issued, well within it, and blocking costs
-// each side a wakeup of tens of microseconds, more than the whole of a small Loom call.
-// The executor looks as long before it naps, for the same reason.
+// How long a caller's wait() on the worker and the worker after an operation look again
+// (yielding) before they block: a short call is over, and a caller's next call issued, well
+// within it, and blocking costs each side a wakeup of tens of microseconds, more than the
+// whole of a small Loom call. The executor looks as long before it naps, for the same reason.
 constexpr auto kLookBeforeBlocking = std::chrono::microseconds(200);
 
 // Yields until done() or kLookBeforeBlocking has passed; returns done().
@@ -37,8 +42,9 @@ bool lookAWhile(Done done) {
 // A Work whose Future completes with the operation's outputs (or its error).
 class LoomWork : public c10d::Work {
  public:
-  LoomWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
+  LoomWork(std::shared_ptr<Runner> runner, int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
       : c10d::Work(rank, type),
+        runner_(std::move(runner)),
         outputs_(std::move(outputs)),
         future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
 
@@ -47,13 +53,11 @@ class LoomWork : public c10d::Work {
   std::exception_ptr exception() const override { return future_->exception_ptr(); }
   std::vector<at::Tensor> result() override { return outputs_; }
   // Loom's own deadline (the process group's timeout) bounds the wait.
-  bool wait(std::chrono::milliseconds) override {
-    if (!lookAWhile([this] { return future_->completed(); })) future_->wait();
-    if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
-    return true;
-  }
+  bool wait(std::chrono::milliseconds) override;
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
+  // Its batch's place in the queue (0 until the batch is queued: coalescing).
+  void queuedAs(uint64_t seq) { seq_.store(seq, std::memory_order_release); }
   void complete(std::exception_ptr error) {
     if (error) {
       future_->setError(error);
@@ -63,6 +67,8 @@ class LoomWork : public c10d::Work {
   }
 
  private:
+  std::shared_ptr<Runner> runner_;
+  std::atomic<uint64_t> seq_{0};
   std::vector<at::Tensor> outputs_;
   c10::intrusive_ptr<at::ivalue::Future> future_;
 };
@@ -202,83 +208,150 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupLoom::create(const c10::intru
   return c10::make_intrusive<ProcessGroupLoom>(comm, rank, size);
 }
 
-ProcessGroupLoom::ProcessGroupLoom(loomComm_t comm, int rank, int size)
-    : c10d::ProcessGroup(rank, size), comm_(comm), worker_([this] { run(); }) {
-  init();
+// ---- The queue ------------------------------------------------------------------------------
+
+// The operations queued in batches, and the one thread at a time that runs them (Loom's calls
+// go in issue order): the worker, or a caller whose wait() finds its batch queued. Owns the
+// communicator.
+class Runner {
+ public:
+  explicit Runner(loomComm_t comm) : comm_(comm) {}
+  ~Runner() { loomCommDestroy(comm_); }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
+  c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op);
+  void startCoalescing();
+  void endCoalescing();
+  // The worker thread: runs batches as they come until stop(), and what is queued then.
+  void work();
+  void stop();
+  // A caller's wait(): runs the batches up to `seq` (the caller's own) that no thread has taken,
+  // unless a thread runs one now.
+  void runThrough(uint64_t seq);
+
+ private:
+  struct Batch {
+    uint64_t seq = 0;
+    std::vector<LoomOp> ops;
+    std::vector<c10::intrusive_ptr<LoomWork>> works;
+  };
+
+  void queueBatch(Batch batch);                        // under mutex_
+  Batch takeFront();                                   // under mutex_, !running_
+  void runBatch(Batch& batch);
+  void doneRunning(std::unique_lock<std::mutex>& lock);  // under mutex_
+
+  loomComm_t comm_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Batch> queue_;
+  std::atomic<size_t> queued_{0};  // queue_.size(), for the worker to look at without the lock
+  bool running_ = false;           // a thread runs a batch: no other may start one
+  uint64_t lastSeq_ = 0;
+  bool coalescing_ = false;
+  Batch coalesced_;
+  bool stopping_ = false;
+};
+
+bool LoomWork::wait(std::chrono::milliseconds) {
+  const uint64_t seq = seq_.load(std::memory_order_acquire);
+  if (seq != 0 && !future_->completed()) runner_->runThrough(seq);
+  if (!lookAWhile([this] { return future_->completed(); })) future_->wait();
+  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
+  return true;
 }
 
-ProcessGroupLoom::~ProcessGroupLoom() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  changed_.notify_all();
-  // The last reference may go with the GIL held (a DDP Reducer freed by Python) while the
-  // worker completes a Future whose callbacks are Python (DDP's comm hooks) and waits for the
-  // GIL: joining with it held would wait forever.
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release noGil;
-    worker_.join();
-  } else {
-    worker_.join();
-  }
-  loomCommDestroy(comm_);
-}
-
-// ---- The worker ----------------------------------------------------------------------------
-
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(Op op) {
-  auto work = c10::make_intrusive<LoomWork>(rank_, op.type, op.outputs);
+c10::intrusive_ptr<c10d::Work> Runner::enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op) {
+  auto work = c10::make_intrusive<LoomWork>(self, rank, op.type, op.outputs);
   std::lock_guard<std::mutex> lock(mutex_);
-  Batch& batch = coalescing_ ? coalesced_ : queue_.emplace_back();
-  batch.ops.push_back(std::move(op));
-  batch.works.push_back(work);
-  if (!coalescing_) {
-    queued_.fetch_add(1, std::memory_order_release);
-    changed_.notify_all();
+  if (coalescing_) {
+    coalesced_.ops.push_back(std::move(op));
+    coalesced_.works.push_back(work);
+  } else {
+    Batch batch;
+    batch.ops.push_back(std::move(op));
+    batch.works.push_back(work);
+    queueBatch(std::move(batch));
   }
   return work;
 }
 
-void ProcessGroupLoom::startCoalescing() {
+void Runner::startCoalescing() {
   std::lock_guard<std::mutex> lock(mutex_);
   coalescing_ = true;
 }
 
-void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) {
+void Runner::endCoalescing() {
   std::lock_guard<std::mutex> lock(mutex_);
   coalescing_ = false;
-  if (!coalesced_.ops.empty()) {
-    queue_.push_back(std::move(coalesced_));
-    queued_.fetch_add(1, std::memory_order_release);
-  }
+  if (!coalesced_.ops.empty()) queueBatch(std::move(coalesced_));
   coalesced_ = Batch{};
+}
+
+void Runner::queueBatch(Batch batch) {
+  batch.seq = ++lastSeq_;
+  for (auto& work : batch.works) work->queuedAs(batch.seq);
+  queue_.push_back(std::move(batch));
+  queued_.fetch_add(1, std::memory_order_release);
   changed_.notify_all();
 }
 
-void ProcessGroupLoom::run() {
+Runner::Batch Runner::takeFront() {
+  Batch batch = std::move(queue_.front());
+  queue_.pop_front();
+  queued_.fetch_sub(1, std::memory_order_relaxed);
+  running_ = true;
+  return batch;
+}
+
+// The worker is woken only when it may take the next batch, so that a caller running its
+// own operation has no thread waking beside it.
+void Runner::doneRunning(std::unique_lock<std::mutex>&) {
+  running_ = false;
+  if (!queue_.empty() || stopping_) changed_.notify_all();
+}
+
+void Runner::work() {
+  bool ranOne = false;
   for (;;) {
-    Batch batch;
-    lookAWhile([this] { return queued_.load(std::memory_order_acquire) != 0; });
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;
-      batch = std::move(queue_.front());
-      queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
-    }
+    if (ranOne) lookAWhile([this] { return queued_.load(std::memory_order_acquire) != 0; });
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
+    if (queue_.empty()) return;
+    Batch batch = takeFront();
+    lock.unlock();
     runBatch(batch);
+    lock.lock();
+    doneRunning(lock);
+    ranOne = true;
+  }
+}
+
+void Runner::stop() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  stopping_ = true;
+  changed_.notify_all();
+}
+
+void Runner::runThrough(uint64_t seq) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!running_ && !queue_.empty() && queue_.front().seq <= seq) {
+    Batch batch = takeFront();
+    lock.unlock();
+    runBatch(batch);
+    lock.lock();
+    doneRunning(lock);
   }
 }
 
 // A batch of several operations is one Loom group, so sends and receives of a
 // batch_isend_irecv cannot wait on each other. Every launch is made even after one failed, so
 // the group always closes; then every Work of the batch completes, with the first error.
-void ProcessGroupLoom::runBatch(Batch& batch) {
+void Runner::runBatch(Batch& batch) {
   const bool group = batch.ops.size() > 1;
   loomResult_t result = group ? loomGroupStart() : loomSuccess;
-  for (Op& op : batch.ops) {
+  for (LoomOp& op : batch.ops) {
     const loomResult_t r = op.launch(comm_);
     if (result == loomSuccess) result = r;
   }
@@ -299,9 +372,37 @@ void ProcessGroupLoom::runBatch(Batch& batch) {
         own = std::current_exception();
       }
     }
-    static_cast<LoomWork*>(batch.works[i].get())->complete(own);
+    batch.works[i]->complete(own);
   }
 }
+
+// ---- The process group ----------------------------------------------------------------------
+
+ProcessGroupLoom::ProcessGroupLoom(loomComm_t comm, int rank, int size)
+    : c10d::ProcessGroup(rank, size),
+      runner_(std::make_shared<Runner>(comm)),
+      worker_([runner = runner_] { runner->work(); }) {
+  init();
+}
+
+ProcessGroupLoom::~ProcessGroupLoom() {
+  runner_->stop();
+  // The last reference may go with the GIL held (a DDP Reducer freed by Python) while the
+  // worker completes a Future whose callbacks are Python (DDP's comm hooks) and waits for the
+  // GIL: joining with it held would wait forever.
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    pybind11::gil_scoped_release noGil;
+    worker_.join();
+  } else {
+    worker_.join();
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(LoomOp op) { return runner_->enqueue(runner_, rank_, std::move(op)); }
+
+void ProcessGroupLoom::startCoalescing() { runner_->startCoalescing(); }
+
+void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) { runner_->endCoalescing(); }
 
 // ---- Operations ----------------------------------------------------------------------------
 

@@ -1,11 +1,14 @@
 // torch.distributed's backend "loom": a c10d::ProcessGroup over Loom's C API.
 //
-// Every operation is queued to one worker thread per process group and runs there in the
-// order it was issued, which is the order every rank issues them, as blocking Loom calls on
-// host memory (a host communicator). The idle worker and a caller's wait() look again for a
-// moment before they block, so that a small call does not cost two thread wakeups. Its Work completes a Future with the operation's
-// output tensors, as Gloo's does, so wait(), is_completed(), get_future() and DDP's comm
-// hooks behave the same. Operations issued between startCoalescing and endCoalescing (as
+// Every operation is queued and runs in the order it was issued, which is the order every
+// rank issues them, as blocking Loom calls on host memory (a host communicator), one at a
+// time: on the process group's worker thread, or on the caller's own thread when its wait()
+// finds the operation still queued (a blocking call then costs no hand-off between threads,
+// and no thread spins beside the one moving the bytes). The worker, after an operation, and
+// a caller whose operation the worker runs look again for a moment before they block, so
+// that a small call does not cost thread wakeups. Its Work completes a Future with the
+// operation's output tensors, as Gloo's does, so wait(), is_completed(), get_future() and
+// DDP's comm hooks behave the same. Operations issued between startCoalescing and endCoalescing (as
 // batch_isend_irecv does) run as one Loom group. A Loom failure completes the Work with a
 // RuntimeError carrying loomGetLastError's sentence.
 #pragma once
@@ -13,18 +16,26 @@
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <deque>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <thread>
 #include <vector>
 
 #include "loom/loom.h"
 
 namespace loom::torch_backend {
+
+// One operation: the Loom calls it makes (inside its batch's group), what it does once they
+// returned (copies out of temporaries), and the tensors its Work completes with.
+struct LoomOp {
+  std::function<loomResult_t(loomComm_t)> launch;
+  std::function<void()> finish;
+  std::vector<at::Tensor> outputs;
+  c10d::OpType type;
+};
+
+class Runner;  // the queue and the communicator (process_group_loom.cc)
 
 class ProcessGroupLoom : public c10d::ProcessGroup {
  public:
@@ -78,31 +89,10 @@ class ProcessGroupLoom : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // One operation: the Loom calls it makes (inside its batch's group), what it does once they
-  // returned (copies out of temporaries), and the tensors its Work completes with.
-  struct Op {
-    std::function<loomResult_t(loomComm_t)> launch;
-    std::function<void()> finish;
-    std::vector<at::Tensor> outputs;
-    c10d::OpType type;
-  };
-  struct Batch {
-    std::vector<Op> ops;
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  };
+  c10::intrusive_ptr<c10d::Work> enqueue(LoomOp op);
 
-  c10::intrusive_ptr<c10d::Work> enqueue(Op op);
-  void run();
-  void runBatch(Batch& batch);
-
-  loomComm_t comm_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Batch> queue_;
-  std::atomic<size_t> queued_{0};  // queue_.size(), for the idle worker to look at without the lock
-  bool coalescing_ = false;
-  Batch coalesced_;
-  bool stopping_ = false;
+  // Shared with the Works, which may outlive the group (and run what is queued in wait()).
+  std::shared_ptr<Runner> runner_;
   std::thread worker_;
 };
 

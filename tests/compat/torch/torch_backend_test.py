@@ -257,8 +257,34 @@ def case_refusals(rank, size):
     expect_equal(t, reduced(size, N, dist.ReduceOp.SUM), "all_reduce after refusals")
 
 
+def case_order(rank, size):
+    """Operations run in issue order whichever thread runs them: the worker, or a caller whose
+    wait() finds its operation still queued and runs it, and what came before it, itself."""
+    sums = dist.ReduceOp.SUM
+    # Asynchronous calls left unwaited, then a blocking one: every earlier one is done by then.
+    ts = [values(rank, N, offset=k).float() for k in range(4)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    b = torch.full((N,), float(rank))
+    dist.broadcast(b, src=size - 1)
+    if not all(w.is_completed() for w in works):
+        raise AssertionError("an all_reduce issued before a blocking broadcast was not done after it")
+    for k, t in enumerate(ts):
+        expect_equal(t, reduced(size, N, sums, offset=k), f"queued all_reduce {k}")
+    expect_equal(b, torch.full((N,), float(size - 1)), "broadcast after queued all_reduces")
+    # Waiting on the second of three: the first two are done, then the third after its wait.
+    us = [values(rank, N, offset=10 + k).float() for k in range(3)]
+    works = [dist.all_reduce(u, async_op=True) for u in us]
+    works[1].wait()
+    if not (works[0].is_completed() and works[1].is_completed()):
+        raise AssertionError("wait() on the second all_reduce returned before the first two were done")
+    works[2].wait()
+    for k, u in enumerate(us):
+        expect_equal(u, reduced(size, N, sums, offset=10 + k), f"all_reduce {k} of three waited out of order")
+
+
 CASES = {
     "allreduce": case_allreduce,
+    "order": case_order,
     "broadcast_reduce": case_broadcast_reduce,
     "gathers": case_gathers,
     "reduce_scatter": case_reduce_scatter,
