@@ -10,7 +10,7 @@ HostStream::~HostStream() {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
   }
-  changed_.notify_all();
+  workArrived_.notify_all();
   thread_.join();
 }
 
@@ -19,12 +19,13 @@ void HostStream::enqueue(Work work) {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(work));
   }
-  changed_.notify_all();
+  workArrived_.notify_one();
 }
 
 Status HostStream::synchronize() {
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [this] { return queue_.empty() && !running_; });
+  while (!running_ && !queue_.empty()) runFront(lock);
+  idle_.wait(lock, [this] { return queue_.empty() && !running_; });
   Status result = firstError_;
   firstError_ = Status();
   return result;
@@ -38,20 +39,27 @@ Status HostStream::query() {
   return synchronize();
 }
 
+// Work runs one item at a time, in order, whichever thread runs it.
+void HostStream::runFront(std::unique_lock<std::mutex>& lock) {
+  Work work = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  lock.unlock();
+  Status s = work();
+  lock.lock();
+  running_ = false;
+  if (!s.isOk() && firstError_.isOk()) firstError_ = s;
+  idle_.notify_all();
+  // A caller ran this item while more came: the progress thread waits for it to end.
+  if (!queue_.empty()) workArrived_.notify_one();
+}
+
 void HostStream::serve() {
   std::unique_lock<std::mutex> lock(mutex_);
   for (;;) {
-    changed_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+    workArrived_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
     if (queue_.empty()) return;  // stopping, and everything ran
-    Work work = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
-    lock.unlock();
-    Status s = work();
-    lock.lock();
-    running_ = false;
-    if (!s.isOk() && firstError_.isOk()) firstError_ = s;
-    changed_.notify_all();
+    runFront(lock);
   }
 }
 
