@@ -26,6 +26,20 @@ __device__ uint32_t loadAcquireSys(const uint32_t* p) {
   return v;
 }
 
+// A release store of 1 to `word`, then an acquire load of it, at system or device scope.
+template <bool kSystem>
+__device__ uint64_t releaseThenAcquire(uint64_t* word) {
+  uint64_t v;
+  if constexpr (kSystem) {
+    asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(word), "l"(1ull) : "memory");
+    asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
+  } else {
+    asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(word), "l"(1ull) : "memory");
+    asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(word) : "memory");
+  }
+  return v;
+}
+
 __global__ void empty(ProbeMemory) {}
 
 // Probe p as one kernel: thread 0 does the pieces up to p, as a worker's thread 0 does.
@@ -42,20 +56,9 @@ __global__ void __launch_bounds__(device::kPlanKernelThreads) planShaped(const _
     // The abort word, looked at once: a wait that finds its word at once never polls it.
     if (threadIdx.x == 0 && loadAcquireSys(m.hostAbort) != 0) storeRelaxedSys(&m.hostWords[3], 1);
   }
-  if constexpr (p == Probe::kHandshakeSys) {
-    if (threadIdx.x == 0) {
-      uint64_t v;
-      asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(m.deviceWord), "l"(1ull) : "memory");
-      asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(m.deviceWord) : "memory");
-      if (v == 0) storeRelaxedSys(&m.hostWords[3], 1);
-    }
-  }
-  if constexpr (p == Probe::kHandshakeGpu) {
-    if (threadIdx.x == 0) {
-      uint64_t v;
-      asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(m.deviceWord), "l"(1ull) : "memory");
-      asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(m.deviceWord) : "memory");
-      if (v == 0) storeRelaxedSys(&m.hostWords[3], 1);
+  if constexpr (p == Probe::kHandshakeSys || p == Probe::kHandshakeGpu) {
+    if (threadIdx.x == 0 && releaseThenAcquire<p == Probe::kHandshakeSys>(m.deviceWord) == 0) {
+      storeRelaxedSys(&m.hostWords[3], 1);
     }
   }
   if constexpr (p >= Probe::kEpilogueSys) {

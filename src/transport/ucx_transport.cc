@@ -133,7 +133,7 @@ struct UcxTransport::State {
   // communicator's call that waited for this rank. The thread makes UCX calls only while no
   // run does (runMutex), so the executor's state needs no lock of its own.
   std::mutex runMutex;
-  std::condition_variable runsChanged;
+  std::condition_variable stopRequested;  // the thread otherwise looks every kIdleBeforeProgress
   int runs = 0;
   bool stopping = false;
   std::thread betweenRuns;
@@ -148,7 +148,7 @@ struct UcxTransport::State {
     std::unique_lock<std::mutex> lock(runMutex);
     while (!stopping) {
       if (runs > 0 || closed || std::chrono::steady_clock::now() - lastRunEnd < kIdleBeforeProgress) {
-        runsChanged.wait_for(lock, kIdleBeforeProgress);
+        stopRequested.wait_for(lock, kIdleBeforeProgress);
         continue;
       }
       while (ucp_worker_progress(worker) != 0) {
@@ -171,7 +171,7 @@ struct UcxTransport::State {
       std::lock_guard<std::mutex> lock(runMutex);
       stopping = true;
     }
-    runsChanged.notify_all();
+    stopRequested.notify_all();
     betweenRuns.join();
   }
 

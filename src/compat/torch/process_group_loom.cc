@@ -240,7 +240,7 @@ class Runner {
   void queueBatch(Batch batch);                        // under mutex_
   Batch takeFront();                                   // under mutex_, !running_
   void runBatch(Batch& batch);
-  void doneRunning(std::unique_lock<std::mutex>& lock);  // under mutex_
+  void doneRunning();                                  // under mutex_
 
   loomComm_t comm_;
   std::mutex mutex_;
@@ -307,7 +307,7 @@ Runner::Batch Runner::takeFront() {
 
 // The worker is woken only when it may take the next batch, so that a caller running its
 // own operation has no thread waking beside it.
-void Runner::doneRunning(std::unique_lock<std::mutex>&) {
+void Runner::doneRunning() {
   running_ = false;
   if (!queue_.empty() || stopping_) changed_.notify_all();
 }
@@ -323,7 +323,7 @@ void Runner::work() {
     lock.unlock();
     runBatch(batch);
     lock.lock();
-    doneRunning(lock);
+    doneRunning();
     ranOne = true;
   }
 }
@@ -341,7 +341,7 @@ void Runner::runThrough(uint64_t seq) {
     lock.unlock();
     runBatch(batch);
     lock.lock();
-    doneRunning(lock);
+    doneRunning();
   }
 }
 
