@@ -183,6 +183,9 @@ int main(int argc, char** argv) {
   if (status >= 0) return status;
   int cudaDevices = 0;
   if (o.cuda) {
+    // Ranks as threads of this process share the GPU's hardware queues, two streams each
+    // (docs/ARCHITECTURE.md, "Thread ranks on one GPU"); CUDA reads this at its first use.
+    if (o.threads * o.ranksPerThread > 1) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     std::string why;
     cudaDevices = cudaDeviceCount(&why);
     if (cudaDevices == 0) {

@@ -83,9 +83,11 @@ constexpr int kNumProtocols = 3;
 // "simple", "streaming", "ll".
 const char* protocolName(Protocol protocol);
 
-// Channels a call of `bytes` spreads over, of `links` per peer: as many as get two slices'
-// worth each (fewer and the pipeline would not fill), at least one.
-int channelsFor(size_t bytes, size_t sliceBytes, int links);
+// Channels a call of `bytes` spreads over, of `links` per peer, at least one. On hosts as
+// many as get two slices' worth each (fewer and the pipeline would not fill). On a device a
+// channel is a thread block, whose own copy rate bounds it long before the pipeline does: one
+// per half slice.
+int channelsFor(size_t bytes, size_t sliceBytes, int links, bool device);
 
 // Predicted µs for one call of `kind` moving `bytes` (the whole buffer one rank contributes
 // or receives, as CallShape::bytes in select.h) with `algorithm` and `protocol`. +infinity

@@ -87,7 +87,8 @@ const std::vector<Variable>& variables() {
       {"LOOM_CHANNELS", "0", kData,
        "Channels per call (1 to 64): each channel carries its share of the buffer over its own "
        "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS; on a device communicator its own FIFOs, "
-       "worked by their own thread blocks). 0 (default): as many links as get two chunks each, at least "
+       "worked by their own thread blocks). 0 (default): as many links as get two chunks each (on a "
+       "device one per half LOOM_DEVICE_SLICE_BYTES, as a channel there is one thread block), at least "
        "one; device communicators connect 32 channels per peer (8 under "
        "LOOM_DEVICE_EMULATION), fewer where the ranks' share of the device's resident thread blocks "
        "holds fewer."},
@@ -173,6 +174,11 @@ const std::vector<Variable>& variables() {
       {"SLURM_PROCID", "", kLaunch, "Slurm's rank (srun)."},
       {"SLURM_NTASKS", "", kLaunch, "Slurm's world size."},
       {"SLURM_LOCALID", "", kLaunch, "Slurm's local rank."},
+      {"CUDA_DEVICE_MAX_CONNECTIONS", "8", kSystem,
+       "CUDA's hardware queues per device context (1-32), read by the CUDA driver. Ranks that are "
+       "threads of one process on one GPU need two each (their stream and the communicator's "
+       "own), or a rank's kernel can queue behind a thread peer's kernel that waits for it; Loom "
+       "warns when they are too few (docs/ARCHITECTURE.md, 'Thread ranks on one GPU')."},
       {"XDG_CACHE_HOME", "", kSystem,
        "Where the machine calibration is kept (in loom/ under it) when it is an absolute path."},
       {"HOME", "", kSystem, "The machine calibration is kept in $HOME/.cache/loom when XDG_CACHE_HOME is not usable."},

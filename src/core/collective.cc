@@ -142,10 +142,10 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.nranks = comm.nranks();
   args.order = comm.ringOrder();
   args.sliceBytes = plan.deviceMemory ? config.deviceSliceBytes : config.sliceBytes;
-  // Several channels only pay when each gets a few slices' worth. A device communicator's links
-  // are its FIFO connections, one set per channel.
+  // Several channels pay once each gets enough bytes (cost_model.h says how many). A device
+  // communicator's links are its FIFO connections, one set per channel.
   int links = plan.deviceMemory ? deviceChannels(comm, choice.algorithm) : comm.transport().linksPerPeer();
-  args.channels = config.channels > 0 ? config.channels : channelsFor(bytes, args.sliceBytes, links);
+  args.channels = config.channels > 0 ? config.channels : channelsFor(bytes, args.sliceBytes, links, plan.deviceMemory);
   args.info.streaming = choice.protocol == Protocol::kStreaming;
   args.info.lowLatency = choice.protocol == Protocol::kLowLatency;
 

@@ -15,6 +15,7 @@
 #include <thread>
 #include <utility>
 
+#include "base/env.h"
 #include "base/log.h"
 #include "base/peer_process.h"
 #include "core/call_check.h"
@@ -148,6 +149,7 @@ class DeviceCommImpl final : public DeviceComm {
   }
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   Status agreeOnBlockBudget();
+  void warnOfSharedQueues(int threadRanks);
   void logCounters();
   Status addPlanSlot(size_t capacity);
   void memoryMadeInCall(const char* what);
@@ -287,6 +289,24 @@ Status DeviceCommImpl::connectEagerly() {
   return acceptIn();
 }
 
+// A CUDA context feeds its streams' work to a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS,
+// 8 by default), each run in order, streams assigned to them in turn as they are made. Two
+// thread ranks whose streams land in one queue can stall each other: a rank's kernel (or the
+// copy its thread then waits for) sits behind a thread peer's kernel that waits for this rank,
+// until the timeout. 8 thread ranks on an H200 stalled so in every run with 8 queues and in
+// none with 32 (2026-11-28). Each rank brings two streams: the caller's and the runtime's own.
+void DeviceCommImpl::warnOfSharedQueues(int threadRanks) {
+  if (comm_->config().deviceEmulation) return;
+  long long queues = 8;  // CUDA's default, also where the driver would not take the value
+  if (!env::getInt("CUDA_DEVICE_MAX_CONNECTIONS", 1, 32, &queues).isOk()) queues = 8;
+  if (2LL * threadRanks <= queues) return;
+  LOOM_WARN("comm %016llx: %d ranks are threads of this process on device %d, and their streams (2 each) share "
+            "%lld CUDA hardware queue(s): a rank's kernel can wait behind a peer's that waits for it, a stall until "
+            "the timeout. Set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA, or run the ranks "
+            "as processes (docs/ARCHITECTURE.md, 'Thread ranks on one GPU')",
+            static_cast<unsigned long long>(comm_->commId()), threadRanks, comm_->device(), queues);
+}
+
 // Ranks whose plan kernels share a device wait on each other's workers, so all of their workers
 // must be resident at once: a worker left waiting for a free block while the blocks are held by
 // workers waiting for it is a hang. Ranks of one host naming the same device key share it (also
@@ -314,10 +334,15 @@ Status DeviceCommImpl::agreeOnBlockBudget() {
     if (&e == &all[static_cast<size_t>(comm_->rank())]) sharersOfMine = sharers;
   }
   const Entry& mine = all[static_cast<size_t>(comm_->rank())];
+  int threadRanks = 0, firstThreadRank = -1;  // ranks of this process on this device, this one too
   for (size_t p = 0; p < all.size(); ++p) {
-    threadPeerOnDevice_ |= static_cast<int>(p) != comm_->rank() && all[p].deviceKey == mine.deviceKey &&
-                           sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())]);
+    if (all[p].deviceKey != mine.deviceKey || !sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())])) {
+      continue;
+    }
+    if (threadRanks++ == 0) firstThreadRank = static_cast<int>(p);
   }
+  threadPeerOnDevice_ = threadRanks > 1;
+  if (threadPeerOnDevice_ && firstThreadRank == comm_->rank()) warnOfSharedQueues(threadRanks);
   if (blockBudget_ > 0) {
     LOOM_INFO("comm %016llx rank %d: %d rank(s) share this device (%d resident plan-kernel blocks); each rank's "
               "launch may use %d",

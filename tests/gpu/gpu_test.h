@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 
 #define SKIP_WITHOUT_DEVICE()                  \
@@ -23,6 +24,11 @@
     cudaError_t e_ = (call);                                               \
     ASSERT_EQ(e_, cudaSuccess) << #call << ": " << cudaGetErrorString(e_); \
   } while (0)
+
+// Ranks that are threads of one process on one GPU need two CUDA hardware queues each, or one
+// can queue behind a peer's kernel that waits for it (docs/ARCHITECTURE.md, "Thread ranks on
+// one GPU"). CUDA reads the variable when the process first uses it: set here, before main.
+inline const bool kHardwareQueuesForThreadRanks = ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0) == 0;
 
 // Whether this process sees a CUDA device (initialises CUDA).
 inline bool cudaDevicePresent() {
