@@ -107,6 +107,14 @@ perf() {  # perf NAME LIMIT_S LOOM-PERF-ARGS...
 # 8 B allreduce, 2 ranks: time per call in a loop of calls, and per call inside a replayed
 # CUDA graph of 20 calls (the targets: 10 and 5 µs).
 perf latency-loop 45 allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
+# Where the time of those calls goes inside the kernel: every worker's steps timed on the GPU's
+# global timer (LOOM_DEVICE_TIMELINE), their means logged per rank when the communicators end.
+for ranks in 1 2; do
+  run "latency-timeline-graph-$ranks" env LOOM_DEVICE_TIMELINE=1 LOOM_DEBUG=INFO timeout -k 10 45 \
+    "$bin/perf/loom-perf" allreduce --device cuda -t "$ranks" -b 8 -e 8 -n 20 -w 5 -G 100
+done
+run latency-timeline-loop env LOOM_DEVICE_TIMELINE=1 LOOM_DEBUG=INFO timeout -k 10 45 \
+  "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 8 -n 2000 -w 100 -c 1
 # What a plan kernel's fixed cost is made of: probe kernels that each add a piece of its start
 # and end (fences, stores to host memory, scopes), and the plan kernel on a plan of no steps.
 run kernel-latency timeout -k 10 60 "$bin/perf/loom-kernel-latency"

@@ -22,6 +22,10 @@ const std::vector<Variable>& variables() {
       {"LOOM_DEBUG", "WARN", kLog,
        "Log level: NONE, WARN, INFO (decisions: addresses, transports, sources) or TRACE "
        "(every message)."},
+      {"LOOM_DEVICE_TIMELINE", "0", kLog,
+       "1: device communicators time each worker of each launch (the steps' start and end, on the "
+       "GPU's global timer) and log, with LOOM_DEBUG=INFO, the means when the communicator ends. "
+       "Means mix every launch: time one call shape per communicator."},
       {"LOOM_DEBUG_FILE", "", kLog,
        "Write logs to this file instead of stderr; %h becomes the host name, %p the pid."},
       {"LOOM_TIMEOUT_MS", "600000", kCore,

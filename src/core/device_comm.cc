@@ -151,6 +151,7 @@ class DeviceCommImpl final : public DeviceComm {
   Status agreeOnBlockBudget();
   void warnOfSharedQueues(int threadRanks);
   void logCounters();
+  void logTimeline();
   Status addPlanSlot(size_t capacity);
   void memoryMadeInCall(const char* what);
   void endQueued(Clock::time_point now);
@@ -183,6 +184,7 @@ class DeviceCommImpl final : public DeviceComm {
   std::vector<Connection> conns_;
   Connection* connsDevice_ = nullptr;
   uint64_t* counters_ = nullptr;
+  WorkerTimeline* timeline_ = nullptr;  // LOOM_DEVICE_TIMELINE; null: launches are not timed
   uint64_t* stepFlags_ = nullptr;
   uint32_t* localArrivals_ = nullptr;  // beside the step flags, as many
   size_t stepFlagCapacity_ = 0;
@@ -249,6 +251,12 @@ Status DeviceCommImpl::init() {
   LOOM_TRY(runtime_->allocDevice(kFirstStepFlags * sizeof(uint32_t), &device));
   localArrivals_ = static_cast<uint32_t*>(device);
   stepFlagCapacity_ = kFirstStepFlags;
+  long long timeline = 0;
+  LOOM_TRY(env::getInt("LOOM_DEVICE_TIMELINE", 0, 1, &timeline));
+  if (timeline != 0) {
+    LOOM_TRY(runtime_->allocDevice(kTimelineWorkers * sizeof(WorkerTimeline), &device));
+    timeline_ = static_cast<WorkerTimeline*>(device);
+  }
   peers_ = std::vector<PeerState>(static_cast<size_t>(n));
   arena_ = std::make_unique<DeviceArena>(*runtime_);
   // Made now, not in a call: see memoryMadeInCall.
@@ -375,8 +383,9 @@ DeviceCommImpl::~DeviceCommImpl() {
                 "its device memory is left allocated",
                 comm_->rank(), static_cast<long long>(comm_->config().timeoutMs));
       (void)runtime_.release();
-    } else if (log::enabled(log::Level::kTrace)) {
-      logCounters();
+    } else {
+      if (log::enabled(log::Level::kTrace)) logCounters();
+      if (timeline_ != nullptr) logTimeline();
     }
     if (proxy_ != nullptr) proxy_->drain(std::chrono::milliseconds(comm_->config().timeoutMs));
   }
@@ -407,6 +416,49 @@ void DeviceCommImpl::logCounters() {
   }
   LOOM_TRACE("comm %016llx rank %d: FIFO pieces at the end (peer/channel: simple+low-latency):%s",
              static_cast<unsigned long long>(comm_->commId()), comm_->rank(), text.c_str());
+}
+
+// "receiving 4000 bytes from rank 1", "a local copy".
+std::string stepWords(const PlanNote::StepNote& s) {
+  if (s.peer < 0) return "a local copy";
+  const bool send = s.kind == Step::Kind::kSend;
+  return format("%s %zu bytes %s rank %d", send ? "sending" : s.kind == Step::Kind::kCopy ? "copying" : "receiving",
+                s.bytes, send ? "to" : "from", s.peer);
+}
+
+// LOOM_DEVICE_TIMELINE: each worker's mean times over the launches it ran to the end, from
+// its own start, and how long after the last launch's first worker it started (the global
+// timer: set beside the same line of a thread peer on the same GPU, it shows who waited).
+void DeviceCommImpl::logTimeline() {
+  std::vector<WorkerTimeline> all(kTimelineWorkers);
+  if (!runtime_->copyToHost(all.data(), timeline_, all.size() * sizeof(WorkerTimeline)).isOk()) return;
+  uint64_t first = UINT64_MAX;
+  for (const WorkerTimeline& t : all) {
+    if (t.launches != 0) first = std::min(first, t.lastStart);
+  }
+  if (first == UINT64_MAX) return;
+  LOOM_INFO("comm %016llx rank %d: timeline of the workers (us from each worker's start, means over its launches); "
+            "the last launch's first worker started at %llu ns",
+            static_cast<unsigned long long>(comm_->commId()), comm_->rank(), static_cast<unsigned long long>(first));
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (size_t w = 0; w < all.size(); ++w) {
+    const WorkerTimeline& t = all[w];
+    if (t.launches == 0) continue;
+    const double perLaunchUs = 1e-3 / static_cast<double>(t.launches);
+    auto note = notes_.find(t.lastPlan);
+    std::string steps;
+    for (uint32_t k = 0; k < t.steps && k < kTimelineSteps; ++k) {
+      const uint32_t index = t.stepIndex[k];
+      const bool known = note != notes_.end() && index < note->second.steps.size();
+      steps += format(" step %u (%s) ready %.2f done %.2f;", index,
+                      known ? stepWords(note->second.steps[index]).c_str() : "?",
+                      static_cast<double>(t.ready[k]) * perLaunchUs, static_cast<double>(t.done[k]) * perLaunchUs);
+    }
+    LOOM_INFO("comm %016llx rank %d worker %zu: %llu launches, started %.2f us after the first;%s end %.2f",
+              static_cast<unsigned long long>(comm_->commId()), comm_->rank(), w,
+              static_cast<unsigned long long>(t.launches), static_cast<double>(t.lastStart - first) * 1e-3,
+              steps.c_str(), static_cast<double>(t.end) * perLaunchUs);
+  }
 }
 
 void DeviceCommImpl::abort() {
@@ -695,6 +747,7 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     args->stepFlags = stepFlags_;
     args->localArrivals = localArrivals_;
     args->control = controlDevice_;
+    args->timeline = timeline_;
     LOOM_TRY(placePlan(bytes, id, args.get()));
     note(plan, id);
     LaunchStream stream{job.cudaStream, job.hostStream};
@@ -766,10 +819,7 @@ Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
       const PlanNote::StepNote& s = it->second.steps[e.step];
       call = it->second.calls[s.call];
       known = true;
-      const char* what = s.kind == Step::Kind::kSend ? "sending" : s.kind == Step::Kind::kCopy ? "copying" : "receiving";
-      where = s.peer >= 0 ? format("%s: step %u (%s %zu bytes %s rank %d)", call.describeNumbered().c_str(), e.step,
-                                   what, s.bytes, s.kind == Step::Kind::kSend ? "to" : "from", s.peer)
-                          : format("%s: step %u (a local copy)", call.describeNumbered().c_str(), e.step);
+      where = format("%s: step %u (%s)", call.describeNumbered().c_str(), e.step, stepWords(s).c_str());
     }
   }
   switch (e.kind) {

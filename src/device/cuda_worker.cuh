@@ -104,6 +104,13 @@ struct CudaWorker {
     *static_cast<U*>(p) = v;
   }
 
+  // The device's global timer (ns), the same on every SM: LOOM_DEVICE_TIMELINE only.
+  __device__ uint64_t now() const {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+  }
+
   // Spin first (a peer on the same GPU answers within a microsecond), then back off so that
   // waiting blocks leave the memory system to the ones that work.
   __device__ void pause(uint32_t spins) const {

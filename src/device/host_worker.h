@@ -115,6 +115,13 @@ class HostWorker {
     std::memcpy(p, &v, sizeof v);
   }
 
+  // The monotonic clock (ns): LOOM_DEVICE_TIMELINE only.
+  uint64_t now() const {
+    timespec t{};
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<uint64_t>(t.tv_sec) * 1000000000ull + static_cast<uint64_t>(t.tv_nsec);
+  }
+
   // A few quick looks, then short sleeps: the emulation runs many workers on few cores, and a
   // waiting worker must leave them to the ones that will end its wait.
   void pause(uint32_t spins) const {

@@ -184,16 +184,59 @@ LOOM_HD bool lastPart(const Ctx<W>& ctx, uint32_t index) {
   return true;
 }
 
+// Thread 0's account of one launch of its worker for LOOM_DEVICE_TIMELINE, added to the
+// worker's WorkerTimeline once the launch ran to its end.
+template <class W>
+struct LaunchTimes {
+  W& w;
+  WorkerTimeline* timeline;  // null: not timed
+  uint64_t start = 0;
+  uint64_t ready[kTimelineSteps] = {}, done[kTimelineSteps] = {};
+  uint32_t index[kTimelineSteps] = {};
+  uint32_t steps = 0;
+
+  LOOM_HD LaunchTimes(W& worker, const LaunchArgs& args, uint32_t id)
+      : w(worker), timeline(args.timeline != nullptr && id < kTimelineWorkers && w.thread() == 0 ? &args.timeline[id]
+                                                                                                 : nullptr) {
+    if (timeline != nullptr) start = w.now();
+  }
+  LOOM_HD void stepReady(uint32_t k, uint32_t stepIndex) {
+    if (timeline == nullptr || k >= kTimelineSteps) return;
+    ready[k] = w.now() - start;
+    index[k] = stepIndex;
+    steps = k + 1;
+  }
+  LOOM_HD void stepDone(uint32_t k) {
+    if (timeline != nullptr && k < kTimelineSteps) done[k] = w.now() - start;
+  }
+  LOOM_HD void ended(uint64_t planId) {
+    if (timeline == nullptr) return;
+    WorkerTimeline& t = *timeline;
+    t.end += w.now() - start;
+    for (uint32_t k = 0; k < steps; ++k) {
+      t.ready[k] += ready[k];
+      t.done[k] += done[k];
+      t.stepIndex[k] = index[k];
+    }
+    t.steps = steps;
+    t.lastStart = start;
+    t.lastPlan = planId;
+    ++t.launches;
+  }
+};
+
 // Runs worker `worker` of the launch described by args, on every thread of the worker.
 template <class W>
 LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
   const PlanView plan = args.view();
+  LaunchTimes<W> times(w, args, worker);
   Ctx<W> ctx{w, args, args.state->launches + 1, worker};
   // A sign of life for the watchdog, which publishes no data: no fence.
   if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) w.publish(&args.control->started, ctx.launch);
   const WorkerRange range = plan.worker(worker);
   ctx.part = range.part;
   ctx.parts = range.parts;
+  bool finished = true;
   for (uint32_t k = 0; k < range.count; ++k) {
     const uint32_t index = plan.order(range.first + k);
     // Copies: a plan too large for the kernel's parameter is in host-mapped memory.
@@ -202,11 +245,20 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
     ctx.step = index;
     ctx.peer = s.conn >= 0 ? args.conns[s.conn].peer : -1;
     if (s.after >= 0 && !waitAtLeast(ctx, &args.stepFlags[s.after], ctx.launch, nullptr,
-                                       Wait{kWaitStep, static_cast<uint32_t>(s.after)})) break;
-    if (!runStep(ctx, s, call)) break;
+                                       Wait{kWaitStep, static_cast<uint32_t>(s.after)})) {
+      finished = false;
+      break;
+    }
+    times.stepReady(k, index);
+    if (!runStep(ctx, s, call)) {
+      finished = false;
+      break;
+    }
     w.sync();
     if (w.thread() == 0 && lastPart(ctx, index)) w.releaseLocal(&args.stepFlags[index], ctx.launch);
+    times.stepDone(k);
   }
+  if (finished) times.ended(plan.header->id);
   // The last worker to finish ends the launch: the next one gets the next number.
   w.sync();
   if (w.thread() == 0 && w.fetchAdd32(&args.state->workersDone, 1) == args.workers - 1) {

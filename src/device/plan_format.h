@@ -163,6 +163,26 @@ struct LaunchState {
   uint64_t hostLaunches;  // Control::hostLaunches kept here, so that counting reads no host memory
 };
 
+// LOOM_DEVICE_TIMELINE: where a worker's time goes, launch after launch, in device memory the
+// host reads when the communicator ends (device_comm.cc logs it). Times are the device's
+// global nanosecond timer, the same for every rank of one GPU; sums over launches average out
+// its coarse tick. A launch whose worker gave up is not counted.
+constexpr uint32_t kTimelineSteps = 8;      // a worker's first steps, the rest not timed
+constexpr uint32_t kTimelineWorkers = 128;  // workers past this are not timed
+
+struct WorkerTimeline {
+  uint64_t launches;                 // launches this worker ran to the end
+  uint64_t lastStart;                // when the last of them started (global timer, ns)
+  uint64_t lastPlan;                 // its PlanHeader::id
+  uint64_t ready[kTimelineSteps];    // sum over launches: ns from the worker's start until the
+                                     // step's `after` was done (it could start)
+  uint64_t done[kTimelineSteps];     // ... until the step was done
+  uint64_t end;                      // ... until the worker ended
+  uint32_t stepIndex[kTimelineSteps];  // of the last launch: which plan step each was
+  uint32_t steps;                    // of the last launch: how many were timed
+  uint32_t reserved;
+};
+
 // The kernel's whole parameter, passed by value: a small plan goes inside it.
 constexpr size_t kInlinePlanBytes = 3072;
 
@@ -178,6 +198,7 @@ struct LaunchArgs {
   uint64_t* stepFlags;      // a step is done in launch L once its flag is L
   uint32_t* localArrivals;  // per step: parts of a local step done, over all launches
   Control* control;
+  WorkerTimeline* timeline;  // kTimelineWorkers of them (LOOM_DEVICE_TIMELINE); null: none
   alignas(16) uint8_t inlinePlan[kInlinePlanBytes];
 
   LOOM_HD PlanView view() const {

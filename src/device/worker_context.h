@@ -15,6 +15,7 @@
 //   storeLine / loadLine          a low-latency line (fifo.h)
 //   load<U>, loadFresh<U>, store<U>  aligned data moves; loadFresh for memory a peer rewrites
 //   pause(spins)                  between two looks at a word that has not changed yet
+//   now()                         a clock in ns, the same for every worker (LOOM_DEVICE_TIMELINE)
 //   kChecksEvery                  looks between two checks of the abort word (a power of two)
 #pragma once
 
