@@ -22,6 +22,7 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, r = a.position();
   const bool avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
+  if (n == 1) return copyAlone(a, plan, a.info.count);
   int p = 1;
   while (p * 2 <= n) p *= 2;
   const int rem = n - p;
@@ -39,10 +40,6 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
     auto step = [&](Step::Kind kind, int peer, const void* src, void* dst) {
       return linkStep(kind, peer, channel, src, dst, bytes);
     };
-    if (n == 1) {
-      plan.add(copyStep(own, out, bytes, avg));
-      continue;
-    }
     if (vr < 0) {
       plan.add(step(Step::Kind::kSend, a.rankAt(r + 1), own, nullptr));
       plan.add(step(Step::Kind::kRecv, a.rankAt(r + 1), nullptr, out));

@@ -39,15 +39,6 @@ bool RingOrder::isIdentity() const {
 
 namespace {
 
-// Copies `range` of the send buffer to the same place in the receive buffer, slice by slice
-// (a slice at a time keeps the executor free to move other steps in between).
-void copySlices(const CollectiveArgs& a, Plan& plan, const Range& range, bool finalize) {
-  for (size_t j = 0; j < sliceCount(range, a.sliceElems()); ++j) {
-    Range s = slice(range, a.sliceElems(), j);
-    plan.add(copyStep(a.sendAt(s.begin), a.recvAt(s.begin), s.size() * a.elemSize(), finalize));
-  }
-}
-
 // Channel c's part of block k, in a buffer of one block of `count` elements per rank.
 Range blockPart(size_t count, int channels, int c, int k) {
   Range p = part(count, channels, c);
@@ -59,10 +50,7 @@ Range blockPart(size_t count, int channels, int c, int k) {
 void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, p = a.position();
   const bool avg = a.info.op == loomAvg;
-  if (n == 1) {
-    copySlices(a, plan, {0, a.info.count}, avg);
-    return;
-  }
+  if (n == 1) return copyAlone(a, plan, a.info.count);
   auto chunk = [&](int c, int k) { return part(part(a.info.count, a.channels, c), n, k); };
   const size_t slices = sliceCount(chunk(0, 0), a.sliceElems());
   LastWrite last(a.channels, n, slices);
@@ -106,10 +94,7 @@ void ringReduce(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, p = a.position(), v = mod(p - a.positionOf(a.info.root) - 1, n);
   const int next = a.rankAt(p + 1), prev = a.rankAt(p - 1);
   const bool avg = a.info.op == loomAvg;
-  if (n == 1) {
-    copySlices(a, plan, {0, a.info.count}, avg);
-    return;
-  }
+  if (n == 1) return copyAlone(a, plan, a.info.count);
   const size_t es = a.elemSize();
   char* partial = (v > 0 && v < n - 1) ? plan.scratch(a.info.count * es) : nullptr;
   forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
@@ -164,10 +149,7 @@ void ringReduceScatter(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks, r = a.rank;
   const bool avg = a.info.op == loomAvg;
   const size_t count = a.info.count, se = a.sliceElems(), es = a.elemSize();
-  if (n == 1) {
-    copySlices(a, plan, {0, count}, avg);
-    return;
-  }
+  if (n == 1) return copyAlone(a, plan, count);
   char* partial = n > 2 ? plan.scratch(static_cast<size_t>(n) * count * es) : nullptr;
   auto range = [&](int c, int q) { return blockPart(count, a.channels, c, a.rankAt(q)); };
   const size_t slices = sliceCount(range(0, 0), se);

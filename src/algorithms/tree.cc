@@ -149,10 +149,7 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
   const int n = a.nranks;
   const bool avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
-  if (n == 1) {
-    plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
-    return;
-  }
+  if (n == 1) return copyAlone(a, plan, a.info.count);
   auto tree = [&](int t) {
     const std::vector<int>* hosts = a.order ? &a.order->hostStarts() : nullptr;
     return inRanks(a, hosts && hosts->size() > 1 ? hostDoubleTree(*hosts, n, a.position(), t)
@@ -191,10 +188,7 @@ void treeReduce(const CollectiveArgs& a, Plan& plan) {
   const TreeNode node = inRanks(a, rootedTree(a.nranks, a.position(), a.positionOf(a.info.root)));
   const bool isRoot = a.rank == a.info.root, avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
-  if (a.nranks == 1) {
-    plan.add(copyStep(a.send, a.recv, a.info.count * es, avg));
-    return;
-  }
+  if (a.nranks == 1) return copyAlone(a, plan, a.info.count);
   const bool inner = !node.isLeaf();
   char* partial = (!isRoot && inner) ? plan.scratch(a.info.count * es) : nullptr;
   forEachSlice(a.info.count, a.channels, se, [&](int c, const Range& s) {

@@ -53,6 +53,8 @@ struct CudaWorker {
   // fence() then publish() for each of several words: one system-scope fence orders the
   // block's earlier writes before all of them (a release store each would be a fence each).
   __device__ void fence() const { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+  // The same for what only this rank's kernel reads (the parts of a local step).
+  __device__ void fenceLocal() const { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
   __device__ void publish(uint64_t* p, uint64_t v) const {
     asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
   }

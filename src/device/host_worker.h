@@ -78,6 +78,7 @@ class HostWorker {
   void releaseLocal(uint64_t* p, uint64_t v) const { release(p, v); }
   // A release store each (ThreadSanitizer does not follow a fence).
   void fence() const {}
+  void fenceLocal() const {}
   void publish(uint64_t* p, uint64_t v) const { release(p, v); }
   uint32_t fetchAdd32(uint32_t* p, uint32_t v) const { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
   uint32_t cas32(uint32_t* p, uint32_t expected, uint32_t desired) const {

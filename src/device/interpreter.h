@@ -173,14 +173,17 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
 
 // Thread 0 of a worker that has done its part of step `index`: whether the step is now done.
 // The last of a local step's parts to arrive says so, after the others' writes, and clears
-// the count for the next launch (which starts once this one has ended).
+// the count for the next launch (which starts once this one has ended). Only this rank's
+// workers read the count and the step's bytes (a send that forwards them publishes them at
+// system scope itself): device-scope fences. (A lone 512 MiB in-place allreduce, 256 steps
+// that copied nothing, took 2.5 ms on an H200 with system-scope ones.)
 template <class W>
 LOOM_HD bool lastPart(const Ctx<W>& ctx, uint32_t index) {
   if (ctx.parts == 1) return true;
-  ctx.w.fence();
+  ctx.w.fenceLocal();
   if (ctx.w.fetchAdd32(&ctx.args.localArrivals[index], 1) != ctx.parts - 1) return false;
-  ctx.w.fence();
-  ctx.w.release32(&ctx.args.localArrivals[index], 0);
+  ctx.w.fenceLocal();
+  ctx.w.fetchAdd32(&ctx.args.localArrivals[index], static_cast<uint32_t>(-ctx.parts));
   return true;
 }
 

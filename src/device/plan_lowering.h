@@ -28,7 +28,9 @@ struct ConnectionMap {
   std::function<bool(int peer)> offHost;
 };
 
-constexpr int kMaxLocalParts = 16;
+// A lone rank's 512 MiB, copied in 2 MiB steps of 8 parts each, ran at 135 GB/s on an H200,
+// where a device copy runs at 2 TB/s: a copy needs most of the device's multiprocessors.
+constexpr int kMaxLocalParts = 64;
 constexpr uint64_t kLocalPartBytes = 256 << 10;  // the least a part of a copy is worth a worker for
 
 // Flattens `plan` into *out (PlanHeader first), numbered `id`. A recvReduce with writeAfter

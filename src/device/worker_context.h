@@ -11,6 +11,7 @@
 //                                 earlier writes are published with it
 //   acquireLocal, releaseLocal    the same for words only this rank's kernel uses (device scope)
 //   fence(), publish(p, v)        a release fence, then stores it orders (several words, one fence)
+//   fenceLocal()                  a fence for words only this rank's kernel reads (device scope)
 //   fetchAdd32(p, v), cas32(p, e, v)  atomics on device memory (never on host memory)
 //   storeLine / loadLine          a low-latency line (fifo.h)
 //   load<U>, loadFresh<U>, store<U>  aligned data moves; loadFresh for memory a peer rewrites

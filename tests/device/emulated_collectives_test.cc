@@ -133,8 +133,8 @@ INSTANTIATE_TEST_SUITE_P(Matrix, EmulatedDeviceCollectives, testing::ValuesIn(co
                          [](const auto& info) { return configName(info.param); });
 
 // Local copies of 256 KiB or more run on several workers, each doing its part of every copy
-// (plan_lowering.h): out-of-place calls whose own data is copied (one rank alone, the root of
-// a broadcast, an allgather's own block), an average's scaled copy, odd byte counts that cut
+// (plan_lowering.h): out-of-place calls whose own data is copied (one rank alone, in one step,
+// the root of a broadcast, an allgather's own block), an average's scaled copy (one rank's), odd byte counts that cut
 // parts off 16-byte multiples, on 1, 2 and 3 ranks, and twice in a row (the parts' count of
 // each step starts again at every launch).
 TEST(EmulatedLocalParts, LargeLocalCopiesSplitAmongWorkers) {
