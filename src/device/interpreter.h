@@ -194,8 +194,10 @@ struct LaunchTimes {
   W& w;
   WorkerTimeline* timeline;  // null: not timed
   uint64_t start = 0;
-  uint64_t ready[kTimelineSteps] = {}, done[kTimelineSteps] = {};
-  uint32_t index[kTimelineSteps] = {};
+  // Written only where timed (no zeroing on every thread of every launch); ended() reads the
+  // first `steps`, each written by then.
+  uint64_t ready[kTimelineSteps], done[kTimelineSteps];
+  uint32_t index[kTimelineSteps];
   uint32_t steps = 0;
 
   LOOM_HD LaunchTimes(W& worker, const LaunchArgs& args, uint32_t id)
