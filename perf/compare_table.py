@@ -34,11 +34,12 @@ LIMITS = {  # transport: (the program that measures its limit, the ratio column'
     "tcp": ("tcp_loopback", "Loom/TCP link"),
 }
 # Bytes of the user's buffers the busiest rank reads + writes per byte of busbw, by collective
-# and ranks (docs/PERF.md, "Memory traffic"): the ring allreduce moves 5(n-1)/n of its buffer
-# for a busbw of 2(n-1)/n; the chain broadcast's inner ranks write and forward the buffer, the
-# root only reads it and the last rank only writes it.
+# and ranks (docs/PERF.md, "Memory traffic"): the ring allreduce on one host, forwarding what
+# it reduces from the cache, moves 4(n-1)/n of its buffer for a busbw of 2(n-1)/n; the chain
+# broadcast's inner ranks write and forward the buffer, the root only reads it and the last
+# rank only writes it.
 TRAFFIC = {
-    "allreduce": lambda n: 2.5,
+    "allreduce": lambda n: 2.0,
     "broadcast": lambda n: 1.0 if n == 2 else 2.0,
 }
 
@@ -141,7 +142,7 @@ def render_legend(runs):
         f"(> 1: Loom is faster). Loom/limit: Loom's busbw / the busbw the memory-traffic model "
         f"allows at that size, from 1 MiB (docs/PERF.md, \"Memory traffic\"): each of as many threads as "
         f"ranks copying at once moves twice the bytes it copies (read + write), and the busiest "
-        f"rank must move 2.5 bytes of its buffers per byte of busbw in a ring allreduce, 1 in a "
+        f"rank must move 2 bytes of its buffers per byte of busbw in a ring allreduce, 1 in a "
         f"2-rank broadcast (2 with more ranks). Loom/TCP link: Loom's busbw / what one TCP connection on 127.0.0.1 carries "
         f"each way while two processes send each other a buffer of that size at once "
         f"(perf/peers/tcp_loopback_bw.c; a 2-rank allreduce sends and receives its whole buffer "

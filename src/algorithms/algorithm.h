@@ -52,6 +52,9 @@ struct CollectiveArgs {
   int channels = 1;           // independent rings / trees, each on its own link when it can
   size_t sliceBytes = 1 << 19;  // pipeline slice
   const RingOrder* order = nullptr;  // null: rank order
+  // The ring allreduce takes each slice through all its steps before the next (ringPass):
+  // host plans, whose executor forwards reduced bytes while they are in its cache.
+  bool sliceBySlice = false;
 
   // This rank's position, and the rank at any position (taken modulo nranks).
   int position() const { return positionOf(rank); }

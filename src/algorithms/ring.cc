@@ -1,6 +1,6 @@
 // Ring algorithms. Ranks form the ring of positions 0 -> 1 -> ... -> n-1 -> 0 (in rank order,
-// or the topology's RingOrder); data moves in chunks, one per position, and every chunk in slices, so that a slice travels on while the next one is still
-// being reduced (pipelining). Each channel runs the same ring over its own part of the buffer
+// or the topology's RingOrder); data moves in chunks, one per position, and every chunk in
+// slices, so that a slice travels on while the next one is still being reduced (pipelining). Each channel runs the same ring over its own part of the buffer
 // on its own link.
 //
 //   allreduce, n = 3, position p owns chunk p+1 after the reduce-scatter half:
@@ -11,8 +11,9 @@
 //   AG 0   send c1 recv c0  send c2 recv c1  send c0 recv c2   (recv = plain copy)
 //   AG 1   send c0 recv c2  send c1 recv c0  send c2 recv c1
 //
-// Steps are emitted slice-major (step, slice, channel) on every rank alike, so when channels
-// share a link their bytes still arrive in the order the peer expects.
+// Steps are emitted in the order (step, slice, channel) on every rank alike, so when channels
+// share a link their bytes still arrive in the order the peer expects; a host allreduce
+// takes (slice, step, channel) instead (CollectiveArgs::sliceBySlice).
 #include <algorithm>
 #include <vector>
 
@@ -54,21 +55,22 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
   auto chunk = [&](int c, int k) { return part(part(a.info.count, a.channels, c), n, k); };
   const size_t slices = sliceCount(chunk(0, 0), a.sliceElems());
   LastWrite last(a.channels, n, slices);
-  // Reduce-scatter: send own data at s = 0, else what step s-1 reduced; reduce what arrives
-  // into recvbuff. Afterwards chunk p+1 is complete here.
-  ringPass(a, plan, last, slices, p, chunk,
-           [&](int s, const Range& out) -> const void* { return s == 0 ? a.sendAt(out.begin) : a.recvAt(out.begin); },
-           [&](int s, const Range& in) {
-             Step st{Step::Kind::kRecvReduce};
-             st.src = a.sendAt(in.begin);
-             st.dst = a.recvAt(in.begin);
-             st.finalize = avg && s == n - 2;
-             return st;
-           });
-  // Allgather: pass the complete chunks around. What arrives is the sender's receive
-  // buffer, which its next allreduce reduces into: through the FIFO (Step::viaFifo).
-  ringPass(a, plan, last, slices, p + 1, chunk, [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
-           [&](int, const Range& in) { return fifoReceiveInto(a, in); });
+  // Reduce-scatter (steps 0 to n-2): send own data at s = 0, else what step s-1 reduced;
+  // reduce what arrives into recvbuff. Afterwards chunk p+1 is complete here. Allgather
+  // (steps n-1 to 2n-3): pass the complete chunks around. What arrives is the sender's
+  // receive buffer, which its next allreduce reduces into: through the FIFO (Step::viaFifo).
+  ringPass(
+      a, plan, last, slices, p, chunk,
+      [&](int s, const Range& out) -> const void* { return s == 0 ? a.sendAt(out.begin) : a.recvAt(out.begin); },
+      [&](int s, const Range& in) {
+        if (s >= n - 1) return fifoReceiveInto(a, in);
+        Step st{Step::Kind::kRecvReduce};
+        st.src = a.sendAt(in.begin);
+        st.dst = a.recvAt(in.begin);
+        st.finalize = avg && s == n - 2;
+        return st;
+      },
+      2 * (n - 1), a.sliceBySlice);
 }
 
 // A chain from the root through the ring: root -> root+1 -> ... -> root-1 (in positions).

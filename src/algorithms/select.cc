@@ -184,10 +184,16 @@ Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSe
     inPlace.streamingMinBytes *= 2;
   }
   const CommProfile& p = shape.info.inPlace ? inPlace : profile;
+  // A host's ring allreduce on one host takes each slice through all its steps in turn
+  // (CollectiveArgs::sliceBySlice): in place, every line it writes it has just read, and
+  // stores past the cache would throw those out (measured 10% slower at 128 MiB).
+  // (LOOM_PROTO=streaming still forces it.)
+  const bool writesCached = shape.info.inPlace && shape.oneHost && !profile.device && algorithm == Algorithm::kRing &&
+                            shape.info.kind == CallInfo::Kind::kAllReduce && protocols.allows(Protocol::kSimple);
   Choice best{algorithm, Protocol::kSimple, std::numeric_limits<double>::infinity(), ""};
   for (int i = 0; i < kNumProtocols; ++i) {
     const Protocol protocol = static_cast<Protocol>(i);
-    if (!protocols.allows(protocol)) continue;
+    if (!protocols.allows(protocol) || (writesCached && protocol == Protocol::kStreaming)) continue;
     const double us = predictUs(shape.info.kind, algorithm, protocol, shape.bytes, p);
     if (us < best.predictedUs) {
       best.protocol = protocol;

@@ -127,6 +127,10 @@ class Communicator {
   // The last calls made on this communicator, printed at INFO when one fails; it numbers
   // the collectives in call order (the same on every rank): see ShmBoard::announce.
   CallLog& callLog() { return callLog_; }
+  // Bytes the executor sent on straight from its cache as it reduced them (executor.cc,
+  // Run::forwardPiece), ever; read by tests (under executionLock, or after the calls).
+  uint64_t forwardedBytes() const { return forwardedBytes_; }
+  void addForwardedBytes(size_t bytes) { forwardedBytes_ += bytes; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
   // loomCommRegister / loomCommDeregister: the transport registers the region once where its
@@ -163,6 +167,7 @@ class Communicator {
   std::vector<int> deviceCpus_;
   CancelSignal cancel_;
   CallLog callLog_;
+  uint64_t forwardedBytes_ = 0;
   CommConfig config_;
   int rank_;
   int nranks_;

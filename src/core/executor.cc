@@ -54,6 +54,9 @@ struct StepState {
   size_t moved = 0;    // payload bytes sent or received
   size_t reduced = 0;  // kRecvReduce: payload bytes reduced into dst
   bool done = false;
+  // kRecvReduce: the send that forwards its dst (Run::forwardPiece), and that send's queue.
+  int forward = Step::kNone;
+  size_t forwardQueue = 0;
   uint8_t header[kHeaderBytes];
 };
 
@@ -92,6 +95,15 @@ class Run {
   Status advanceOneShot(Queue& q, int index, bool* progressed);
   Status advanceSpan(Queue& q, bool* progressed);
   Status advanceRecvReduce(Queue& q, int index, bool* progressed);
+  // Pairs each kRecvReduce with the send of the plan that forwards its dst (waits for it,
+  // sends exactly its bytes) over a link that copies sends (Link::copiesSends).
+  void findForwards();
+  // After a kRecvReduce wrote the piece of its dst at `offset`, whose bytes are at `bytes`
+  // (dst itself, or the streaming protocol's scratch) and still in this core's cache:
+  // sends them on as its forwarding send's next bytes, when that send is next on its link
+  // and has sent everything before `offset`, instead of reading dst again later (past the
+  // cache by then, for a large call).
+  void forwardPiece(StepState& reduce, size_t plan, size_t offset, const char* bytes, size_t size);
   // Whether the step writes past the cache: a large call (LOOM_STREAMING_MIN_BYTES), not an
   // in-place reduction.
   bool streams(const Plan& plan, size_t step) const;
@@ -150,6 +162,7 @@ Status Run::go() {
   }
   LOOM_TRY(connect());
   buildQueues();
+  findForwards();
   for (;;) {
     bool progressed = false, pending = false, spin = false;
     for (Queue& q : queues_) {
@@ -256,6 +269,36 @@ void Run::buildQueues() {
   }
 }
 
+void Run::findForwards() {
+  for (size_t qi = 0; qi < queues_.size(); ++qi) {
+    const Queue& q = queues_[qi];
+    if (!q.send || q.link == nullptr || !q.link->copiesSends()) continue;
+    PlanState& ps = state_[q.plan];
+    for (int k : q.steps) {
+      const Step& send = ps.plan->steps[static_cast<size_t>(k)];
+      if (send.after == Step::kNone) continue;
+      const Step& from = ps.plan->steps[static_cast<size_t>(send.after)];
+      if (from.kind != Step::Kind::kRecvReduce || from.dst != send.src || from.bytes != send.bytes) continue;
+      StepState& reduce = ps.steps[static_cast<size_t>(send.after)];
+      reduce.forward = k;
+      reduce.forwardQueue = qi;
+    }
+  }
+}
+
+void Run::forwardPiece(StepState& reduce, size_t plan, size_t offset, const char* bytes, size_t size) {
+  Queue& q = queues_[reduce.forwardQueue];
+  StepState& send = state_[plan].steps[static_cast<size_t>(reduce.forward)];
+  // Next on its link: every earlier send done, and no range of it in flight (a span).
+  if (q.head >= q.steps.size() || q.steps[q.head] != reduce.forward || q.spanEnd > q.head) return;
+  const Step& step = state_[plan].plan->steps[static_cast<size_t>(reduce.forward)];
+  if (send.moved != offset || (step.header && send.headerMoved < kHeaderBytes)) return;
+  const size_t sent = q.link->sendCopy(bytes, size);
+  send.moved += sent;
+  send.done = send.moved == step.bytes;
+  state_[plan].plan->comm->addForwardedBytes(sent);
+}
+
 Status Run::advance(Queue& q, bool* progressed) {
   PlanState& ps = state_[q.plan];
   while (q.head < q.steps.size()) {
@@ -286,7 +329,8 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
   StepState& st = state_[q.plan].steps[static_cast<size_t>(index)];
   const CallInfo& call = plan.callOfStep(static_cast<size_t>(index));
   auto finish = [&] {
-    if (s.finalize && call.op == loomAvg && s.bytes > 0) {
+    // A reduction divides each piece as it goes (advanceRecvReduce).
+    if (s.finalize && call.op == loomAvg && s.bytes > 0 && s.kind != Step::Kind::kRecvReduce) {
       kernels::scale(s.dst, s.dst, s.bytes / typeSize(call.type), call.type, plan.comm->nranks());
     }
     st.done = true;
@@ -358,22 +402,23 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
   const size_t es = typeSize(call.type);
   char* staging = q.staging->data();
   const bool stream = streams(plan, static_cast<size_t>(index));
+  const bool divide = s.finalize && call.op == loomAvg;
+  // Reduce a cache-sized piece at a time where the result goes on from the cache: stored
+  // past it (streaming) or forwarded (forwardPiece).
+  const bool pieces = stream || st.forward != Step::kNone;
   auto reduce = [&](const char* incoming, size_t bytes) {
-    size_t off = st.reduced;
-    char* dst = static_cast<char*>(s.dst) + off;
-    const char* own = static_cast<const char*>(s.src) + off;
-    if (!stream) {
-      kernels::reduce(dst, own, incoming, bytes / es, call.type, call.op);
-    } else {
-      // Reduce a cache-sized piece at a time, then store it past the cache.
-      constexpr size_t kPiece = 32 << 10;
-      if (streamScratch_.size() < kPiece) streamScratch_.resize(kPiece);
-      for (size_t done = 0; done < bytes;) {
-        size_t n = std::min(kPiece - kPiece % es, bytes - done);
-        kernels::reduce(streamScratch_.data(), own + done, incoming + done, n / es, call.type, call.op);
-        kernels::copyStreaming(dst + done, streamScratch_.data(), n);
-        done += n;
-      }
+    constexpr size_t kPiece = 32 << 10;
+    const size_t piece = pieces ? kPiece - kPiece % es : bytes;
+    if (stream && streamScratch_.size() < kPiece) streamScratch_.resize(kPiece);
+    for (size_t done = 0; done < bytes;) {
+      const size_t n = std::min(piece, bytes - done), off = st.reduced + done;
+      char* dst = static_cast<char*>(s.dst) + off;
+      char* out = stream ? streamScratch_.data() : dst;
+      kernels::reduce(out, static_cast<const char*>(s.src) + off, incoming + done, n / es, call.type, call.op);
+      if (divide) kernels::scale(out, out, n / es, call.type, plan.comm->nranks());
+      if (stream) kernels::copyStreaming(dst, out, n);
+      if (st.forward != Step::kNone) forwardPiece(st, q.plan, off, out, n);
+      done += n;
     }
     st.reduced += bytes;
     *moved = true;

@@ -192,6 +192,8 @@ class ShmTransport::ShmLink : public Link {
   ~ShmLink() override;
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
+  bool copiesSends() const override { return true; }
+  size_t sendCopy(const void* data, size_t bytes) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
   int waitFd() const override { return -1; }
   // FIFO bytes in place (a posted send is read with recvSome).
@@ -351,6 +353,12 @@ Status ShmTransport::ShmLink::sendSome(const void* data, size_t bytes, size_t* d
   }
   *done = writeFifo(data, bytes);
   return *done > 0 ? Status::ok() : stalled();
+}
+
+size_t ShmTransport::ShmLink::sendCopy(const void* data, size_t bytes) {
+  // A posted send, or a declined one's rest, comes first in the stream.
+  if (posted_ || declinedLeft_ > 0) return 0;
+  return writeFifo(data, bytes);
 }
 
 size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {

@@ -38,6 +38,18 @@ class Link {
     (void)bodyBytes;
     return recvSome(header, headerBytes, done);
   }
+  // Copying send, for links whose sendSome copies the bytes at once (shared memory's FIFO):
+  // copies up to `bytes` of `data` into the link now, keeping no pointer to it, and returns
+  // how many (0: no room now). Lets the executor forward bytes it has just reduced while
+  // they are still in its cache; the rest goes later with sendSome, from the step's own
+  // range. Only where copiesSends(), and never while a sendSome is in progress (a posted
+  // send not yet reported done).
+  virtual bool copiesSends() const { return false; }
+  virtual size_t sendCopy(const void* data, size_t bytes) {
+    (void)data;
+    (void)bytes;
+    return 0;
+  }
   // A descriptor that polls ready (POLLOUT / POLLIN) when the link can move bytes again,
   // or -1 for a link that has none (shared memory): the caller then retries, yielding the
   // CPU between passes.

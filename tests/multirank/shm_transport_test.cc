@@ -2,7 +2,8 @@
 // processes): the byte stream survives any split of sends and receives, with and without
 // direct reads of the sender's memory and when those fail; segments leave nothing in
 // LOOM_SHM_DIR; a dead or closed peer is loomRemoteError, a full tmpfs a clear
-// loomSystemError, a bad LOOM_SHM_FIFO_BYTES loomInvalidArgument.
+// loomSystemError, a bad LOOM_SHM_FIFO_BYTES loomInvalidArgument; an allreduce forwards
+// what it reduces from the cache and stays exact.
 #include "transport/shm_transport.h"
 
 #include <dirent.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -468,6 +470,65 @@ std::string mountTinyTmpfs(const std::string& dir) {
   }
   return "";
 }
+
+// A ring allreduce over shared memory sends the bytes it reduces on to the next rank as it
+// reduces them, from the cache (executor.cc, Run::forwardPiece), where the rest goes later
+// from the receive buffer. Results stay exact in place and out of place, with the streaming
+// protocol's scratch, with an average divided piece by piece, and with a FIFO far smaller
+// than a piece (forwarding stops part-way); with the default FIFO bytes are forwarded.
+struct ForwardingSetting {
+  const char* name;
+  const char* fifoBytes;       // LOOM_SHM_FIFO_BYTES
+  const char* streamingBytes;  // LOOM_STREAMING_MIN_BYTES (with LOOM_PROTO=streaming)
+};
+using ForwardingParam = std::tuple<Mode, int, ForwardingSetting>;
+class ShmForwarding : public ::testing::TestWithParam<ForwardingParam> {};
+
+TEST_P(ShmForwarding, AllReduceResultsAreExactAndReducedBytesGoOnFromTheCache) {
+  const auto& [mode, nranks, setting] = GetParam();
+  ScopedEnv env;
+  env.set("LOOM_TRANSPORTS", "shm").set("LOOM_ALGO", "ring").set("LOOM_CHUNK_SIZE", "65536");
+  if (setting.fifoBytes != nullptr) env.set("LOOM_SHM_FIFO_BYTES", setting.fifoBytes);
+  if (setting.streamingBytes != nullptr) {
+    env.set("LOOM_PROTO", "streaming").set("LOOM_STREAMING_MIN_BYTES", setting.streamingBytes);
+  }
+  loomtest::runRanks(nranks, mode, [&](loomComm_t comm, int rank) {
+    const size_t count = 300001;  // not a multiple of the ranks, pieces or slices
+    auto value = [](int r, size_t i) { return static_cast<int32_t>(i % 1009) * (r + 1) - 500 * r; };
+    for (loomRedOp_t op : {loomSum, loomAvg, loomMax}) {
+      for (bool inPlace : {false, true}) {
+        std::vector<int32_t> send(count), recv(count, -7);
+        for (size_t i = 0; i < count; ++i) send[i] = value(rank, i);
+        int32_t* out = inPlace ? send.data() : recv.data();
+        ASSERT_EQ(loomAllReduce(send.data(), out, count, loomInt32, op, comm, nullptr), loomSuccess);
+        for (size_t i = 0; i < count; ++i) {
+          int64_t sum = 0;
+          int32_t max = value(0, i);
+          for (int r = 0; r < nranks; ++r) {
+            sum += value(r, i);
+            max = std::max(max, value(r, i));
+          }
+          const int64_t want = op == loomSum ? sum : op == loomAvg ? sum / nranks : max;
+          ASSERT_EQ(out[i], want) << "rank " << rank << " element " << i << " op " << op << (inPlace ? " in place" : "");
+        }
+      }
+    }
+    if (setting.fifoBytes == nullptr) {
+      EXPECT_GT(reinterpret_cast<loom::Communicator*>(comm)->forwardedBytes(), 0u) << "rank " << rank;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shm, ShmForwarding,
+    ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 3, 4),
+                       ::testing::Values(ForwardingSetting{"default_fifo", nullptr, nullptr},
+                                         ForwardingSetting{"fifo_4096", "4096", nullptr},
+                                         ForwardingSetting{"streaming", nullptr, "4096"})),
+    [](const ::testing::TestParamInfo<ForwardingParam>& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
+             std::get<2>(info.param).name;
+    });
 
 TEST(ShmFullTmpfs, IsASystemErrorThatSaysHowMuchAndHowToFixIt) {
   TempDir dir;

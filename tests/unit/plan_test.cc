@@ -124,6 +124,12 @@ struct Case {
 
 const Case kCases[] = {
     {"ring allreduce", CallInfo::Kind::kAllReduce, ringAllReduce},
+    {"ring allreduce slice by slice", CallInfo::Kind::kAllReduce,
+     [](const CollectiveArgs& a, Plan& plan) {
+       CollectiveArgs bySlice = a;
+       bySlice.sliceBySlice = true;
+       ringAllReduce(bySlice, plan);
+     }},
     {"tree allreduce", CallInfo::Kind::kAllReduce, treeAllReduce},
     {"rd allreduce", CallInfo::Kind::kAllReduce, recursiveDoublingAllReduce},
     {"ring broadcast", CallInfo::Kind::kBroadcast, ringBroadcast},

@@ -135,7 +135,13 @@ TEST(ProtoSetting, StreamingRunsOnlyPastTheCache) {
   inPlace.info.inPlace = true;
   EXPECT_EQ(chooseWith("", "", inPlace).protocol, Protocol::kSimple);
   inPlace.bytes = 2 * threshold;
-  EXPECT_EQ(chooseWith("", "", inPlace).protocol, Protocol::kStreaming);
+  CallShape broadcast = shape(kBroadcast, 2 * threshold);
+  broadcast.info.inPlace = true;
+  EXPECT_EQ(chooseWith("", "", broadcast).protocol, Protocol::kStreaming);
+  // A ring allreduce on one host takes each slice through all its steps in turn, so in place
+  // it writes only lines it has just read, at any size: plain stores unless forced.
+  EXPECT_EQ(chooseWith("ring", "", inPlace).protocol, Protocol::kSimple);
+  EXPECT_EQ(chooseWith("ring", "streaming", inPlace).protocol, Protocol::kStreaming);
 }
 
 TEST(Tuner, SwitchesToRingWhereItsModelSays) {
