@@ -158,6 +158,9 @@ struct Schedule {
   double direct = 0;          // of load, receives a shared-memory link may read directly
   double directSpan = 0;      // the contiguous range one such receive reads
   bool reducesDirect = false; // those receives reduce (recursive doubling)
+  // Past the cache, the memory traffic of the transfers against what passes step by step
+  // make: a host's ring allreduce on one host forwards from the cache (ringPasses).
+  double memoryShare = 1;
 };
 
 // Whether a schedule's direct-eligible receives are read straight from the sender: one
@@ -175,7 +178,7 @@ double reductionUs(const Schedule& s, const CommProfile& p, bool direct) {
 }
 
 double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, size_t bytes) {
-  const double gbps = channelGbps(p, protocol, bytes, s.channels);
+  const double gbps = channelGbps(p, protocol, bytes, s.channels) / (pastTheCache(bytes, p) ? s.memoryShare : 1);
   const double step = s.stepBytes / s.channels;
   const double slice = std::min(step, static_cast<double>(p.sliceBytes));
   const bool direct = readsDirect(s, p, bytes);
@@ -213,7 +216,10 @@ Schedule pipelinedChain(Hops path, double stepBytes, double fanout, double plain
 //   2(n-1) alpha + 2(n-1)/n bytes / bw + (n-1)/n bytes / reduceGbps.
 // The pass that does not reduce is plain receives, of a slice at a time (each is sent as it
 // arrives), read directly where the link allows, except allreduce's, which come through the
-// FIFO (Step::viaFifo).
+// FIFO (Step::viaFifo). On one host a host communicator's allreduce takes each slice through
+// all its steps in turn and forwards what it reduces from the cache (CollectiveArgs::
+// sliceBySlice): 2 bytes of memory traffic per busbw byte where step by step moves 2.5
+// (docs/PERF.md, "Memory traffic"), which counts past the cache.
 Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p, int channels) {
   const int n = p.nranks, steps = passes * (n - 1);
   Schedule s;
@@ -225,6 +231,7 @@ Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p
   s.channels = channels;
   s.direct = passes == 1 && !reduces ? steps : 0;
   s.directSpan = std::min(s.stepBytes, static_cast<double>(p.sliceBytes) * channels);
+  if (passes == 2 && p.nhosts == 1 && !p.device) s.memoryShare = 2.0 / 2.5;
   return s;
 }
 

@@ -184,16 +184,10 @@ Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSe
     inPlace.streamingMinBytes *= 2;
   }
   const CommProfile& p = shape.info.inPlace ? inPlace : profile;
-  // A host's ring allreduce on one host takes each slice through all its steps in turn
-  // (CollectiveArgs::sliceBySlice): in place, every line it writes it has just read, and
-  // stores past the cache would throw those out (measured 10% slower at 128 MiB).
-  // (LOOM_PROTO=streaming still forces it.)
-  const bool writesCached = shape.info.inPlace && shape.oneHost && !profile.device && algorithm == Algorithm::kRing &&
-                            shape.info.kind == CallInfo::Kind::kAllReduce && protocols.allows(Protocol::kSimple);
   Choice best{algorithm, Protocol::kSimple, std::numeric_limits<double>::infinity(), ""};
   for (int i = 0; i < kNumProtocols; ++i) {
     const Protocol protocol = static_cast<Protocol>(i);
-    if (!protocols.allows(protocol) || (writesCached && protocol == Protocol::kStreaming)) continue;
+    if (!protocols.allows(protocol)) continue;
     const double us = predictUs(shape.info.kind, algorithm, protocol, shape.bytes, p);
     if (us < best.predictedUs) {
       best.protocol = protocol;
@@ -201,6 +195,15 @@ Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSe
     }
   }
   if (!std::isfinite(best.predictedUs)) best.predictedUs = predictUs(shape.info.kind, algorithm, Protocol::kSimple, shape.bytes, p);
+  // A ring allreduce on one host takes each slice through all its steps in turn
+  // (CollectiveArgs::sliceBySlice): in place, every line it writes it has just read, so
+  // plain stores keep up with the streaming protocol's prediction and beat it (10% at 128
+  // MiB): streaming stores would throw those lines out. LOOM_PROTO=streaming still forces it.
+  const bool writesCached = shape.info.inPlace && shape.oneHost && !profile.device && algorithm == Algorithm::kRing &&
+                            shape.info.kind == CallInfo::Kind::kAllReduce;
+  if (writesCached && best.protocol == Protocol::kStreaming && protocols.allows(Protocol::kSimple)) {
+    best.protocol = Protocol::kSimple;
+  }
   return best;
 }
 
