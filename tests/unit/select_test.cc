@@ -141,6 +141,13 @@ TEST(ProtoSetting, StreamingRunsOnlyPastTheCache) {
   // A ring allreduce on one host takes each slice through all its steps in turn, so in place
   // it writes only lines it has just read, at any size: plain stores unless forced.
   EXPECT_EQ(chooseWith("ring", "", inPlace).protocol, Protocol::kSimple);
+  // ...and, predicted at the streaming speed it keeps up with, stays the choice.
+  for (size_t bytes : {2 * threshold, size_t{128} << 20}) {
+    inPlace.bytes = bytes;
+    const Choice choice = chooseWith("", "", inPlace);
+    EXPECT_EQ(choice.algorithm, Algorithm::kRing) << bytes;
+    EXPECT_EQ(choice.protocol, Protocol::kSimple) << bytes;
+  }
   EXPECT_EQ(chooseWith("ring", "streaming", inPlace).protocol, Protocol::kStreaming);
 }
 
