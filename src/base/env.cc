@@ -107,7 +107,8 @@ const std::vector<Variable>& variables() {
        "Calls whose buffer is at least this large no longer fit the cache: the streaming protocol "
        "(non-temporal stores, saving the read of each destination line) exists for them, in-place "
        "calls from twice this size, never for an in-place reduction nor an in-place ring allreduce on "
-       "one host (it writes only lines it has just read); the tuner decides whether it runs. 0: never. Default: LOOM_TUNING_FILE's streaming.min_bytes, else the machine calibration's "
+       "one host (it writes only lines it has just read); the tuner decides whether it runs. 0: "
+       "never. Default: LOOM_TUNING_FILE's streaming.min_bytes, else the machine calibration's "
        "(LOOM_MACHINE_CALIBRATION), else 33554432."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
