@@ -15,6 +15,8 @@
 //   one-shot latency     an 8 B allreduce, less the copy and fold the model adds
 //   mem, streaming       a ring allreduce past the cache with each protocol forced; the
 //                        bandwidth that makes the model predict the measured time
+//   chunk, FIFO and      the tuner's allreduce in and past the cache on communicators
+//   socket buffer sizes  made with each candidate value (calibrate_sizes.h)
 // Every constant the job cannot measure (inter with one host, one-shot across hosts) keeps
 // its built-in value, and the output says so.
 #include "calibrate.h"
@@ -34,7 +36,10 @@
 #include "algorithms/calibration_cache.h"
 #include "algorithms/cost_model.h"
 #include "algorithms/tuning_file.h"
+#include "base/env.h"
 #include "core/registry.h"
+#include "calibrate_comm.h"
+#include "calibrate_sizes.h"
 #include "fatal.h"
 #include "transport/shm_transport.h"
 
@@ -50,17 +55,6 @@ using loom::CommProfile;
 constexpr int kRounds = 5;
 
 double secondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Rank 0's value everywhere.
-double fromRankZero(double value, loomComm_t comm) {
-  require(loomBroadcast(&value, &value, 1, loomFloat64, 0, comm, nullptr), comm, "loomBroadcast");
-  return value;
-}
-
-double slowest(double value, loomComm_t comm) {
-  require(loomAllReduce(&value, &value, 1, loomFloat64, loomMax, comm, nullptr), comm, "loomAllReduce");
-  return value;
-}
 
 // µs of one exchange of `bytes` each way between ranks a and b (a times it; the others wait
 // at the barrier).
@@ -122,48 +116,6 @@ loom::LinkCost fitLink(const LinkPoints& points, int rank, const char* what) {
   if (!fit.isOk()) fatal("--calibrate: %s link: %s", what, fit.message().c_str());
   return link;
 }
-
-// µs of one allreduce of `bytes` on `comm`, the slowest rank's mean over a few calls.
-double allReduceUs(loomComm_t comm, size_t bytes, int iters) {
-  const size_t count = bytes / sizeof(float);
-  std::vector<float> send(count, 1.0f), recv(count);
-  auto once = [&] {
-    require(loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr), comm,
-            "loomAllReduce");
-  };
-  for (int i = 0; i < 2; ++i) once();
-  require(loomBarrier(comm, nullptr), comm, "loomBarrier");
-  const Clock::time_point start = Clock::now();
-  for (int i = 0; i < iters; ++i) once();
-  return slowest(secondsSince(start) * 1e6 / iters, comm);
-}
-
-// A communicator of the same ranks, created under `env` (Loom reads it at creation).
-struct ScopedComm {
-  loomComm_t comm = nullptr;
-  ScopedComm(loomComm_t parent, int rank, int nranks, const std::vector<std::pair<const char*, const char*>>& env) {
-    loomUniqueId id{};
-    if (rank == 0) require(loomGetUniqueId(&id), nullptr, "loomGetUniqueId");
-    require(loomBroadcast(&id, &id, sizeof id, loomInt8, 0, parent, nullptr), parent, "loomBroadcast");
-    std::vector<std::pair<std::string, std::string>> saved;
-    for (const auto& [name, value] : env) {
-      const char* old = std::getenv(name);
-      saved.emplace_back(name, old ? old : "");
-      setenv(name, value, 1);
-    }
-    require(loomCommInitRank(&comm, nranks, id, rank), nullptr, "loomCommInitRank");
-    for (const auto& [name, value] : saved) {
-      if (value.empty()) {
-        unsetenv(name.c_str());
-      } else {
-        setenv(name.c_str(), value.c_str(), 1);
-      }
-    }
-  }
-  ~ScopedComm() { loomCommDestroy(comm); }
-  ScopedComm(const ScopedComm&) = delete;
-  ScopedComm& operator=(const ScopedComm&) = delete;
-};
 
 // The bandwidth that makes the model predict `measuredUs` for a ring allreduce of `bytes`
 // with `protocol`: the prediction is a + L / gbps in it, so two predictions give a and L.
@@ -270,7 +222,7 @@ int calibrate(loomComm_t comm, const std::string& path) {
     for (int i = 0; timesPastCache && i < 2; ++i) {
       ScopedComm forced(comm, rank, nranks,
                         {{"LOOM_PROTO", loom::protocolName(protocols[i])}, {"LOOM_ALGO", "allreduce=ring"}});
-      ringUs[i] = std::min(ringUs[i], allReduceUs(forced.comm, pastCache, 5));
+      ringUs[i] = std::min(ringUs[i], allReduceUs(forced.get(), pastCache, 5));
     }
   }
 
@@ -306,11 +258,26 @@ int calibrate(loomComm_t comm, const std::string& path) {
     }
   }
 
+  // The data-path sizes, on links as this job's environment makes them.
+  bool listsShm = false, listsSockets = false;
+  for (const std::string& name : loom::env::splitList(loom::env::getOrDefault("LOOM_TRANSPORTS"))) {
+    listsShm = listsShm || name == "shm";
+    listsSockets = listsSockets || name == "socket" || name == "auto";
+  }
+  SizesJob sizesJob;
+  sizesJob.rank = rank;
+  sizesJob.nranks = nranks;
+  sizesJob.sharedMemory = listsShm && sameHost > 0;
+  sizesJob.sockets = listsSockets && (otherHost > 0 || (sameHost > 0 && !listsShm));
+  sizesJob.pastCache = pastCache;
+  sizesJob.rounds = kRounds;
+  const loom::DataPathSizes sizes = calibrateSizes(comm, sizesJob);
+
   int status = 0;
   if (rank == 0) {
-    loom::Status saved = loom::saveTuningFile(path, p, hostName());
+    loom::Status saved = loom::saveTuningFile(path, p, hostName(), {}, "", sizes);
     if (saved.isOk()) {
-      std::printf("# wrote %s:\n%s", path.c_str(), loom::tuningText(p).c_str());
+      std::printf("# wrote %s:\n%s%s", path.c_str(), loom::tuningText(p).c_str(), loom::dataPathText(sizes).c_str());
     } else {
       std::fprintf(stderr, "loom-perf: --calibrate: %s\n", saved.message().c_str());
       status = 1;

@@ -52,6 +52,18 @@ const Key kKeys[] = {
 
 #undef LOOM_TUNING_KEY
 
+// A data-path size the file carries (DataPathSizes); always Kind::kBytes.
+struct SizeKey {
+  const char* name;
+  long long DataPathSizes::*field;
+};
+
+const SizeKey kSizeKeys[] = {
+    {"chunk.bytes", &DataPathSizes::chunkBytes},
+    {"shm.fifo_bytes", &DataPathSizes::shmFifoBytes},
+    {"socket.sndbuf", &DataPathSizes::socketSendBuffer},
+};
+
 const Key* findKey(const std::string& name) {
   for (const Key& key : kKeys) {
     if (name == key.name) return &key;
@@ -59,10 +71,18 @@ const Key* findKey(const std::string& name) {
   return nullptr;
 }
 
-// "intra.latency_us, ..., machine", for the unknown-key message.
+const SizeKey* findSizeKey(const std::string& name) {
+  for (const SizeKey& key : kSizeKeys) {
+    if (name == key.name) return &key;
+  }
+  return nullptr;
+}
+
+// "intra.latency_us, ..., socket.sndbuf, machine", for the unknown-key message.
 std::string knownKeys() {
   std::string list;
   for (const Key& key : kKeys) list += std::string(key.name) + ", ";
+  for (const SizeKey& key : kSizeKeys) list += std::string(key.name) + ", ";
   return list + kMachineKey;
 }
 
@@ -89,9 +109,9 @@ std::string shortestText(double value) {
   return std::string(text, std::to_chars(text, text + sizeof text, value).ptr);
 }
 
-// Applies line `number` of `path` to *profile.
+// Applies line `number` of `path` to *profile, or to *sizes for a data-path size.
 Status applyLine(const std::string& path, int number, const std::string& raw, CommProfile* profile,
-                 std::vector<std::string>* keysRead) {
+                 std::vector<std::string>* keysRead, DataPathSizes* sizes) {
   const std::string line = trim(raw.substr(0, raw.find('#')));
   if (line.empty()) return Status::ok();
   const size_t eq = line.find('=');
@@ -102,27 +122,33 @@ Status applyLine(const std::string& path, int number, const std::string& raw, Co
   const std::string name = trim(line.substr(0, eq)), value = trim(line.substr(eq + 1));
   if (name == kMachineKey) return Status::ok();
   const Key* key = findKey(name);
-  if (key == nullptr) {
+  const SizeKey* sizeKey = findSizeKey(name);
+  if (key == nullptr && sizeKey == nullptr) {
     return error(loomInvalidArgument, "tuning file %s:%d: unknown key \"%s\" (known: %s)", path.c_str(), number,
                  name.c_str(), knownKeys().c_str());
   }
+  const Kind kind = key != nullptr ? key->kind : Kind::kBytes;
   double parsed = 0;
   if (!parseNumber(value, &parsed)) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = \"%s\" is not a number", path.c_str(), number,
                  name.c_str(), value.c_str());
   }
-  if (key->kind == Kind::kBandwidth && parsed <= 0) {
+  if (kind == Kind::kBandwidth && parsed <= 0) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: a bandwidth must be more than 0 GB/s",
                  path.c_str(), number, name.c_str(), value.c_str());
   }
-  if (key->kind == Kind::kLatency && parsed < 0) {
+  if (kind == Kind::kLatency && parsed < 0) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: a latency cannot be negative", path.c_str(),
                  number, name.c_str(), value.c_str());
   }
   // 2^53: beyond it a double no longer holds every whole number.
-  if (key->kind == Kind::kBytes && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
+  if (kind == Kind::kBytes && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: expected a whole number of bytes", path.c_str(),
                  number, name.c_str(), value.c_str());
+  }
+  if (sizeKey != nullptr) {
+    if (sizes != nullptr) sizes->*sizeKey->field = static_cast<long long>(parsed);
+    return Status::ok();
   }
   key->set(profile, parsed);
   if (keysRead != nullptr) keysRead->push_back(key->name);
@@ -132,19 +158,24 @@ Status applyLine(const std::string& path, int number, const std::string& raw, Co
 }  // namespace
 
 Status applyTuningText(const std::string& text, const std::string& origin, CommProfile* inout,
-                       std::vector<std::string>* keysRead) {
-  // Applied to a copy, so that a bad line leaves the caller's profile as it was.
+                       std::vector<std::string>* keysRead, DataPathSizes* sizes) {
+  // Applied to copies, so that a bad line leaves the caller's values as they were.
   CommProfile loaded = *inout;
+  DataPathSizes loadedSizes = sizes != nullptr ? *sizes : DataPathSizes{};
   std::vector<std::string> read;
   std::istringstream in(text);
   std::string line;
-  for (int number = 1; std::getline(in, line); ++number) LOOM_TRY(applyLine(origin, number, line, &loaded, &read));
+  for (int number = 1; std::getline(in, line); ++number) {
+    LOOM_TRY(applyLine(origin, number, line, &loaded, &read, &loadedSizes));
+  }
   *inout = loaded;
+  if (sizes != nullptr) *sizes = loadedSizes;
   if (keysRead != nullptr) *keysRead = std::move(read);
   return Status::ok();
 }
 
-Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<std::string>* keysRead) {
+Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<std::string>* keysRead,
+                      DataPathSizes* sizes) {
   std::ifstream in(path);
   if (!in) {
     return error(loomInvalidArgument, "tuning file %s: cannot open it (%s)", path.c_str(), std::strerror(errno));
@@ -152,7 +183,7 @@ Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<s
   std::ostringstream text;
   text << in.rdbuf();
   if (in.bad()) return error(loomInvalidArgument, "tuning file %s: reading it failed", path.c_str());
-  return applyTuningText(text.str(), path, inout, keysRead);
+  return applyTuningText(text.str(), path, inout, keysRead, sizes);
 }
 
 std::vector<std::string> tuningKeys() {
@@ -176,15 +207,23 @@ std::string tuningText(const CommProfile& profile, const std::vector<std::string
   return text;
 }
 
+std::string dataPathText(const DataPathSizes& sizes) {
+  std::string text;
+  for (const SizeKey& key : kSizeKeys) {
+    if (sizes.*key.field >= 0) text += std::string(key.name) + " = " + std::to_string(sizes.*key.field) + "\n";
+  }
+  return text;
+}
+
 Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname,
-                      const std::vector<std::string>& keys, const std::string& comment) {
+                      const std::vector<std::string>& keys, const std::string& comment, const DataPathSizes& sizes) {
   std::ofstream out(path, std::ios::trunc);
   if (!out) return error(loomSystemError, "tuning file %s: cannot create it (%s)", path.c_str(), std::strerror(errno));
   out << kHeader << '\n';
   std::istringstream comments(comment);
   for (std::string line; std::getline(comments, line);) out << "# " << line << '\n';
   if (!hostname.empty()) out << kMachineKey << " = " << hostname << '\n';
-  out << tuningText(profile, keys);
+  out << tuningText(profile, keys) << dataPathText(sizes);
   out.close();
   if (!out) return error(loomSystemError, "tuning file %s: writing it failed (%s)", path.c_str(), std::strerror(errno));
   return Status::ok();

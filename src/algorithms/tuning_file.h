@@ -18,6 +18,9 @@
 //   direct.gbps = 10              shared memory read straight from the sender's buffer
 //   ll.latency_us = 1             a device communicator's low-latency hop (intra.* is then
 //   ll.gbps = 100                 its simple hop)
+//   chunk.bytes = 524288          data-path sizes (DataPathSizes below), whole numbers:
+//   shm.fifo_bytes = 1048576      LOOM_CHUNK_SIZE, LOOM_SHM_FIFO_BYTES and LOOM_SOCKET_SNDBUF
+//   socket.sndbuf = 262144        where those variables are unset
 //
 // Every key is optional; when one appears twice, the last one read wins.
 #pragma once
@@ -32,18 +35,29 @@
 
 namespace loom {
 
+// The sizes of the data path that a tuning file may carry beside the model's constants. They
+// are settings, not constants: read when a communicator is configured, before its links
+// exist, each under its environment variable (communicator.cc). -1: not in the file.
+struct DataPathSizes {
+  long long chunkBytes = -1;        // chunk.bytes: LOOM_CHUNK_SIZE
+  long long shmFifoBytes = -1;      // shm.fifo_bytes: LOOM_SHM_FIFO_BYTES
+  long long socketSendBuffer = -1;  // socket.sndbuf: LOOM_SOCKET_SNDBUF
+};
+
 // Sets the constants that `path` names in *inout and leaves the others; *keysRead (when not
 // null) gets the keys the file set, in file order. An unreadable file, a line without '=', an
 // unknown key, a value that is not a finite number, a negative latency, a bandwidth <= 0 or
 // a size that is not a whole number >= 0 is loomInvalidArgument naming the file, the line
-// and the key; *inout is then untouched.
-Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<std::string>* keysRead = nullptr);
+// and the key; *inout is then untouched. The data-path sizes go to *sizes (when not null;
+// never to *keysRead).
+Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<std::string>* keysRead = nullptr,
+                      DataPathSizes* sizes = nullptr);
 
 // loadTuningFile for the lines of `text`; `origin` stands for the file in messages.
 Status applyTuningText(const std::string& text, const std::string& origin, CommProfile* inout,
-                       std::vector<std::string>* keysRead = nullptr);
+                       std::vector<std::string>* keysRead = nullptr, DataPathSizes* sizes = nullptr);
 
-// Every key above, in the order above.
+// Every constant's key above, in the order above (not the data-path sizes').
 std::vector<std::string> tuningKeys();
 
 // The value `key` names in `profile` (NaN for a key not above).
@@ -53,11 +67,15 @@ double tuningValue(const CommProfile& profile, const std::string& key);
 // that read back to the same double.
 std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys = {});
 
+// The lines of the sizes in `sizes` that are >= 0, in the order above.
+std::string dataPathText(const DataPathSizes& sizes);
+
 // Writes the header, each line of `comment` as a comment line, `machine` (when
-// `hostname` is not empty) and tuningText(profile, keys). loomSystemError when the file
-// cannot be written.
+// `hostname` is not empty), tuningText(profile, keys) and dataPathText(sizes).
+// loomSystemError when the file cannot be written.
 Status saveTuningFile(const std::string& path, const CommProfile& profile, const std::string& hostname,
-                      const std::vector<std::string>& keys = {}, const std::string& comment = "");
+                      const std::vector<std::string>& keys = {}, const std::string& comment = "",
+                      const DataPathSizes& sizes = {});
 
 // The link that best explains measured (bytes, µs) points: the least-squares line
 // time = latencyUs + bytes / (gbps * 1e3). A negative intercept is clamped to 0 (the line

@@ -81,7 +81,11 @@ const std::vector<Variable>& variables() {
       {"LOOM_TUNING_FILE", "", kData,
        "A tuning file written by `loom-perf --calibrate FILE`: the cost model's latencies and "
        "bandwidths measured on this machine (docs/TUNING.md). Rank 0's file decides for the whole "
-       "communicator; each key it holds overrides the machine calibration's and the built-in value."},
+       "communicator; each key it holds overrides the machine calibration's and the built-in value. "
+       "Its data-path sizes (chunk.bytes, shm.fifo_bytes, socket.sndbuf) stand in for "
+       "LOOM_CHUNK_SIZE, LOOM_SHM_FIFO_BYTES and LOOM_SOCKET_SNDBUF where those are unset: the "
+       "chunk is rank 0's, a FIFO its creator's, a send buffer its sender's. A file that does not "
+       "read fails communicator creation on the rank that holds it."},
       {"LOOM_MACHINE_CALIBRATION", "1", kData,
        "1: at a host communicator's creation rank 0 takes the copy, reduce and streaming constants "
        "from a calibration of this machine: measured at first use (a few tenths of a second) and kept "
@@ -102,7 +106,8 @@ const std::vector<Variable>& variables() {
        "(docs/TOPOLOGY.md); the ring is logged at INFO. rank: rank order 0, 1, ..., n-1."},
       {"LOOM_CHUNK_SIZE", "524288", kData,
        "Pipeline chunk (slice): collectives move and reduce data in pieces of at most this many "
-       "bytes, so that sending one piece overlaps with reducing the next."},
+       "bytes, so that sending one piece overlaps with reducing the next. Where unset, LOOM_TUNING_FILE's "
+       "chunk.bytes (loom-perf --calibrate measures it), else this default."},
       {"LOOM_STREAMING_MIN_BYTES", "", kData,
        "Calls whose buffer is at least this large no longer fit the cache: the streaming protocol "
        "(non-temporal stores, saving the read of each destination line) exists for them, in-place "
@@ -115,14 +120,16 @@ const std::vector<Variable>& variables() {
       {"LOOM_SOCKET_SNDBUF", "262144", kData,
        "Send buffer of each TCP connection in bytes (SO_SNDBUF; the kernel doubles it and caps it at "
        "net.core.wmem_max). A bounded buffer keeps a sender from running megabytes ahead of its "
-       "receiver, whose copies then miss the cache (docs/RESULTS.md). 0: the kernel's autotuning."},
+       "receiver, whose copies then miss the cache (docs/RESULTS.md). 0: the kernel's autotuning. Where "
+       "unset, LOOM_TUNING_FILE's socket.sndbuf (loom-perf --calibrate measures it), else this default."},
       {"LOOM_SHM_DIR", "/dev/shm", kData,
        "Directory of the shared-memory segments (a tmpfs). Segments are mode 0600 with random "
        "names and are unlinked as soon as both ranks have mapped them."},
       {"LOOM_SHM_FIFO_BYTES", "1048576", kData,
        "Bytes of each one-way shared-memory FIFO (a power of two, 4096 or more); a pair of ranks "
        "that exchange data maps two, 2 MiB in /dev/shm by default. Twice LOOM_CHUNK_SIZE lets a "
-       "sender write a whole slice and the next while its peer reduces the first (docs/RESULTS.md)."},
+       "sender write a whole slice and the next while its peer reduces the first (docs/RESULTS.md). Where "
+       "unset, LOOM_TUNING_FILE's shm.fifo_bytes (loom-perf --calibrate measures it), else this default."},
       {"LOOM_SHM_DIRECT", "threads", kData,
        "Which shared-memory receivers copy a message of LOOM_SHM_DIRECT_MIN_BYTES or more (not one "
        "they reduce in place as it arrives, nor one of LOOM_STREAMING_MIN_BYTES or more) straight out "

@@ -33,9 +33,58 @@ namespace loom {
 
 namespace {
 
+// A data-path size: its variable where set, else the tuning file's value (`fromFile`, -1 when
+// the file has none), else the variable's default; *source says which, for the INFO line.
+Status sizeSetting(const char* variable, long long fromFile, const char* key, const std::string& file, long long min,
+                   long long max, long long* out, std::string* source) {
+  if (env::get(variable) || fromFile < 0) {
+    *source = env::get(variable) ? variable : "built in";
+    return env::getInt(variable, min, max, out);
+  }
+  if (fromFile < min || fromFile > max) {
+    return error(loomInvalidArgument, "tuning file %s: %s = %lld is out of range [%lld, %lld] (as %s)", file.c_str(),
+                 key, fromFile, min, max, variable);
+  }
+  *source = "LOOM_TUNING_FILE " + file;
+  *out = fromFile;
+  return Status::ok();
+}
+
+// LOOM_CHUNK_SIZE, LOOM_SHM_FIFO_BYTES and LOOM_SOCKET_SNDBUF, or the tuning file's sizes.
+Status readDataPathSizes(CommConfig* c) {
+  DataPathSizes fromFile;
+  if (!c->tuningFile.empty()) {
+    // The whole file is read (and a bad one refused) here, on every rank; its constants are
+    // rank 0's to take later (Communicator::agreeOnProfile).
+    CommProfile unused;
+    LOOM_TRY(loadTuningFile(c->tuningFile, &unused, nullptr, &fromFile));
+  }
+  long long slice = 0, fifo = 0, sendBuffer = 0;
+  std::string sliceSource, fifoSource, sendBufferSource;
+  LOOM_TRY(sizeSetting("LOOM_CHUNK_SIZE", fromFile.chunkBytes, "chunk.bytes", c->tuningFile, 4096, 1LL << 30, &slice,
+                       &sliceSource));
+  LOOM_TRY(sizeSetting("LOOM_SHM_FIFO_BYTES", fromFile.shmFifoBytes, "shm.fifo_bytes", c->tuningFile, 4096,
+                       1LL << 30, &fifo, &fifoSource));
+  if (!transport::ShmTransport::validFifoBytes(static_cast<size_t>(fifo))) {
+    const std::string what = env::get("LOOM_SHM_FIFO_BYTES") || fromFile.shmFifoBytes < 0
+                                 ? format("LOOM_SHM_FIFO_BYTES=%lld", fifo)
+                                 : format("tuning file %s: shm.fifo_bytes = %lld", c->tuningFile.c_str(), fifo);
+    return error(loomInvalidArgument, "%s is not a power of two", what.c_str());
+  }
+  LOOM_TRY(sizeSetting("LOOM_SOCKET_SNDBUF", fromFile.socketSendBuffer, "socket.sndbuf", c->tuningFile, 0, 1 << 30,
+                       &sendBuffer, &sendBufferSource));
+  c->sliceBytes = static_cast<size_t>(slice);
+  c->shmFifoBytes = static_cast<size_t>(fifo);
+  c->socketSendBuffer = static_cast<int>(sendBuffer);
+  c->sliceSource = sliceSource;
+  c->linkSizeSources = format("shm FIFO %lld bytes (%s), socket send buffer %lld bytes (%s)", fifo, fifoSource.c_str(),
+                              sendBuffer, sendBufferSource.c_str());
+  return Status::ok();
+}
+
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
-// LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_DEVICE_EMULATION,
-// LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES.
+// LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES,
+// LOOM_DEVICE_SLICE_BYTES, and the sizes above.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = c->ucx = c->networkAuto = false;
@@ -87,9 +136,7 @@ Status readDataPathSettings(CommConfig* c) {
   long long check = 0;
   LOOM_TRY(env::getInt("LOOM_CHECK", 0, 1, &check));
   c->check = check != 0;
-  long long slice = 0;
-  LOOM_TRY(env::getInt("LOOM_CHUNK_SIZE", 4096, 1LL << 30, &slice));
-  c->sliceBytes = static_cast<size_t>(slice);
+  LOOM_TRY(readDataPathSizes(c));
   c->streamingMinBytes = -1;
   if (env::get("LOOM_STREAMING_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes));
   long long calibration = 0;
@@ -98,9 +145,6 @@ Status readDataPathSettings(CommConfig* c) {
   long long socketLinks = 0;
   LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks));
   c->socketLinks = static_cast<int>(socketLinks);
-  long long sendBuffer = 0;
-  LOOM_TRY(env::getInt("LOOM_SOCKET_SNDBUF", 0, 1 << 30, &sendBuffer));
-  c->socketSendBuffer = static_cast<int>(sendBuffer);
   long long emulation = 0, fifo = 0, deviceSlice = 0;
   LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION", 0, 1, &emulation));
   c->deviceEmulation = emulation != 0;
@@ -314,7 +358,7 @@ Status Communicator::finishInit() {
     network = std::move(socket);
   }
   std::unique_ptr<transport::ShmTransport> shm;
-  if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, &shm));
+  if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, config_.shmFifoBytes, &shm));
   if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
     LOOM_TRY(transport::ShmBoard::create(*bootstrap_, env::getOrDefault("LOOM_SHM_DIR"), &board_)
                  .withContext("one-shot board"));
@@ -343,6 +387,10 @@ Status Communicator::finishInit() {
             static_cast<unsigned long long>(commId()), shmList.c_str(), config_.ucx ? "ucx" : "socket", socketLinks,
             config_.ucx ? "" : ", ", config_.ucx ? "" : sendBuffer.c_str(), socketList.c_str(),
             board_ ? "; one-shot board for small allreduces" : "");
+  // The chunk is rank 0's on every rank (plans must match); a FIFO's size is its creator's,
+  // a send buffer its sender's.
+  LOOM_INFO("comm %016llx: data-path sizes: chunk %zu bytes (%s), %s", static_cast<unsigned long long>(commId()),
+            config_.sliceBytes, rank_ == 0 ? config_.sliceSource.c_str() : "rank 0's", config_.linkSizeSources.c_str());
   if (nranks_ > 2 && config_.topologyRing) {
     RingPlacementInput placement{rank_, nranks_, localRank_, localRanks_, config_.device, {}};
     for (const PeerInfo& p : peers) placement.hostOf.push_back(p.hostHash);

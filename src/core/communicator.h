@@ -42,10 +42,13 @@ struct CommConfig {
   bool machineCalibration = true;  // LOOM_MACHINE_CALIBRATION
   int channels = 0;             // LOOM_CHANNELS (0: by size)
   bool topologyRing = true;     // LOOM_RING_ORDER=topology
-  size_t sliceBytes = 0;        // LOOM_CHUNK_SIZE
+  size_t sliceBytes = 0;        // LOOM_CHUNK_SIZE, else LOOM_TUNING_FILE's chunk.bytes
+  std::string sliceSource;      // which of those, or "built in" (this rank's, before rank 0's is taken)
   long long streamingMinBytes = -1;  // LOOM_STREAMING_MIN_BYTES (0: never; -1: unset)
   int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
-  int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF (0: the kernel's autotuning)
+  int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF, else socket.sndbuf (0: the kernel's autotuning)
+  size_t shmFifoBytes = 0;      // LOOM_SHM_FIFO_BYTES, else shm.fifo_bytes, of the segments this rank creates
+  std::string linkSizeSources;  // the two above and where each came from, for the INFO line
   bool check = false;           // LOOM_CHECK
   bool deviceEmulation = false; // LOOM_DEVICE_EMULATION
   size_t deviceFifoBytes = 0;   // LOOM_DEVICE_FIFO_BYTES

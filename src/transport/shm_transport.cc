@@ -95,8 +95,6 @@ constexpr size_t kDataOffset = (sizeof(Header) + 4095) / 4096 * 4096;
 
 size_t segmentBytes(size_t fifoBytes) { return kDataOffset + 2 * fifoBytes; }
 
-bool validFifoBytes(unsigned long long bytes) { return bytes >= 4096 && (bytes & (bytes - 1)) == 0; }
-
 // The longest segment path the offer carries.
 constexpr size_t kMaxName = 240;
 
@@ -598,11 +596,7 @@ void ShmTransport::closeAll(int causeRank) {
 }
 
 Status ShmTransport::readSettings(Settings* out) {
-  long long fifoBytes = 0, directMinBytes = 0;
-  LOOM_TRY(env::getInt("LOOM_SHM_FIFO_BYTES", 4096, 1LL << 30, &fifoBytes));
-  if (!validFifoBytes(static_cast<unsigned long long>(fifoBytes))) {
-    return error(loomInvalidArgument, "LOOM_SHM_FIFO_BYTES=%lld is not a power of two", fifoBytes);
-  }
+  long long directMinBytes = 0;
   const std::string direct = env::getOrDefault("LOOM_SHM_DIRECT");
   if (direct == "none") {
     out->direct = DirectReads::kNone;
@@ -620,7 +614,6 @@ Status ShmTransport::readSettings(Settings* out) {
     return error(loomInvalidArgument, "LOOM_SHM_DIR=%s is longer than %zu characters",
                  out->dir.c_str(), kMaxName - 38);
   }
-  out->fifoBytes = static_cast<size_t>(fifoBytes);
   out->directMinBytes = static_cast<size_t>(directMinBytes);
   LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &out->lingerMs));
   return Status::ok();
@@ -640,9 +633,14 @@ bool ShmTransport::readsDirectly(int peer) const {
   return info.pid == ::getpid() && info.pidNamespace == PeerProcess::ownPidNamespace();
 }
 
-Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, std::unique_ptr<ShmTransport>* out) {
+Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, size_t fifoBytes,
+                            std::unique_ptr<ShmTransport>* out) {
+  if (!validFifoBytes(fifoBytes)) {
+    return error(loomInternalError, "shm transport: a FIFO of %zu bytes is not a power of two >= 4096", fifoBytes);
+  }
   Settings settings;
   LOOM_TRY(readSettings(&settings));
+  settings.fifoBytes = fifoBytes;
   for (int peer : peers) {
     if (peer < 0 || peer >= bootstrap.nranks()) {
       return error(loomInternalError, "shm transport: peer %d is not a rank of %d", peer, bootstrap.nranks());

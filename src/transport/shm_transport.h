@@ -28,11 +28,15 @@ class ShmTransport : public Transport {
   // lower rank to the higher). No other user of the bootstrap may use it.
   static constexpr uint32_t kSegmentTag = 0x53484d01;  // "SHM" 1
 
-  // Reads the LOOM_SHM_* settings (a bad LOOM_SHM_FIFO_BYTES is loomInvalidArgument) and
-  // makes no link yet. `peers`: the ranks this transport serves, on this host (the caller
-  // decides; this rank itself is ignored). `bootstrap` must outlive the transport.
-  static Status create(Bootstrap& bootstrap, std::vector<int> peers,
+  // Reads the other LOOM_SHM_* settings (a bad one is loomInvalidArgument) and makes no link
+  // yet. `peers`: the ranks this transport serves, on this host (the caller decides; this
+  // rank itself is ignored). `fifoBytes`: each FIFO of the segments this rank creates
+  // (LOOM_SHM_FIFO_BYTES, as the communicator resolves it; validFifoBytes). `bootstrap` must
+  // outlive the transport.
+  static Status create(Bootstrap& bootstrap, std::vector<int> peers, size_t fifoBytes,
                        std::unique_ptr<ShmTransport>* out);
+  // A power of two, 4096 or more.
+  static bool validFifoBytes(size_t bytes) { return bytes >= 4096 && (bytes & (bytes - 1)) == 0; }
   ~ShmTransport() override;
   // The size from which a receive reads the sender's buffer directly, as LOOM_SHM_DIRECT and
   // LOOM_SHM_DIRECT_MIN_BYTES set it (0: never), for the tuner's cost model, between ranks
@@ -66,7 +70,7 @@ class ShmTransport : public Transport {
   // LOOM_SHM_* as read at create; links keep a reference.
   struct Settings {
     std::string dir;        // LOOM_SHM_DIR
-    size_t fifoBytes;       // LOOM_SHM_FIFO_BYTES, of the segments this rank creates
+    size_t fifoBytes = 0;   // of the segments this rank creates (create's)
     DirectReads direct;     // LOOM_SHM_DIRECT
     size_t directMinBytes;  // LOOM_SHM_DIRECT_MIN_BYTES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting

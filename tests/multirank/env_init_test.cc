@@ -346,6 +346,43 @@ std::string infoLogOfRun(const std::string& dir, const std::string& env) {
 
 }  // namespace
 
+// The data-path sizes come from their variables, else LOOM_TUNING_FILE, else built in; every
+// rank says which (the chunk is rank 0's everywhere), and the links are made with them.
+TEST(Logging, DataPathSizesNameTheirSourcesAndTakeEffect) {
+  char dir[] = "/tmp/loom-sizes-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  std::string all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0");
+  EXPECT_NE(all.find("[0] LOOM INFO comm "), std::string::npos) << all;
+  EXPECT_NE(all.find(": data-path sizes: chunk 524288 bytes (built in), shm FIFO 1048576 bytes (built in), socket "
+                     "send buffer 262144 bytes (built in)"),
+            std::string::npos)
+      << all;
+
+  const std::string file = std::string(dir) + "/tuning.txt";
+  FILE* tuning = std::fopen(file.c_str(), "w");
+  ASSERT_NE(tuning, nullptr);
+  std::fputs("# loom tuning file v1\nchunk.bytes = 262144\nshm.fifo_bytes = 2097152\nsocket.sndbuf = 131072\n",
+             tuning);
+  std::fclose(tuning);
+  all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0 LOOM_TUNING_FILE=" + file + " LOOM_SOCKET_SNDBUF=65536");
+  const std::string fromFile = "(LOOM_TUNING_FILE " + file + ")";
+  EXPECT_NE(all.find(": data-path sizes: chunk 262144 bytes " + fromFile + ", shm FIFO 2097152 bytes " + fromFile +
+                     ", socket send buffer 65536 bytes (LOOM_SOCKET_SNDBUF)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find(": data-path sizes: chunk 262144 bytes (rank 0's), shm FIFO 2097152 bytes " + fromFile),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("shm: link with rank 1: FIFO of 2097152 bytes each way"), std::string::npos) << all;
+
+  // The variable wins over the file.
+  all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0 LOOM_TUNING_FILE=" + file + " LOOM_CHUNK_SIZE=65536");
+  EXPECT_NE(all.find(": data-path sizes: chunk 65536 bytes (LOOM_CHUNK_SIZE), shm FIFO 2097152 bytes " + fromFile),
+            std::string::npos)
+      << all;
+  std::system((std::string("rm -rf ") + dir).c_str());
+}
+
 // Rank 0 says where each tuner constant came from: the machine calibration (measured at the
 // first communicator, read from its cache file after), LOOM_TUNING_FILE and
 // LOOM_STREAMING_MIN_BYTES over it key by key, built in for the rest.

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -72,9 +73,11 @@ loom::Bootstrap& bootstrapOf(loomComm_t comm) {
   return reinterpret_cast<loom::Communicator*>(comm)->bootstrap();
 }
 
-// This rank's shm transport, linked to `peer`.
-void connect(loom::Bootstrap& bootstrap, int peer, std::unique_ptr<ShmTransport>* out) {
-  ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {0, 1}, out));
+size_t fifoBytesOf(loomComm_t comm) { return reinterpret_cast<loom::Communicator*>(comm)->config().shmFifoBytes; }
+
+// This rank's shm transport, linked to `peer`, its FIFOs as the communicator's (LOOM_SHM_FIFO_BYTES).
+void connect(loomComm_t comm, int peer, std::unique_ptr<ShmTransport>* out) {
+  ASSERT_STATUS_OK(ShmTransport::create(bootstrapOf(comm), {0, 1}, fifoBytesOf(comm), out));
   auto deadline = loom::Deadline::afterMs(10000);
   ASSERT_STATUS_OK((*out)->connectOut({peer}, deadline));
   ASSERT_STATUS_OK((*out)->acceptIn({peer}, deadline));
@@ -167,7 +170,7 @@ TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
       .set("LOOM_SHM_FIFO_BYTES", std::to_string(fifoBytes));
   loomtest::runRanks(2, mode, [](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
     // Many times the FIFO, so it wraps around thousands of times.
     exchangeAndCheck(transport->link(1 - rank, 0), rank, 6 << 20, 1);
   });
@@ -216,7 +219,7 @@ TEST_P(ShmFallback, RefusedReadsGoThroughTheFifoFromThenOn) {
   env.set("LOOM_SHM_DIRECT", "all").set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin));
   loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
     Link* link = transport->link(1 - rank, 0);
     ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(link, rank, 1 << 20, 1));  // direct reads work
     // As in a container where process_vm_readv is forbidden: the first failure switches
@@ -237,7 +240,7 @@ TEST(ShmFallback, ReceiverWithDirectReadsOffRefusesThem) {
   loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
     if (rank == 1) ::setenv("LOOM_SHM_DIRECT", "none", 1);  // this process only
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1 - rank, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
     exchangeAndCheck(transport->link(1 - rank, 0), rank, 2 << 20, 1);
   });
 }
@@ -254,7 +257,7 @@ TEST_P(ShmConnect, SegmentsAreGoneOnceBothRanksMappedThem) {
   loomtest::runRanks(2, GetParam(), [&dir](loomComm_t comm, int rank) {
     loom::Bootstrap& bootstrap = bootstrapOf(comm);
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(bootstrap, 1 - rank, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
     ASSERT_STATUS_OK(bootstrap.barrier());
     EXPECT_EQ(dir.entries(), std::vector<std::string>());
     ASSERT_NO_FATAL_FAILURE(exchangeAndCheck(transport->link(1 - rank, 0), rank, 1 << 20, 1));
@@ -267,7 +270,7 @@ TEST_P(ShmConnect, ConnectsOncePerPeerAndOnlyToServedPeers) {
     loom::Bootstrap& bootstrap = bootstrapOf(comm);
     int peer = 1 - rank;
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(bootstrap, peer, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, peer, &transport));
     Link* link = transport->link(peer, 0);
     auto deadline = loom::Deadline::afterMs(10000);
     ASSERT_STATUS_OK(transport->connectOut({peer}, deadline));
@@ -280,7 +283,7 @@ TEST_P(ShmConnect, ConnectsOncePerPeerAndOnlyToServedPeers) {
     loom::Status self = transport->connectOut({rank}, deadline);
     EXPECT_EQ(self.code(), loomInternalError) << self.message();
     std::unique_ptr<ShmTransport> none;
-    ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {}, &none));
+    ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {}, fifoBytesOf(comm), &none));
     loom::Status unserved = none->acceptIn({peer}, deadline);
     EXPECT_EQ(unserved.code(), loomInternalError) << unserved.message();
     EXPECT_NE(unserved.message().find("does not serve"), std::string::npos) << unserved.message();
@@ -292,17 +295,37 @@ INSTANTIATE_TEST_SUITE_P(Shm, ShmConnect, ::testing::Values(Mode::kThreads, Mode
                          [](const ::testing::TestParamInfo<Mode>& info) { return loomtest::modeName(info.param); });
 
 TEST(ShmConnect, BadSettingsAreInvalidArguments) {
+  // The FIFO's size is the communicator's to resolve (from the variable or a tuning file).
+  const std::string file = ::testing::TempDir() + "shm_bad_fifo_" + std::to_string(::getpid()) + ".txt";
+  std::FILE* tuning = std::fopen(file.c_str(), "w");
+  ASSERT_NE(tuning, nullptr);
+  std::fputs("shm.fifo_bytes = 12288\n", tuning);
+  std::fclose(tuning);
+  const std::pair<const char*, std::string> badSizes[] = {
+      {"LOOM_SHM_FIFO_BYTES", "5000"}, {"LOOM_SHM_FIFO_BYTES", "2048"}, {"LOOM_SHM_FIFO_BYTES", "lots"},
+      {"LOOM_TUNING_FILE", file}};
+  for (const auto& [name, value] : badSizes) {
+    ScopedEnv env;
+    env.set(name, value);
+    loomComm_t comm = nullptr;
+    EXPECT_EQ(loomCommInitAll(&comm, 1, nullptr), loomInvalidArgument) << name << "=" << value;
+    const std::string message = loomGetLastError(nullptr);
+    EXPECT_NE(message.find(name == std::string("LOOM_TUNING_FILE") ? file + ": shm.fifo_bytes = 12288 is not a power"
+                                                                   : std::string(name)),
+              std::string::npos)
+        << message;
+  }
+  std::remove(file.c_str());
+
   loomComm_t comm = nullptr;
   LOOM_ASSERT_OK(loomCommInitAll(&comm, 1, nullptr), nullptr);
   const std::pair<const char*, const char*> bad[] = {
-      {"LOOM_SHM_FIFO_BYTES", "5000"}, {"LOOM_SHM_FIFO_BYTES", "2048"}, {"LOOM_SHM_FIFO_BYTES", "lots"},
-      {"LOOM_SHM_DIRECT", "2"},        {"LOOM_SHM_DIRECT", "yes"},       {"LOOM_SHM_DIRECT_MIN_BYTES", "0"},
-  };
+      {"LOOM_SHM_DIRECT", "2"}, {"LOOM_SHM_DIRECT", "yes"}, {"LOOM_SHM_DIRECT_MIN_BYTES", "0"}};
   for (const auto& [name, value] : bad) {
     ScopedEnv env;
     env.set(name, value);
     std::unique_ptr<ShmTransport> transport;
-    loom::Status s = ShmTransport::create(bootstrapOf(comm), {0}, &transport);
+    loom::Status s = ShmTransport::create(bootstrapOf(comm), {0}, fifoBytesOf(comm), &transport);
     EXPECT_EQ(s.code(), loomInvalidArgument) << name << "=" << value << ": " << s.message();
     EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
     EXPECT_EQ(transport, nullptr);
@@ -316,7 +339,7 @@ TEST(ShmPeerGone, ClosedPeerIsRemoteErrorAfterItsLastBytes) {
   loomtest::runRanks(2, Mode::kThreads, [](loomComm_t comm, int rank) {
     loom::Bootstrap& bootstrap = bootstrapOf(comm);
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(bootstrap, 1 - rank, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
     Link* link = transport->link(1 - rank, 0);
     char bytes[100] = "last words";
     if (rank == 1) {
@@ -364,7 +387,7 @@ TEST_P(ShmDeadPeer, BecomesRemoteErrorQuickly) {
     loomComm_t comm = nullptr;
     if (loomCommInitRank(&comm, 2, id, 1) != loomSuccess) ::_exit(2);
     std::unique_ptr<ShmTransport> transport;
-    if (!ShmTransport::create(bootstrapOf(comm), {0}, &transport).isOk()) ::_exit(3);
+    if (!ShmTransport::create(bootstrapOf(comm), {0}, fifoBytesOf(comm), &transport).isOk()) ::_exit(3);
     auto deadline = loom::Deadline::afterMs(10000);
     if (!transport->acceptIn({0}, deadline).isOk()) ::_exit(4);
     char hello[1000] = "alive";
@@ -376,7 +399,7 @@ TEST_P(ShmDeadPeer, BecomesRemoteErrorQuickly) {
   loomComm_t comm = nullptr;
   LOOM_ASSERT_OK(loomCommInitRank(&comm, 2, id, 0), nullptr);
   std::unique_ptr<ShmTransport> transport;
-  ASSERT_NO_FATAL_FAILURE(connect(bootstrapOf(comm), 1, &transport));
+  ASSERT_NO_FATAL_FAILURE(connect(comm, 1, &transport));
   Link* link = transport->link(1, 0);
   char hello[1000];
   size_t received = 0;
@@ -556,7 +579,7 @@ TEST(ShmFullTmpfs, IsASystemErrorThatSaysHowMuchAndHowToFixIt) {
         // made in the default directory).
         ::setenv("LOOM_SHM_DIR", dir.path().c_str(), 1);
         std::unique_ptr<ShmTransport> transport;
-        loom::Status s = ShmTransport::create(bootstrapOf(comms[0]), {1}, &transport);
+        loom::Status s = ShmTransport::create(bootstrapOf(comms[0]), {1}, fifoBytesOf(comms[0]), &transport);
         if (s.isOk()) s = transport->connectOut({1}, loom::Deadline::afterMs(10000));
         report = std::to_string(s.code()) + " " + s.message();
         // The segment that did not fit must not stay behind either.

@@ -507,15 +507,41 @@ TEST(Calibrate, WritesATuningFileThatLoads) {
   const Result text = run("cat " + file);
   for (const char* key : {"intra.latency_us = ", "intra.gbps = ", "reduce.gbps = ", "copy.gbps = ",
                           "oneshot.latency_us = ", "mem.gbps = ", "streaming.gbps = ",
-                          "streaming.min_bytes = 1048576\n"}) {
+                          "streaming.min_bytes = 1048576\n", "chunk.bytes = ", "shm.fifo_bytes = "}) {
     EXPECT_TRUE(has(text.out, key)) << key << "\n" << text.out;
   }
+  // Every candidate size timed against the built-in one, at 64 KiB, 512 KiB and 2 MiB.
+  EXPECT_TRUE(has(r.out, "chunk.bytes 512 KiB: 1.000 of the built-in's time (64 KiB ")) << r.out;
+  EXPECT_TRUE(has(r.out, "shm.fifo_bytes 4 MiB: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "socket.sndbuf: no Loom sockets between these ranks, not measured")) << r.out;
+  EXPECT_FALSE(has(text.out, "socket.sndbuf")) << text.out;
   const Result predicted = run("LOOM_TUNING_FILE=" + file + " " + envPath("LOOM_TOPO") +
                                " --predict allreduce --ranks 2");
   EXPECT_EQ(predicted.status, 0) << predicted.out;
   EXPECT_TRUE(has(predicted.out, "LOOM_TUNING_FILE (" + file + "): intra.latency_us = ")) << predicted.out;
   // A sweep under the calibrated constants runs and checks out.
   const Result tuned = run("LOOM_TUNING_FILE=" + file + " " + loomrun(2) + perf() + " allreduce -b 8 -e 64K -f 64 -n 2");
+  EXPECT_EQ(tuned.status, 0) << tuned.out;
+  EXPECT_TRUE(has(tuned.out, "# Out of bounds values : 0 OK")) << tuned.out;
+  std::remove(file.c_str());
+}
+
+// Over sockets alone the send buffer is measured and the FIFO is not; Loom takes both sizes
+// from the file.
+TEST(Calibrate, MeasuresTheSocketSendBufferWhereSocketsCarry) {
+  const std::string file = ::testing::TempDir() + "loom_perf_test_socket_tuning_" + std::to_string(getpid()) + ".txt";
+  const Result r =
+      run("LOOM_TRANSPORTS=socket LOOM_STREAMING_MIN_BYTES=1048576 " + loomrun(2) + perf() + " --calibrate " + file);
+  EXPECT_EQ(r.status, 0) << r.out;
+  EXPECT_TRUE(has(r.out, "socket.sndbuf 0: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "socket.sndbuf 1 MiB: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "shm.fifo_bytes: no shared memory between these ranks, not measured")) << r.out;
+  const Result text = run("cat " + file);
+  EXPECT_TRUE(has(text.out, "chunk.bytes = ")) << text.out;
+  EXPECT_TRUE(has(text.out, "socket.sndbuf = ")) << text.out;
+  EXPECT_FALSE(has(text.out, "shm.fifo_bytes")) << text.out;
+  const Result tuned = run("LOOM_TRANSPORTS=socket LOOM_TUNING_FILE=" + file + " " + loomrun(2) + perf() +
+                           " allreduce -b 8 -e 1M -f 64 -n 2");
   EXPECT_EQ(tuned.status, 0) << tuned.out;
   EXPECT_TRUE(has(tuned.out, "# Out of bounds values : 0 OK")) << tuned.out;
   std::remove(file.c_str());

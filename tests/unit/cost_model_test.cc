@@ -467,6 +467,55 @@ TEST(TuningFile, LoadsOnlyTheKeysPresent) {
   EXPECT_EQ(tuningText(loaded, {"inter.gbps", "copy.gbps"}), "inter.gbps = 3.5\ncopy.gbps = 13\n");
 }
 
+// The data-path sizes travel beside the constants: read into DataPathSizes (never into the
+// profile or the keys read), written back by saveTuningFile, refused like any size.
+TEST(TuningFile, CarriesTheDataPathSizes) {
+  const std::string path = writeFile("sizes",
+                                     "# loom tuning file v1\n"
+                                     "chunk.bytes = 262144\n"
+                                     "intra.gbps = 7\n"
+                                     "socket.sndbuf = 0   # the kernel's autotuning\n");
+  RemoveAtEnd cleanup{path};
+  CommProfile loaded = CommProfile::defaults(2, 1);
+  std::vector<std::string> keys;
+  loom::DataPathSizes sizes;
+  Status status = loadTuningFile(path, &loaded, &keys, &sizes);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(sizes.chunkBytes, 262144);
+  EXPECT_EQ(sizes.shmFifoBytes, -1);
+  EXPECT_EQ(sizes.socketSendBuffer, 0);
+  EXPECT_EQ(keys, std::vector<std::string>{"intra.gbps"});
+  CommProfile expected = CommProfile::defaults(2, 1);
+  expected.intra.gbps = 7;
+  expectSameConstants(loaded, expected);
+  // Without a place for them they are checked and skipped.
+  CommProfile again = CommProfile::defaults(2, 1);
+  ASSERT_TRUE(loadTuningFile(path, &again).isOk());
+  expectSameConstants(again, expected);
+  EXPECT_EQ(loom::dataPathText(sizes), "chunk.bytes = 262144\nsocket.sndbuf = 0\n");
+
+  const std::string saved = tempPath("sizes_saved");
+  RemoveAtEnd cleanupSaved{saved};
+  loom::DataPathSizes written;
+  written.shmFifoBytes = 4 << 20;
+  ASSERT_TRUE(saveTuningFile(saved, expected, "", {"intra.gbps"}, "", written).isOk());
+  EXPECT_EQ(readFile(saved), "# loom tuning file v1\nintra.gbps = 7\nshm.fifo_bytes = 4194304\n");
+  loom::DataPathSizes read;
+  ASSERT_TRUE(loadTuningFile(saved, &again, nullptr, &read).isOk());
+  EXPECT_EQ(read.shmFifoBytes, 4 << 20);
+  EXPECT_EQ(read.chunkBytes, -1);
+
+  // A bad line leaves the sizes untouched too.
+  const std::string bad = writeFile("sizes_bad", "chunk.bytes = 8192\nshm.fifo_bytes = 1.5\n");
+  RemoveAtEnd cleanupBad{bad};
+  loom::DataPathSizes untouched;
+  status = loadTuningFile(bad, &again, nullptr, &untouched);
+  EXPECT_EQ(status.code(), loomInvalidArgument);
+  EXPECT_NE(status.message().find(":2: shm.fifo_bytes = 1.5: expected a whole number of bytes"), std::string::npos)
+      << status.message();
+  EXPECT_EQ(untouched.chunkBytes, -1);
+}
+
 // Loads `text` and returns the error's message; the profile must come back untouched.
 std::string loadError(const std::string& name, const std::string& text) {
   const std::string path = writeFile(name, text);
