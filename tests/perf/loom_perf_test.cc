@@ -568,6 +568,13 @@ TEST(TuningFile, ABadFileFailsCommunicatorCreationSayingWhere) {
   const Result r = run("LOOM_TUNING_FILE=" + file + " " + loomrun(2) + perf() + " allreduce -b 8 -e 8 -n 1");
   EXPECT_NE(r.status, 0);
   EXPECT_TRUE(has(r.out, file + ":1: intra.gbps = \"fast\" is not a number")) << r.out;
+  // A size the data path cannot take, as its variable could not.
+  std::ofstream(file) << "chunk.bytes = 100\n";
+  const Result small = run("LOOM_TUNING_FILE=" + file + " " + loomrun(2) + perf() + " allreduce -b 8 -e 8 -n 1");
+  EXPECT_NE(small.status, 0);
+  EXPECT_TRUE(has(small.out, "tuning file " + file + ": chunk.bytes = 100 is out of range [4096, 1073741824] (as "
+                                                     "LOOM_CHUNK_SIZE)"))
+      << small.out;
   std::remove(file.c_str());
 }
 
