@@ -7,7 +7,11 @@
 # first (measured now if this machine has none).
 #
 #   perf/calibration_check.sh [--ranks N] [--rounds R] [--min-time S] [--sizes "1048576 ..."]
-#                             [--builddir DIR] [--out DIR] [--markdown FILE]
+#                             [--builddir DIR] [--out DIR] [--markdown FILE] [--tuning FILE]
+#
+# --tuning FILE: the "calibrated" runs take LOOM_TUNING_FILE=FILE (written by loom-perf
+# --calibrate, e.g. holding only its data-path sizes) and the "built-in" runs none; the
+# machine calibration serves both.
 #
 # A shared virtual machine runs several times slower for a minute at a time: both variants of
 # a size are measured within seconds of each other, and each figure is the best of the rounds.
@@ -21,7 +25,19 @@ sizes="1048576 4194304 8388608 16777216 33554432 67108864 134217728"
 builddir=build-perf
 # shellcheck source=perf/check_args.sh
 . perf/check_args.sh
-checkArgs calibration_check "$@"
+tuning=""
+common=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = --tuning ]; then
+    tuning="$2"
+    shift 2
+  else
+    common+=("$1")
+    shift
+  fi
+done
+[ -z "$tuning" ] || [ -r "$tuning" ] || { echo "calibration_check.sh: cannot read $tuning" >&2; exit 2; }
+checkArgs calibration_check "${common[@]}"
 
 # shellcheck source=perf/measured_build.sh
 . perf/measured_build.sh
@@ -29,7 +45,8 @@ measuredBuild "$builddir"
 ninja -C "$builddir" tools/loomrun/loomrun perf/loom-perf >/dev/null
 loomrun="$builddir/tools/loomrun/loomrun"
 perf="$builddir/perf/loom-perf"
-export LOOM_TRANSPORTS=shm
+# Over shared memory unless the caller says otherwise.
+export LOOM_TRANSPORTS="${LOOM_TRANSPORTS:-shm}"
 
 # The calibration the default runs take (and its cost, when this is the first use).
 LOOM_DEBUG=INFO "$loomrun" -n "$ranks" "$perf" allreduce -b 8 -e 8 -n 1 -w 0 2>&1 |
@@ -44,17 +61,22 @@ for round in $(seq 1 "$rounds"); do
     ((round % 2 == 0)) && variants=(builtin calibrated)
     for variant in "${variants[@]}"; do
       calibration=1
-      [ "$variant" = builtin ] && calibration=0
+      file=""
+      if [ -n "$tuning" ]; then
+        [ "$variant" = calibrated ] && file="$tuning"
+      elif [ "$variant" = builtin ]; then
+        calibration=0
+      fi
       csv="$out/$variant-round$round-$size.csv"
       # shellcheck disable=SC2086  # flags is a list of arguments
-      LOOM_MACHINE_CALIBRATION=$calibration "$loomrun" -n "$ranks" "$perf" allreduce -b "$size" -e "$size" $flags \
-        --csv "$csv" > /dev/null
+      LOOM_MACHINE_CALIBRATION=$calibration LOOM_TUNING_FILE="$file" "$loomrun" -n "$ranks" "$perf" allreduce \
+        -b "$size" -e "$size" $flags --csv "$csv" > /dev/null
       csvs+=("$csv")
     done
   done
   echo "round $round of $rounds done" >&2
 done
 
-args=(--ranks "$ranks" --csv "${csvs[@]}")
+args=(--ranks "$ranks" --transports "$LOOM_TRANSPORTS" --csv "${csvs[@]}")
 [ -n "$markdown" ] && args+=(--markdown "$markdown")
 python3 perf/calibration_table.py "${args[@]}"

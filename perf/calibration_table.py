@@ -36,10 +36,11 @@ def main():
     p.add_argument("--ranks", type=int, required=True)
     p.add_argument("--csv", nargs="+", required=True)
     p.add_argument("--markdown")
+    p.add_argument("--transports", default="shm", help="LOOM_TRANSPORTS of the runs")
     args = p.parse_args()
     best = read_best(args.csv)
     sizes = sorted({size for (_, _, size) in best})
-    lines = [f"{args.ranks} ranks, float32 sum over shared memory; best round per size; busbw in GB/s",
+    lines = [f"{args.ranks} ranks, float32 sum, LOOM_TRANSPORTS={args.transports}; best round per size; busbw in GB/s",
              "",
              "| size | mode | calibrated µs | built-in µs | calibrated busbw | built-in busbw | built-in / calibrated |",
              "|---:|---|---:|---:|---:|---:|---:|"]

@@ -42,52 +42,49 @@ std::string bytesText(size_t bytes) {
 // Timed calls per measurement: a few milliseconds' worth, at least 3.
 int itersFor(size_t bytes) { return static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / bytes, 3, 50)); }
 
-// The candidate whose calls are fastest against the built-in value's, on communicators
-// created under `fixed` plus the candidate. Every round creates each candidate's communicator
-// once, starting at a different candidate, so a slow phase of the machine falls on all alike.
-long long choose(loomComm_t comm, const SizesJob& job, const Candidates& c, const Settings& fixed,
-                 const std::vector<size_t>& calls) {
+// One communicator setting to time: `size`'s variable at `value` (the built-in value's entry
+// stands for every size's).
+struct Trial {
+  const Candidates* size;
+  long long value;
+  std::vector<double> best;  // per call size, µs: the fastest round
+};
+
+std::string valueText(long long value) { return value == 0 ? "0" : bytesText(static_cast<size_t>(value)); }
+
+// Each size's candidate whose calls are fastest against the built-in values', or the built-in
+// value unless one is kMargin faster; rank 0 prints every candidate's times.
+long long choose(const Candidates& c, const std::vector<Trial>& trials, const Trial& builtIns,
+                 const std::vector<size_t>& calls, int rank) {
   const long long defaultValue = builtIn(c.variable);
-  const size_t n = c.values.size();
-  const size_t defaultIndex =
-      static_cast<size_t>(std::find(c.values.begin(), c.values.end(), defaultValue) - c.values.begin());
-  if (defaultIndex == n) fatal("--calibrate: %s's built-in %lld is not among its candidates", c.key, defaultValue);
-  std::vector<std::vector<double>> best(n, std::vector<double>(calls.size(), HUGE_VAL));
-  for (int round = 0; round < job.rounds; ++round) {
-    for (size_t k = 0; k < n; ++k) {
-      const size_t i = (k + static_cast<size_t>(round)) % n;
-      Settings settings = fixed;
-      settings.emplace_back(c.variable, std::to_string(c.values[i]));
-      ScopedComm candidate(comm, job.rank, job.nranks, settings);
-      for (size_t j = 0; j < calls.size(); ++j) {
-        best[i][j] = std::min(best[i][j], allReduceUs(candidate.get(), calls[j], itersFor(calls[j])));
-      }
-    }
-  }
-  size_t chosen = defaultIndex;
+  long long chosen = defaultValue;
   double chosenRatio = 1.0;
-  for (size_t i = 0; i < n; ++i) {
+  for (long long value : c.values) {
+    const Trial* trial = &builtIns;
+    for (const Trial& t : trials) {
+      if (t.size == &c && t.value == value) trial = &t;
+    }
     double ratio = 0;
-    for (size_t j = 0; j < calls.size(); ++j) ratio += best[i][j] / best[defaultIndex][j];
+    for (size_t j = 0; j < calls.size(); ++j) ratio += trial->best[j] / builtIns.best[j];
     ratio /= static_cast<double>(calls.size());
-    if (job.rank == 0) {
+    if (rank == 0) {
       std::string times;
       for (size_t j = 0; j < calls.size(); ++j) {
-        times += (j ? ", " : "") + bytesText(calls[j]) + " " + std::to_string(static_cast<long long>(best[i][j])) + " us";
+        times += (j ? ", " : "") + bytesText(calls[j]) + " " + std::to_string(static_cast<long long>(trial->best[j])) +
+                 " us";
       }
-      std::printf("#   %s %s: %.3f of the built-in's time (%s)\n", c.key,
-                  c.values[i] == 0 ? "0" : bytesText(static_cast<size_t>(c.values[i])).c_str(), ratio, times.c_str());
+      std::printf("#   %s %s: %.3f of the built-in's time (%s)\n", c.key, valueText(value).c_str(), ratio, times.c_str());
     }
     if (ratio < chosenRatio && ratio < 1.0 - kMargin) {
-      chosen = i;
+      chosen = value;
       chosenRatio = ratio;
     }
   }
-  if (job.rank == 0) {
-    std::printf("#   %s = %lld (%s)\n", c.key, c.values[chosen],
-                chosen == defaultIndex ? "built in: no other value was 3% faster" : "fastest");
+  if (rank == 0) {
+    std::printf("#   %s = %lld (%s)\n", c.key, chosen,
+                chosen == defaultValue ? "built in: no other value was 3% faster" : "fastest");
   }
-  return c.values[chosen];
+  return chosen;
 }
 
 }  // namespace
@@ -96,24 +93,45 @@ loom::DataPathSizes calibrateSizes(loomComm_t comm, const SizesJob& job) {
   // Calls inside the cache, at its edge and past it, where the pipeline's pieces matter.
   const size_t pastCache = job.pastCache > 0 ? job.pastCache : size_t{64} << 20;
   const std::vector<size_t> calls = {std::max<size_t>(64 << 10, pastCache / 32), pastCache / 4, pastCache};
-  loom::DataPathSizes sizes;
-  sizes.chunkBytes = choose(comm, job, {"chunk.bytes", "LOOM_CHUNK_SIZE", {128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20}},
-                            {}, calls);
-  const Settings chunk = {{"LOOM_CHUNK_SIZE", std::to_string(sizes.chunkBytes)}};
+  const Candidates chunk{"chunk.bytes", "LOOM_CHUNK_SIZE", {128 << 10, 256 << 10, 512 << 10, 1 << 20, 2 << 20}};
+  const Candidates fifo{"shm.fifo_bytes", "LOOM_SHM_FIFO_BYTES", {256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20}};
+  const Candidates sendBuffer{"socket.sndbuf", "LOOM_SOCKET_SNDBUF", {0, 128 << 10, 256 << 10, 512 << 10, 1 << 20}};
+  std::vector<const Candidates*> measured = {&chunk};
   if (job.sharedMemory) {
-    sizes.shmFifoBytes = choose(comm, job,
-                                {"shm.fifo_bytes", "LOOM_SHM_FIFO_BYTES", {256 << 10, 512 << 10, 1 << 20, 2 << 20, 4 << 20}},
-                                chunk, calls);
+    measured.push_back(&fifo);
   } else if (job.rank == 0) {
     std::printf("#   shm.fifo_bytes: no shared memory between these ranks, not measured\n");
   }
   if (job.sockets) {
-    sizes.socketSendBuffer = choose(comm, job,
-                                    {"socket.sndbuf", "LOOM_SOCKET_SNDBUF", {0, 128 << 10, 256 << 10, 512 << 10, 1 << 20}},
-                                    chunk, calls);
+    measured.push_back(&sendBuffer);
   } else if (job.rank == 0) {
     std::printf("#   socket.sndbuf: no Loom sockets between these ranks, not measured\n");
   }
+  // One trial with every size built in, and one per other candidate value, each varying one
+  // size from there. All of them take turns in every round, each round starting at another:
+  // a slow phase of the machine falls on all alike instead of on one size's candidates.
+  std::vector<Trial> trials = {{nullptr, 0, std::vector<double>(calls.size(), HUGE_VAL)}};
+  for (const Candidates* c : measured) {
+    for (long long value : c->values) {
+      if (value != builtIn(c->variable)) trials.push_back({c, value, std::vector<double>(calls.size(), HUGE_VAL)});
+    }
+  }
+  for (int round = 0; round < job.rounds; ++round) {
+    for (size_t k = 0; k < trials.size(); ++k) {
+      Trial& trial = trials[(k + static_cast<size_t>(round)) % trials.size()];
+      Settings settings;
+      if (trial.size != nullptr) settings.emplace_back(trial.size->variable, std::to_string(trial.value));
+      ScopedComm candidate(comm, job.rank, job.nranks, settings);
+      for (size_t j = 0; j < calls.size(); ++j) {
+        trial.best[j] = std::min(trial.best[j], allReduceUs(candidate.get(), calls[j], itersFor(calls[j])));
+      }
+    }
+  }
+  const std::vector<Trial> varied(trials.begin() + 1, trials.end());
+  loom::DataPathSizes sizes;
+  sizes.chunkBytes = choose(chunk, varied, trials[0], calls, job.rank);
+  if (job.sharedMemory) sizes.shmFifoBytes = choose(fifo, varied, trials[0], calls, job.rank);
+  if (job.sockets) sizes.socketSendBuffer = choose(sendBuffer, varied, trials[0], calls, job.rank);
   return sizes;
 }
 
