@@ -231,7 +231,7 @@ Schedule ringPasses(int passes, bool reduces, double bytes, const CommProfile& p
   s.channels = channels;
   s.direct = passes == 1 && !reduces ? steps : 0;
   s.directSpan = std::min(s.stepBytes, static_cast<double>(p.sliceBytes) * channels);
-  if (passes == 2 && p.nhosts == 1 && !p.device) s.memoryShare = 2.0 / 2.5;
+  if (passes == 2 && ringsSliceBySlice(p)) s.memoryShare = 2.0 / 2.5;
   return s;
 }
 
@@ -446,6 +446,7 @@ CommProfile CommProfile::defaults(int nranks, int nhosts) {
   p.streamingGbps = 6.0;
   p.directGbps = 10.0;
   p.channels = nhosts > 1 ? 2 : 1;
+  p.sharedMemory = nhosts == 1;
   // The plan kernel's (deviceDefaults), kept in host profiles too so that every profile's
   // tuning file holds valid figures; host calls never run low latency.
   p.lowLatency = {1.0, 100.0};

@@ -61,6 +61,9 @@ struct CommProfile {
   // reads there.
   bool device = false;
   LinkCost lowLatency;
+  // Every rank on one host, joined by shared memory (the one-shot board's condition; not
+  // where LOOM_TRANSPORTS leaves shared memory out).
+  bool sharedMemory = false;
 
   // Built-in constants (typical figures, cost_model.cc says where each comes from) for
   // `nranks` ranks over `nhosts` hosts, until calibration (tuning_file.h) replaces them.
@@ -70,6 +73,12 @@ struct CommProfile {
 
   int ranksPerHost() const;
 };
+
+// Whether a ring allreduce takes each slice through all its steps before the next
+// (CollectiveArgs::sliceBySlice), so that the executor forwards what it reduces from the
+// cache: a host communicator whose links are all shared memory. Both ends of a link must
+// order its steps alike, and this is the same on every rank.
+inline bool ringsSliceBySlice(const CommProfile& p) { return p.sharedMemory && !p.device; }
 
 // How a rank stores what it receives and reduces. kSimple: plain stores, which keep the
 // result in the cache. kStreaming: non-temporal stores, which skip reading each destination

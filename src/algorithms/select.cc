@@ -199,7 +199,7 @@ Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSe
   // (CollectiveArgs::sliceBySlice): in place, every line it writes it has just read, so
   // plain stores keep up with the streaming protocol's prediction and beat it (10% at 128
   // MiB): streaming stores would throw those lines out. LOOM_PROTO=streaming still forces it.
-  const bool writesCached = shape.info.inPlace && shape.oneHost && !profile.device && algorithm == Algorithm::kRing &&
+  const bool writesCached = shape.info.inPlace && ringsSliceBySlice(profile) && algorithm == Algorithm::kRing &&
                             shape.info.kind == CallInfo::Kind::kAllReduce;
   if (writesCached && best.protocol == Protocol::kStreaming && protocols.allows(Protocol::kSimple)) {
     best.protocol = Protocol::kSimple;

@@ -146,9 +146,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   // communicator's links are its FIFO connections, one set per channel.
   int links = plan.deviceMemory ? deviceChannels(comm, choice.algorithm) : comm.transport().linksPerPeer();
   args.channels = config.channels > 0 ? config.channels : channelsFor(bytes, args.sliceBytes, links, plan.deviceMemory);
-  // Every link shared memory (the board's condition, the same on every rank: both ends of a
-  // link must order its steps alike), whose sends the executor forwards from its cache.
-  args.sliceBySlice = !plan.deviceMemory && comm.board() != nullptr;
+  args.sliceBySlice = ringsSliceBySlice(comm.profile());
   args.info.streaming = choice.protocol == Protocol::kStreaming;
   args.info.lowLatency = choice.protocol == Protocol::kLowLatency;
 

@@ -428,6 +428,7 @@ Status Communicator::agreeOnProfile() {
                   : device             ? config_.deviceChannels
                                        : transport_->linksPerPeer();
   mine.channelsFixed = config_.channels > 0;
+  mine.sharedMemory = board_ != nullptr;
   // Every rank takes rank 0's constants (ranks that chose differently would run different
   // plans and wait on each other forever), so only rank 0 builds them. A device
   // communicator's kernel neither streams nor runs on the host's caches: no calibration.

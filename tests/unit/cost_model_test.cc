@@ -297,6 +297,21 @@ TEST(CostModel, StreamingOnlyFromItsThreshold) {
   EXPECT_TRUE(std::isinf(predictUs(Kind::kAllReduce, Algorithm::kRing, Protocol::kStreaming, size_t{1} << 30, p)));
 }
 
+// The ring allreduce forwards what it reduces from the cache only where every link is shared
+// memory: past the cache it then moves 2 bytes of memory traffic per busbw byte, not 2.5.
+TEST(CostModel, RingAllReduceForwardsOnlyOverSharedMemory) {
+  const CommProfile shm = CommProfile::defaults(2, 1);
+  EXPECT_TRUE(ringsSliceBySlice(shm));
+  CommProfile sockets = shm;  // LOOM_TRANSPORTS=socket on one host
+  sockets.sharedMemory = false;
+  EXPECT_FALSE(ringsSliceBySlice(sockets));
+  EXPECT_FALSE(ringsSliceBySlice(CommProfile::defaults(4, 2)));
+  EXPECT_FALSE(ringsSliceBySlice(CommProfile::deviceDefaults(2, 1)));
+  const size_t past = 2 * shm.streamingMinBytes, cached = size_t{1} << 20;
+  EXPECT_LT(allReduceUs(Algorithm::kRing, past, shm), allReduceUs(Algorithm::kRing, past, sockets));
+  EXPECT_EQ(allReduceUs(Algorithm::kRing, cached, shm), allReduceUs(Algorithm::kRing, cached, sockets));
+}
+
 // Device communicators: low latency wins small calls where its alpha is the smaller (a
 // calibrated GPU's figures, here NCCL-like ones) and simple large ones (its bandwidth); the
 // built-in figures, measured on an H100 where ll was no faster, never pick it. Neither
