@@ -42,8 +42,8 @@ std::string bytesText(size_t bytes) {
 // Timed calls per measurement: a few milliseconds' worth, at least 3.
 int itersFor(size_t bytes) { return static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / bytes, 3, 50)); }
 
-// One communicator setting to time: `size`'s variable at `value` (the built-in value's entry
-// stands for every size's).
+// One setting to time a communicator with: `size`'s variable at `value`, or (size null)
+// every size built in.
 struct Trial {
   const Candidates* size;
   long long value;
@@ -52,8 +52,8 @@ struct Trial {
 
 std::string valueText(long long value) { return value == 0 ? "0" : bytesText(static_cast<size_t>(value)); }
 
-// Each size's candidate whose calls are fastest against the built-in values', or the built-in
-// value unless one is kMargin faster; rank 0 prints every candidate's times.
+// The value of `c` whose calls are fastest against `builtIns`' (every size built in), the
+// built-in value unless another is kMargin faster; rank 0 prints every value's times.
 long long choose(const Candidates& c, const std::vector<Trial>& trials, const Trial& builtIns,
                  const std::vector<size_t>& calls, int rank) {
   const long long defaultValue = builtIn(c.variable);
@@ -127,11 +127,10 @@ loom::DataPathSizes calibrateSizes(loomComm_t comm, const SizesJob& job) {
       }
     }
   }
-  const std::vector<Trial> varied(trials.begin() + 1, trials.end());
   loom::DataPathSizes sizes;
-  sizes.chunkBytes = choose(chunk, varied, trials[0], calls, job.rank);
-  if (job.sharedMemory) sizes.shmFifoBytes = choose(fifo, varied, trials[0], calls, job.rank);
-  if (job.sockets) sizes.socketSendBuffer = choose(sendBuffer, varied, trials[0], calls, job.rank);
+  sizes.chunkBytes = choose(chunk, trials, trials[0], calls, job.rank);
+  if (job.sharedMemory) sizes.shmFifoBytes = choose(fifo, trials, trials[0], calls, job.rank);
+  if (job.sockets) sizes.socketSendBuffer = choose(sendBuffer, trials, trials[0], calls, job.rank);
   return sizes;
 }
 
