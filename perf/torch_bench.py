@@ -1,20 +1,23 @@
 #!/usr/bin/env python3
 """torch.distributed on "loom" beside "gloo" and beside Loom's own C API, in one run.
 
-    PYTHONPATH=build/python /usr/bin/python3 perf/torch_bench.py [--ranks 2] [--rounds 3]
+    PYTHONPATH=build/python /usr/bin/python3 perf/torch_bench.py [--ranks 2] [--rounds 3] [--batch 1]
                                                                  [--only allreduce|ddp] [--out FILE]
 
 1. all_reduce busbw (float32, in place) from 8 B to 128 MiB through the backend "loom" and
    through "gloo", and Loom's C API on the same sizes (build/perf/loom-perf under loomrun);
    busbw = 2 (n-1)/n x bytes / time, as nccl-tests and loom-perf count it; the best of the
    rounds, which run the three in turn.
-2. DDP training step time on a model with 48 MiB of gradients (allreduce-bound), on 1 rank
+2. DDP training step time on a model with 48 MiB of gradients, on 1 rank
    and on `--ranks` ranks with each backend, every rank computing with the cores the n-rank
    run leaves it. The step's communication time is the n-rank step minus the 1-rank step (the
    issue's target: loom's at most a third of gloo's). Each run alternates steps with and
    without gradient synchronisation (DDP's no_sync) and takes their medians' difference, so
    what differs between runs cancels; the n-rank difference minus the 1-rank one (DDP's own
-   bucket copies) is the communication. Median over the rounds, with their range.
+   bucket copies) is the communication. Median over the rounds, with their range. The batch
+   (`--batch`, 1 by default) keeps the step allreduce-bound, as the issue asks: with 16 rows
+   a step computed for 0.4-0.6 s on a 2-core VM (Debian's torch has a generic BLAS), and
+   its run-to-run spread was larger than the whole communication.
 
 Prints Markdown tables (and writes them to --out). CPU and rank count belong beside every
 figure: the script prints the CPU model.
@@ -64,7 +67,7 @@ def allreduce_times(rank, size, port, backend, out):
     dist.destroy_process_group()
 
 
-def ddp_step_time(rank, size, port, backend, out, threads, pairs=15):
+def ddp_step_time(rank, size, port, backend, out, threads, batch, pairs=15):
     """Median step time with gradient synchronisation and without (DDP's no_sync), the two
     interleaved in one process: their difference is the step's communication time, free of
     what differs between separate runs (placement, the VM's phases), which on a 2-core VM
@@ -79,7 +82,7 @@ def ddp_step_time(rank, size, port, backend, out, threads, pairs=15):
     model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(3)])
     ddp = torch.nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
-    x = torch.randn(16, 2048)
+    x = torch.randn(batch, 2048)
 
     def step():
         start = time.perf_counter()
@@ -150,7 +153,7 @@ def allreduce_table(n, rounds):
     return lines
 
 
-def ddp_table(n, rounds):
+def ddp_table(n, rounds, batch):
     threads = max(1, (os.cpu_count() or 1) // n)
     comm = {"loom": [], "gloo": []}
     rows = []
@@ -158,13 +161,14 @@ def ddp_table(n, rounds):
         for backend in ("loom", "gloo"):
             medians = {}  # ranks -> (synced step, no_sync step)
             for size in (1, n):
-                for (_, _, sync, local) in spawn(ddp_step_time, size, free_port(), backend, threads):
+                for (_, _, sync, local) in spawn(ddp_step_time, size, free_port(), backend, threads, batch):
                     medians[size] = (sync, local)
             own = {size: sync - local for size, (sync, local) in medians.items()}
             comm[backend].append(own[n] - own[1])
             rows.append(f"| {r + 1} | {backend} | {medians[1][0]:.3f} | {medians[1][1]:.3f} | {medians[n][0]:.3f} | "
                         f"{medians[n][1]:.3f} | {comm[backend][-1]:.4f} |")
-    lines = [f"DDP step, 48 MiB of float32 gradients, {threads} compute thread(s) per rank: median step s", "",
+    lines = [f"DDP step, 48 MiB of float32 gradients, batch {batch}, {threads} compute thread(s) per rank: "
+             "median step s", "",
              f"| round | backend | 1 rank synced | 1 rank no_sync | {n} ranks synced | {n} ranks no_sync | communication s |",
              "|---:|---|---:|---:|---:|---:|---:|"] + rows
     med = {b: statistics.median(v) for b, v in comm.items()}
@@ -179,6 +183,7 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=("allreduce", "ddp"))
+    parser.add_argument("--batch", type=int, default=1, help="rows of the DDP model's input")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     n = args.ranks
@@ -186,7 +191,7 @@ def main():
     if args.only != "ddp":
         lines += allreduce_table(n, args.rounds) + [""]
     if args.only != "allreduce":
-        lines += ddp_table(n, args.rounds)
+        lines += ddp_table(n, args.rounds, args.batch)
     text = "\n".join(lines)
     print(text)
     if args.out:
