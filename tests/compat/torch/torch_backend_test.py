@@ -15,9 +15,13 @@ Prints one line per case and rank count, then "N passed, N failed"; exits 1 on a
 """
 import argparse
 import datetime
+import faulthandler
 import os
 import random
+import shutil
+import signal
 import socket
+import subprocess
 import sys
 import time
 import traceback
@@ -57,6 +61,8 @@ def free_port():
 
 
 def init(rank, size, port, backend="loom", timeout_s=30):
+    # SIGUSR1 prints every Python thread's stack: spawn sends it to a rank that hangs.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=size, timeout=datetime.timedelta(seconds=timeout_s))
 
@@ -389,6 +395,14 @@ def spawn(fn, size, args):
     for p in procs:
         p.join(150)
         if p.is_alive():
+            # A rank that hangs says where before it goes: its Python threads (faulthandler,
+            # armed in init) and, where gdb exists, its native ones.
+            os.kill(p.pid, signal.SIGUSR1)
+            time.sleep(1)
+            if shutil.which("gdb"):
+                stacks = subprocess.run(["gdb", "-p", str(p.pid), "-batch", "-ex", "thread apply all bt 30"],
+                                        capture_output=True, text=True, timeout=60)
+                print(f"rank process {p.pid} hung; its native stacks:\n{stacks.stdout[-20000:]}", flush=True)
             p.kill()
     out = []
     while not results.empty():
