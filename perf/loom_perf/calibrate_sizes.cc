@@ -12,6 +12,7 @@
 #include "base/env.h"
 #include "calibrate_comm.h"
 #include "fatal.h"
+#include "plot/svg_plot.h"
 
 namespace loomperf {
 namespace {
@@ -33,12 +34,6 @@ long long builtIn(const char* variable) {
   fatal("--calibrate: %s is not a Loom variable", variable);
 }
 
-std::string bytesText(size_t bytes) {
-  if (bytes >= (size_t{1} << 20) && bytes % (size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
-  if (bytes >= 1024 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
-  return std::to_string(bytes) + " B";
-}
-
 // Timed calls per measurement: a few milliseconds' worth, at least 3.
 int itersFor(size_t bytes) { return static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / bytes, 3, 50)); }
 
@@ -50,7 +45,9 @@ struct Trial {
   std::vector<double> best;  // per call size, µs: the fastest round
 };
 
-std::string valueText(long long value) { return value == 0 ? "0" : bytesText(static_cast<size_t>(value)); }
+std::string valueText(long long value) {
+  return value == 0 ? "0" : loomplot::sizeLabel(static_cast<double>(value));
+}
 
 // The value of `c` whose calls are fastest against `builtIns`' (every size built in), the
 // built-in value unless another is kMargin faster; rank 0 prints every value's times.
@@ -70,10 +67,11 @@ long long choose(const Candidates& c, const std::vector<Trial>& trials, const Tr
     if (rank == 0) {
       std::string times;
       for (size_t j = 0; j < calls.size(); ++j) {
-        times += (j ? ", " : "") + bytesText(calls[j]) + " " + std::to_string(static_cast<long long>(trial->best[j])) +
-                 " us";
+        times += (j ? ", " : "") + loomplot::sizeLabel(static_cast<double>(calls[j])) + " " +
+                 std::to_string(static_cast<long long>(trial->best[j])) + " us";
       }
-      std::printf("#   %s %s: %.3f of the built-in's time (%s)\n", c.key, valueText(value).c_str(), ratio, times.c_str());
+      std::printf("#   %s %s: %.3f of the built-in's time (%s)\n", c.key, valueText(value).c_str(), ratio,
+                  times.c_str());
     }
     if (ratio < chosenRatio && ratio < 1.0 - kMargin) {
       chosen = value;

@@ -30,6 +30,17 @@ std::string escaped(const std::string& text) {
   return out;
 }
 
+// A round step giving about `ticks` intervals over [0, top].
+double niceStep(double top, int ticks) {
+  const double raw = top / ticks;
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
+    if (raw <= m * magnitude) return m * magnitude;
+  return 10 * magnitude;
+}
+
+}  // namespace
+
 std::string sizeLabel(double bytes) {
   static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int unit = 0;
@@ -41,17 +52,6 @@ std::string sizeLabel(double bytes) {
   std::snprintf(text, sizeof text, "%g %s", bytes, kUnits[unit]);
   return text;
 }
-
-// A round step giving about `ticks` intervals over [0, top].
-double niceStep(double top, int ticks) {
-  const double raw = top / ticks;
-  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
-  for (double m : {1.0, 2.0, 2.5, 5.0, 10.0})
-    if (raw <= m * magnitude) return m * magnitude;
-  return 10 * magnitude;
-}
-
-}  // namespace
 
 bool writeSvg(const Plot& plot, const std::string& path, std::string* error) {
   double minBytes = INFINITY, maxBytes = 0, maxValue = 0;

@@ -27,4 +27,7 @@ struct Plot {
 // Writes `plot` to `path`; false with the reason in *error when the file cannot be written.
 bool writeSvg(const Plot& plot, const std::string& path, std::string* error);
 
+// "512 KiB", "2 MiB", "1.5 GiB": bytes in the largest binary unit that keeps the number >= 1.
+std::string sizeLabel(double bytes);
+
 }  // namespace loomplot
