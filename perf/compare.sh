@@ -114,7 +114,7 @@ loom_bin="$builddir/perf/loom-perf"
 plot_bin="$builddir/perf/loom-plot"
 peers="$builddir/perf/peers"
 mkdir -p "$peers"
-for peer in mpi_collective memcpy_bw tcp_loopback_bw; do
+for peer in mpi_collective memcpy_bw tcp_loopback_bw line_exchange; do
   if [ ! -x "$peers/$peer" ] || [ "perf/peers/$peer.c" -nt "$peers/$peer" ] \
       || [ perf/peers/nccl_table.h -nt "$peers/$peer" ]; then
     mpicc -O2 -Wall -Wextra -pthread -o "$peers/$peer" "perf/peers/$peer.c" -lm
@@ -122,7 +122,7 @@ for peer in mpi_collective memcpy_bw tcp_loopback_bw; do
 done
 
 mkdir -p "$out"
-rm -rf "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign "$out"/best
+rm -rf "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign "$out"/best "$out"/line_exchange
 # Which Loom was measured: the commit, and whether src/ or include/ had changes on top.
 {
   git rev-parse --short HEAD 2>/dev/null || echo unknown
@@ -205,7 +205,7 @@ wait_for_idle() {
 }
 # run NAME ROUND LABEL: the program, again while other processes took over 10% of the cpus.
 run() {
-  local name="$1" r="$2" label="$3" try busy foreign
+  local name="$1" r="$2" label="$3" try busy foreign line_us
   for ((try = 0; try <= retries; ++try)); do
     busy=$(wait_for_idle)
     echo -n "== $label: $name (cpus busy before it: $busy%"
@@ -217,11 +217,17 @@ run() {
       exit 1
     fi
     foreign=$(cat "$out/foreign")
-    echo ", other processes while it ran: $foreign%)"
+    # The trip of a cache line between cpus 0 and 1 right after the program: the VMs we meet
+    # change it 5x for minutes at a time (docs/RESULTS.md), and with it every figure that
+    # moves bytes between the cores; each round's figures carry the phase they ran in.
+    "$peers/line_exchange" 100000 > "$out/line_exchange" 2>/dev/null || echo "line_exchange: ? us" > "$out/line_exchange"
+    line_us=$(awk '{print $2}' "$out/line_exchange")
+    echo ", other processes while it ran: $foreign%, line exchange after it: $line_us us)"
     [ "$foreign" -le 10 ] && break
     [ "$try" -lt "$retries" ] && echo "   busy machine: running it again"
   done
   echo "$name $r $foreign" >> "$out/foreign.txt"
+  echo "$name $r $line_us" >> "$out/line_exchange.txt"
 }
 for ((r = 1; r <= runs; ++r)); do
   for name in "${order[@]}" "${limits[@]}"; do run "$name" "$r" "round $r/$runs"; done

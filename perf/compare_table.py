@@ -12,7 +12,8 @@ machine and the exact commands.
 DIR holds what compare.sh kept: COLL.TRANSPORT.loom.R.txt, COLL.TRANSPORT.mpi.R.txt,
 COLL.gloo.R.txt (Gloo has TCP only: one run serves both transports), memcpy.R.txt and
 tcp_loopback.R.txt (the limits; R: round),
-NAME.cmd (the command of each), machine, loom_version and foreign.txt. --best DIR writes there,
+NAME.cmd (the command of each), machine, loom_version, foreign.txt and line_exchange.txt (the
+cache line trip between cpus 0 and 1 after each program, NAME ROUND US). --best DIR writes there,
 for each program, its table made of the best round's row at each size (for loom-plot).
 """
 import argparse
@@ -221,6 +222,17 @@ def render_notes(args, keys):
         out.append(f"- other processes on the machine used {min(int(f[2]) for f in seen)}-"
                    f"{worst[2]}% of the cpus while the kept runs ran (most: {worst[0]}, round "
                    f"{worst[1]}); perf/foreign_load.py measures it")
+    exchanges = read_text(args.dir, "line_exchange.txt")
+    if exchanges:
+        rounds = {}
+        for name, r, us in (line.split() for line in exchanges.splitlines() if line.strip()):
+            if us != "?":
+                rounds.setdefault(int(r), []).append(float(us))
+        if rounds:
+            spans = "; ".join(f"round {r}: {min(v):.3f}-{max(v):.3f}" for r, v in sorted(rounds.items()))
+            out.append("- a cache line each way between cpus 0 and 1 (perf/peers/line_exchange.c, after each "
+                       f"program), us: {spans}. On the VMs we meet it is about 0.05 in a fast phase and "
+                       "0.3 in a slow one, and shared-memory figures move with it (docs/RESULTS.md)")
     machine = read_text(args.dir, "machine")
     if machine:
         out += ["", "Machine:", "", "```", machine, "```"]
