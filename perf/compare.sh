@@ -122,7 +122,7 @@ for peer in mpi_collective memcpy_bw tcp_loopback_bw line_exchange; do
 done
 
 mkdir -p "$out"
-rm -rf "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign "$out"/best "$out"/line_exchange
+rm -rf "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign "$out"/best
 # Which Loom was measured: the commit, and whether src/ or include/ had changes on top.
 {
   git rev-parse --short HEAD 2>/dev/null || echo unknown
@@ -220,8 +220,8 @@ run() {
     # The trip of a cache line between cpus 0 and 1 right after the program: the VMs we meet
     # change it 5x for minutes at a time (docs/RESULTS.md), and with it every figure that
     # moves bytes between the cores; each round's figures carry the phase they ran in.
-    "$peers/line_exchange" 100000 > "$out/line_exchange" 2>/dev/null || echo "line_exchange: ? us" > "$out/line_exchange"
-    line_us=$(awk '{print $2}' "$out/line_exchange")
+    line_us=$("$peers/line_exchange" 100000 2>/dev/null | awk '{print $2}' || true)
+    line_us=${line_us:-?}
     echo ", other processes while it ran: $foreign%, line exchange after it: $line_us us)"
     [ "$foreign" -le 10 ] && break
     [ "$try" -lt "$retries" ] && echo "   busy machine: running it again"
