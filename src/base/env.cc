@@ -141,6 +141,12 @@ const std::vector<Variable>& variables() {
        "Smallest send that LOOM_SHM_DIRECT offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md). The tuner's cost model times receives from this size "
        "at direct.gbps when its ranks read each other directly (docs/TUNING.md)."},
+      {"LOOM_SHM_FIFO_STORES", "cached", kData,
+       "How a shared-memory sender writes 4 KiB or more into a FIFO: cached (default): plain "
+       "stores, the reader fetches the lines from the writer's cache; streaming: non-temporal "
+       "stores, the lines go through memory. Streaming was 4-5x faster where the two cores reach "
+       "each other's caches slowly (cores on two CCDs or sockets; a VM phase, docs/RESULTS.md) and "
+       "half as fast where they share a cache."},
       {"LOOM_DEVICE_EMULATION", "0", kData,
        "1: device communicators (config.device >= 0) run their plan kernel on CPU threads over host memory "
        "instead of a GPU: the same FIFO protocol and plan interpreter, built as host code (docs/ARCHITECTURE.md, "

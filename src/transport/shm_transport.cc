@@ -18,6 +18,7 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/peer_process.h"
+#include "kernels/reduce.h"
 #include "transport/shm_segment.h"
 
 #if defined(__SANITIZE_THREAD__)
@@ -127,9 +128,20 @@ Status attachSegment(ShmSegment& segment, size_t fifoBytes) {
   return Status::ok();
 }
 
-void copyIntoRing(uint8_t* ring, size_t mask, uint64_t at, const uint8_t* src, size_t n) {
+// Non-temporal stores send the bytes to memory, evicting them from every cache: where the
+// reader's core fetches lines from the writer's cache slowly (cores on two CCDs or sockets,
+// or the VM phase in docs/RESULTS.md), memory is the faster way between them. Small writes
+// stay plain: the reader is waiting for them, and a trip to memory would cost it latency.
+constexpr size_t kStreamingFifoMinBytes = 4096;
+
+void copyIntoRing(uint8_t* ring, size_t mask, uint64_t at, const uint8_t* src, size_t n, bool streaming) {
   size_t start = static_cast<size_t>(at) & mask;
   size_t first = std::min(n, mask + 1 - start);
+  if (streaming && n >= kStreamingFifoMinBytes) {
+    kernels::copyStreaming(ring + start, src, first);
+    kernels::copyStreaming(ring, src + first, n - first);
+    return;
+  }
   std::memcpy(ring + start, src, first);
   std::memcpy(ring, src + first, n - first);
 }
@@ -302,13 +314,16 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
     LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
     readPeerMemory_ = false;
   }
+  const char* stores = settings.streamingFifoStores ? "streaming" : "cached";
   if (readPeerMemory_) {
-    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way; sends of %zu bytes or more are "
-              "read by the receiver straight from the sender's memory (%s)",
-              peer_, mask_ + 1, settings.directMinBytes, process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
+    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores); sends of %zu bytes or more "
+              "are read by the receiver straight from the sender's memory (%s)",
+              peer_, mask_ + 1, stores, settings.directMinBytes,
+              process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
   } else {
-    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way, all sends through it (LOOM_SHM_DIRECT=%s)",
-              peer_, mask_ + 1, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
+    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores), all sends through it "
+              "(LOOM_SHM_DIRECT=%s)",
+              peer_, mask_ + 1, stores, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
   }
 }
 
@@ -367,7 +382,7 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   }
   size_t n = std::min(bytes, space);
   if (n == 0) return 0;
-  copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n);
+  copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, settings_.streamingFifoStores);
   head_ += n;
   out_.head.store(head_, std::memory_order_release);
   return n;
@@ -608,6 +623,11 @@ Status ShmTransport::readSettings(Settings* out) {
     return error(loomInvalidArgument, "LOOM_SHM_DIRECT=%s: expected none, threads or all", direct.c_str());
   }
   LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
+  const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
+  if (stores != "cached" && stores != "streaming") {
+    return error(loomInvalidArgument, "LOOM_SHM_FIFO_STORES=%s: expected cached or streaming", stores.c_str());
+  }
+  out->streamingFifoStores = stores == "streaming";
   out->dir = env::getOrDefault("LOOM_SHM_DIR");
   // "/loom-" and 32 hex digits follow in a segment's name.
   if (out->dir.size() + 38 > kMaxName) {

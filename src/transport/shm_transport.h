@@ -73,6 +73,7 @@ class ShmTransport : public Transport {
     size_t fifoBytes = 0;   // of the segments this rank creates (create's)
     DirectReads direct;     // LOOM_SHM_DIRECT
     size_t directMinBytes;  // LOOM_SHM_DIRECT_MIN_BYTES
+    bool streamingFifoStores;  // LOOM_SHM_FIFO_STORES=streaming
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
     long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
   };

@@ -158,16 +158,18 @@ void exchangeAndCheck(Link* link, int rank, size_t bytes, uint64_t round) {
 
 // ---- Byte stream ----
 
-using StreamParam = std::tuple<Mode, const char*, size_t>;  // mode, LOOM_SHM_DIRECT, FIFO bytes
+// mode, LOOM_SHM_DIRECT, FIFO bytes, LOOM_SHM_FIFO_STORES
+using StreamParam = std::tuple<Mode, const char*, size_t, const char*>;
 
 class ShmStream : public ::testing::TestWithParam<StreamParam> {};
 
 TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
-  auto [mode, direct, fifoBytes] = GetParam();
+  auto [mode, direct, fifoBytes, stores] = GetParam();
   ScopedEnv env;
   env.set("LOOM_SHM_DIRECT", direct)
       .set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin))
-      .set("LOOM_SHM_FIFO_BYTES", std::to_string(fifoBytes));
+      .set("LOOM_SHM_FIFO_BYTES", std::to_string(fifoBytes))
+      .set("LOOM_SHM_FIFO_STORES", stores);
   loomtest::runRanks(2, mode, [](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
     ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
@@ -179,10 +181,10 @@ TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
 INSTANTIATE_TEST_SUITE_P(
     Shm, ShmStream,
     ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values("none", "threads", "all"),
-                       ::testing::Values(size_t{4096}, size_t{262144})),
+                       ::testing::Values(size_t{4096}, size_t{262144}), ::testing::Values("cached", "streaming")),
     [](const ::testing::TestParamInfo<StreamParam>& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_direct_" + std::get<1>(info.param) + "_" +
-             std::to_string(std::get<2>(info.param));
+             std::to_string(std::get<2>(info.param)) + "_" + std::get<3>(info.param);
     });
 
 // What the tuner's cost model is told: direct reads from LOOM_SHM_DIRECT_MIN_BYTES where the
@@ -320,7 +322,9 @@ TEST(ShmConnect, BadSettingsAreInvalidArguments) {
   loomComm_t comm = nullptr;
   LOOM_ASSERT_OK(loomCommInitAll(&comm, 1, nullptr), nullptr);
   const std::pair<const char*, const char*> bad[] = {
-      {"LOOM_SHM_DIRECT", "2"}, {"LOOM_SHM_DIRECT", "yes"}, {"LOOM_SHM_DIRECT_MIN_BYTES", "0"}};
+      {"LOOM_SHM_DIRECT", "2"},         {"LOOM_SHM_DIRECT", "yes"},
+      {"LOOM_SHM_DIRECT_MIN_BYTES", "0"}, {"LOOM_SHM_FIFO_STORES", "nt"},
+      {"LOOM_SHM_FIFO_STORES", "Cached"}};
   for (const auto& [name, value] : bad) {
     ScopedEnv env;
     env.set(name, value);
@@ -498,11 +502,13 @@ std::string mountTinyTmpfs(const std::string& dir) {
 // reduces them, from the cache (executor.cc, Run::forwardPiece), where the rest goes later
 // from the receive buffer. Results stay exact in place and out of place, with the streaming
 // protocol's scratch, with an average divided piece by piece, and with a FIFO far smaller
-// than a piece (forwarding stops part-way); with the default FIFO bytes are forwarded.
+// than a piece (forwarding stops part-way), and with non-temporal stores into the FIFO; with
+// the default FIFO bytes are forwarded.
 struct ForwardingSetting {
   const char* name;
   const char* fifoBytes;       // LOOM_SHM_FIFO_BYTES
   const char* streamingBytes;  // LOOM_STREAMING_MIN_BYTES (with LOOM_PROTO=streaming)
+  const char* fifoStores = "cached";  // LOOM_SHM_FIFO_STORES
 };
 using ForwardingParam = std::tuple<Mode, int, ForwardingSetting>;
 class ShmForwarding : public ::testing::TestWithParam<ForwardingParam> {};
@@ -511,6 +517,7 @@ TEST_P(ShmForwarding, AllReduceResultsAreExactAndReducedBytesGoOnFromTheCache) {
   const auto& [mode, nranks, setting] = GetParam();
   ScopedEnv env;
   env.set("LOOM_TRANSPORTS", "shm").set("LOOM_ALGO", "ring").set("LOOM_CHUNK_SIZE", "65536");
+  env.set("LOOM_SHM_FIFO_STORES", setting.fifoStores);
   if (setting.fifoBytes != nullptr) env.set("LOOM_SHM_FIFO_BYTES", setting.fifoBytes);
   if (setting.streamingBytes != nullptr) {
     env.set("LOOM_PROTO", "streaming").set("LOOM_STREAMING_MIN_BYTES", setting.streamingBytes);
@@ -547,7 +554,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values(2, 3, 4),
                        ::testing::Values(ForwardingSetting{"default_fifo", nullptr, nullptr},
                                          ForwardingSetting{"fifo_4096", "4096", nullptr},
-                                         ForwardingSetting{"streaming", nullptr, "4096"})),
+                                         ForwardingSetting{"streaming", nullptr, "4096"},
+                                         ForwardingSetting{"streaming_fifo_stores", nullptr, nullptr, "streaming"})),
     [](const ::testing::TestParamInfo<ForwardingParam>& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
              std::get<2>(info.param).name;
