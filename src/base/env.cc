@@ -141,12 +141,14 @@ const std::vector<Variable>& variables() {
        "Smallest send that LOOM_SHM_DIRECT offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md). The tuner's cost model times receives from this size "
        "at direct.gbps when its ranks read each other directly (docs/TUNING.md)."},
-      {"LOOM_SHM_FIFO_STORES", "cached", kData,
-       "How a shared-memory sender writes 4 KiB or more into a FIFO: cached (default): plain "
-       "stores, the reader fetches the lines from the writer's cache; streaming: non-temporal "
-       "stores, the lines go through memory. Streaming was 4-5x faster where the two cores reach "
-       "each other's caches slowly (cores on two CCDs or sockets; a VM phase, docs/RESULTS.md) and "
-       "half as fast where they share a cache."},
+      {"LOOM_SHM_FIFO_STORES", "auto", kData,
+       "How a shared-memory sender writes 4 KiB or more into a FIFO: cached: plain stores, the "
+       "reader fetches the lines from the writer's cache; streaming: non-temporal stores, the "
+       "lines go through memory; auto (default): each sender times one of every 32 writes of 16 KiB "
+       "or more, plain and non-temporal in turn, and takes non-temporal stores while its plain "
+       "copies run below 0.4 of their speed. Streaming was 2-5x faster where the two cores reach "
+       "each other's caches slowly (two CCDs or sockets; a VM phase) and half as fast where they "
+       "share a cache; auto followed the better one in both (docs/RESULTS.md)."},
       {"LOOM_DEVICE_EMULATION", "0", kData,
        "1: device communicators (config.device >= 0) run their plan kernel on CPU threads over host memory "
        "instead of a GPU: the same FIFO protocol and plan interpreter, built as host code (docs/ARCHITECTURE.md, "

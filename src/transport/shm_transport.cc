@@ -128,16 +128,10 @@ Status attachSegment(ShmSegment& segment, size_t fifoBytes) {
   return Status::ok();
 }
 
-// Non-temporal stores send the bytes to memory, evicting them from every cache: where the
-// reader's core fetches lines from the writer's cache slowly (cores on two CCDs or sockets,
-// or the VM phase in docs/RESULTS.md), memory is the faster way between them. Small writes
-// stay plain: the reader is waiting for them, and a trip to memory would cost it latency.
-constexpr size_t kStreamingFifoMinBytes = 4096;
-
 void copyIntoRing(uint8_t* ring, size_t mask, uint64_t at, const uint8_t* src, size_t n, bool streaming) {
   size_t start = static_cast<size_t>(at) & mask;
   size_t first = std::min(n, mask + 1 - start);
-  if (streaming && n >= kStreamingFifoMinBytes) {
+  if (streaming) {
     kernels::copyStreaming(ring + start, src, first);
     kernels::copyStreaming(ring, src + first, n - first);
     return;
@@ -175,6 +169,13 @@ void tsanAcquire(const void* p) {
 uint64_t coarseNowNs() {
   timespec ts;
   ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Nanoseconds from the precise clock, for timing a copy of a few microseconds.
+uint64_t nowNs() {
+  timespec ts;
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
@@ -284,6 +285,7 @@ class ShmTransport::ShmLink : public Link {
   uint64_t postedCount_ = 0;
   std::optional<PostedSend> posted_;
   size_t declinedLeft_ = 0;  // bytes of a declined send still to write into the FIFO
+  FifoStoreChooser stores_;
 
   // Reading.
   bool readPeerMemory_;    // until the kernel refuses, or the peer turns out foreign
@@ -308,22 +310,23 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
       outData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(side) * (mask_ + 1)),
       inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
       postLarge_(direct),
+      stores_(settings.fifoStores),
       readPeerMemory_(direct) {
   process_.identify(peerInfo.pid, peerInfo.pidNamespace);
   if (direct && process_.foreign()) {
     LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
     readPeerMemory_ = false;
   }
-  const char* stores = settings.streamingFifoStores ? "streaming" : "cached";
+  const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
   if (readPeerMemory_) {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores); sends of %zu bytes or more "
               "are read by the receiver straight from the sender's memory (%s)",
-              peer_, mask_ + 1, stores, settings.directMinBytes,
+              peer_, mask_ + 1, stores.c_str(), settings.directMinBytes,
               process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
   } else {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores), all sends through it "
               "(LOOM_SHM_DIRECT=%s)",
-              peer_, mask_ + 1, stores, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
+              peer_, mask_ + 1, stores.c_str(), env::getOrDefault("LOOM_SHM_DIRECT").c_str());
   }
 }
 
@@ -382,7 +385,10 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   }
   size_t n = std::min(bytes, space);
   if (n == 0) return 0;
-  copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, settings_.streamingFifoStores);
+  const FifoStoreChooser::Choice stores = stores_.next(n);
+  const uint64_t start = stores.timed ? nowNs() : 0;
+  copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, stores.streaming);
+  if (stores.timed) stores_.record(stores, n, nowNs() - start);
   head_ += n;
   out_.head.store(head_, std::memory_order_release);
   return n;
@@ -624,10 +630,15 @@ Status ShmTransport::readSettings(Settings* out) {
   }
   LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
   const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
-  if (stores != "cached" && stores != "streaming") {
-    return error(loomInvalidArgument, "LOOM_SHM_FIFO_STORES=%s: expected cached or streaming", stores.c_str());
+  if (stores == "cached") {
+    out->fifoStores = FifoStores::kCached;
+  } else if (stores == "streaming") {
+    out->fifoStores = FifoStores::kStreaming;
+  } else if (stores == "auto") {
+    out->fifoStores = FifoStores::kAuto;
+  } else {
+    return error(loomInvalidArgument, "LOOM_SHM_FIFO_STORES=%s: expected cached, streaming or auto", stores.c_str());
   }
-  out->streamingFifoStores = stores == "streaming";
   out->dir = env::getOrDefault("LOOM_SHM_DIR");
   // "/loom-" and 32 hex digits follow in a segment's name.
   if (out->dir.size() + 38 > kMaxName) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
+#include "transport/fifo_stores.h"
 #include "transport/transport.h"
 
 namespace loom::transport {
@@ -73,7 +74,7 @@ class ShmTransport : public Transport {
     size_t fifoBytes = 0;   // of the segments this rank creates (create's)
     DirectReads direct;     // LOOM_SHM_DIRECT
     size_t directMinBytes;  // LOOM_SHM_DIRECT_MIN_BYTES
-    bool streamingFifoStores;  // LOOM_SHM_FIFO_STORES=streaming
+    FifoStores fifoStores;  // LOOM_SHM_FIFO_STORES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
     long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
   };

@@ -181,7 +181,7 @@ TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
 INSTANTIATE_TEST_SUITE_P(
     Shm, ShmStream,
     ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values("none", "threads", "all"),
-                       ::testing::Values(size_t{4096}, size_t{262144}), ::testing::Values("cached", "streaming")),
+                       ::testing::Values(size_t{4096}, size_t{262144}), ::testing::Values("cached", "streaming", "auto")),
     [](const ::testing::TestParamInfo<StreamParam>& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_direct_" + std::get<1>(info.param) + "_" +
              std::to_string(std::get<2>(info.param)) + "_" + std::get<3>(info.param);

@@ -1,0 +1,55 @@
+// Which stores a shared-memory FIFO's writer uses for its large writes: plain ones, whose lines
+// the reader then fetches from the writer's cache, or non-temporal ones, which send them to
+// memory. Plain stores are twice as fast where the two cores share a cache; non-temporal ones
+// 2-5x where the cores reach each other's caches slowly (two CCDs or sockets, or a VM's
+// slow phase; docs/RESULTS.md). LOOM_SHM_FIFO_STORES=auto lets each writer tell which from the
+// speed of its own copies into the FIFO: a plain copy has to take every line back from the
+// reader's cache, so it slows down with the distance, where a non-temporal copy does not.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace loom::transport {
+
+enum class FifoStores { kCached, kStreaming, kAuto };
+
+class FifoStoreChooser {
+ public:
+  // Writes smaller than this are plain whatever the setting: their reader waits for them,
+  // and a trip through memory would cost it latency.
+  static constexpr size_t kStreamingMinBytes = 4096;
+  // Writes from this size are timed when sampled: long enough for two clock reads not to
+  // count.
+  static constexpr size_t kSampledMinBytes = 16384;
+  // One sampled write in this many of the timed-size ones; samples alternate between the two
+  // kinds of stores, so the kind not in use costs at most one write in twice this many.
+  static constexpr uint32_t kSampleEvery = 32;
+  // Plain stores are kept while their copies run at least this share of the non-temporal
+  // ones' speed. Measured (docs/RESULTS.md): about 0.6-0.8 where the cores share a cache,
+  // 0.15-0.2 in the slow phase; the line sits between, nearer the slow side so that noise in
+  // a shared-cache pair does not flip it.
+  static constexpr double kPlainShare = 0.4;
+
+  explicit FifoStoreChooser(FifoStores setting) : setting_(setting) {}
+
+  // Whether a write of `bytes` uses non-temporal stores, and whether to time it (record()).
+  struct Choice {
+    bool streaming;
+    bool timed;
+  };
+  Choice next(size_t bytes);
+  // A timed write's duration.
+  void record(const Choice& choice, size_t bytes, uint64_t nanoseconds);
+  // What auto chose so far (the setting itself otherwise).
+  bool streaming() const { return streaming_; }
+
+ private:
+  FifoStores setting_;
+  bool streaming_ = setting_ == FifoStores::kStreaming;
+  uint32_t sized_ = 0;       // writes of kSampledMinBytes or more
+  uint32_t samples_ = 0;     // sampled so far
+  double bytesPerNs_[2] = {0, 0};  // recent speed of plain [0] and non-temporal [1] copies
+};
+
+}  // namespace loom::transport
