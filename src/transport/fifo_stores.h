@@ -13,6 +13,8 @@
 namespace loom::transport {
 
 enum class FifoStores { kCached, kStreaming, kAuto };
+// LOOM_SHM_FIFO_STORES's word for it.
+const char* fifoStoresName(FifoStores stores);
 
 class FifoStoreChooser {
  public:
@@ -39,10 +41,12 @@ class FifoStoreChooser {
     bool timed;
   };
   Choice next(size_t bytes);
-  // A timed write's duration.
-  void record(const Choice& choice, size_t bytes, uint64_t nanoseconds);
+  // A timed write's duration; true when it changed the choice.
+  bool record(const Choice& choice, size_t bytes, uint64_t nanoseconds);
   // What auto chose so far (the setting itself otherwise).
   bool streaming() const { return streaming_; }
+  // The recent speed of one kind's timed copies, GB/s (0: none timed yet).
+  double recentGbps(bool streaming) const { return bytesPerNs_[streaming ? 1 : 0]; }
 
  private:
   FifoStores setting_;

@@ -165,17 +165,11 @@ void tsanAcquire(const void* p) {
 #endif
 }
 
-// Nanoseconds from a clock that costs a few nanoseconds to read (ticks of a few ms).
-uint64_t coarseNowNs() {
+// Nanoseconds from `clock`: CLOCK_MONOTONIC_COARSE costs a few nanoseconds to read (ticks of a
+// few ms), CLOCK_MONOTONIC times a copy of a few microseconds.
+uint64_t nowNs(clockid_t clock) {
   timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-// Nanoseconds from the precise clock, for timing a copy of a few microseconds.
-uint64_t nowNs() {
-  timespec ts;
-  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  ::clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
@@ -317,16 +311,16 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
     LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
     readPeerMemory_ = false;
   }
-  const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
+  const char* stores = fifoStoresName(settings.fifoStores);
   if (readPeerMemory_) {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores); sends of %zu bytes or more "
               "are read by the receiver straight from the sender's memory (%s)",
-              peer_, mask_ + 1, stores.c_str(), settings.directMinBytes,
+              peer_, mask_ + 1, stores, settings.directMinBytes,
               process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
   } else {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores), all sends through it "
               "(LOOM_SHM_DIRECT=%s)",
-              peer_, mask_ + 1, stores.c_str(), env::getOrDefault("LOOM_SHM_DIRECT").c_str());
+              peer_, mask_ + 1, stores, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
   }
 }
 
@@ -386,9 +380,14 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   size_t n = std::min(bytes, space);
   if (n == 0) return 0;
   const FifoStoreChooser::Choice stores = stores_.next(n);
-  const uint64_t start = stores.timed ? nowNs() : 0;
+  const uint64_t start = stores.timed ? nowNs(CLOCK_MONOTONIC) : 0;
   copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, stores.streaming);
-  if (stores.timed) stores_.record(stores, n, nowNs() - start);
+  if (stores.timed && stores_.record(stores, n, nowNs(CLOCK_MONOTONIC) - start)) {
+    LOOM_TRACE("shm: link with rank %d: %s stores into the FIFO from now on (plain copies %.1f GB/s, "
+               "non-temporal %.1f)",
+               peer_, stores_.streaming() ? "non-temporal" : "plain", stores_.recentGbps(false),
+               stores_.recentGbps(true));
+  }
   head_ += n;
   out_.head.store(head_, std::memory_order_release);
   return n;
@@ -561,7 +560,7 @@ void ShmTransport::ShmLink::answerPeerSend(Counter& answer) {
 
 Status ShmTransport::ShmLink::stalled() {
   if (peerEnd_.closed.load(std::memory_order_acquire) != 0) return closedError();
-  uint64_t now = coarseNowNs();
+  uint64_t now = nowNs(CLOCK_MONOTONIC_COARSE);
   if (now - lastAliveCheckNs_ < kAliveCheckNs) return Status::ok();
   lastAliveCheckNs_ = now;
   return process_.alive() ? Status::ok() : exitedError();
@@ -630,13 +629,14 @@ Status ShmTransport::readSettings(Settings* out) {
   }
   LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
   const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
-  if (stores == "cached") {
-    out->fifoStores = FifoStores::kCached;
-  } else if (stores == "streaming") {
-    out->fifoStores = FifoStores::kStreaming;
-  } else if (stores == "auto") {
-    out->fifoStores = FifoStores::kAuto;
-  } else {
+  bool known = false;
+  for (FifoStores f : {FifoStores::kCached, FifoStores::kStreaming, FifoStores::kAuto}) {
+    if (stores == fifoStoresName(f)) {
+      out->fifoStores = f;
+      known = true;
+    }
+  }
+  if (!known) {
     return error(loomInvalidArgument, "LOOM_SHM_FIFO_STORES=%s: expected cached, streaming or auto", stores.c_str());
   }
   out->dir = env::getOrDefault("LOOM_SHM_DIR");

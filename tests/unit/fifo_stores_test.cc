@@ -16,7 +16,9 @@ void sample(FifoStoreChooser& chooser, bool streaming, double gbps) {
   for (int i = 0; i < 4 * static_cast<int>(FifoStoreChooser::kSampleEvery); ++i) {
     const FifoStoreChooser::Choice c = chooser.next(kLarge);
     if (c.timed && c.streaming == streaming) {
-      chooser.record(c, kLarge, static_cast<uint64_t>(static_cast<double>(kLarge) / gbps));
+      const bool before = chooser.streaming();
+      const bool changed = chooser.record(c, kLarge, static_cast<uint64_t>(static_cast<double>(kLarge) / gbps));
+      EXPECT_EQ(changed, chooser.streaming() != before);
       return;
     }
     if (c.timed) chooser.record(c, kLarge, static_cast<uint64_t>(static_cast<double>(kLarge) / 10.0));
@@ -57,12 +59,15 @@ TEST(FifoStores, AutoSamplesOneLargeWriteInSoManyAlternatingTheStores) {
 TEST(FifoStores, AutoTakesNonTemporalStoresWherePlainOnesCopySlowlyAndComesBack) {
   FifoStoreChooser chooser(FifoStores::kAuto);
   EXPECT_FALSE(chooser.streaming());
+  EXPECT_EQ(chooser.recentGbps(false), 0);
   // Cores sharing a cache (measured: plain 17-19 GB/s, non-temporal 24-30): plain stays.
   for (int i = 0; i < 4; ++i) {
     sample(chooser, false, 18);
     sample(chooser, true, 27);
   }
   EXPECT_FALSE(chooser.streaming());
+  EXPECT_NEAR(chooser.recentGbps(false), 18, 0.05);
+  EXPECT_NEAR(chooser.recentGbps(true), 27, 0.05);
   sample(chooser, false, 2);  // nor does one plain copy slowed by an interrupt
   EXPECT_FALSE(chooser.streaming());
   // The slow phase (plain 4 GB/s, non-temporal 20-23): a few samples move the average past the line.
