@@ -145,8 +145,8 @@ const std::vector<Variable>& variables() {
        "How a shared-memory sender writes 4 KiB or more into a FIFO: cached: plain stores, the "
        "reader fetches the lines from the writer's cache; streaming: non-temporal stores, the "
        "lines go through memory; auto (default): each sender times one of every 32 writes of 16 KiB "
-       "or more, plain and non-temporal in turn, and takes non-temporal stores while its plain "
-       "copies run below 0.4 of their speed. Streaming was 2-5x faster where the two cores reach "
+       "or more (one sample in 8 with the stores not in use) and takes non-temporal stores while "
+       "the median of its last 5 plain copies runs below 0.25 of the non-temporal one. Streaming was 2-5x faster where the two cores reach "
        "each other's caches slowly (two CCDs or sockets; a VM phase) and half as fast where they "
        "share a cache; auto followed the better one in both (docs/RESULTS.md)."},
       {"LOOM_DEVICE_EMULATION", "0", kData,

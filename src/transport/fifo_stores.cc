@@ -1,5 +1,7 @@
 #include "transport/fifo_stores.h"
 
+#include <algorithm>
+
 namespace loom::transport {
 
 const char* fifoStoresName(FifoStores stores) {
@@ -15,19 +17,28 @@ FifoStoreChooser::Choice FifoStoreChooser::next(size_t bytes) {
   if (bytes < kStreamingMinBytes) return {false, false};
   if (setting_ != FifoStores::kAuto || bytes < kSampledMinBytes) return {streaming_, false};
   if (++sized_ % kSampleEvery != 0) return {streaming_, false};
-  // Plain and non-temporal in turn: each kind's speed stays recent.
-  return {samples_++ % 2 == 1, true};
+  const bool other = ++samples_ % kOtherEvery == 0;
+  return {other != streaming_, true};
 }
 
 bool FifoStoreChooser::record(const Choice& choice, size_t bytes, uint64_t nanoseconds) {
-  const double speed = static_cast<double>(bytes) / static_cast<double>(nanoseconds > 0 ? nanoseconds : 1);
-  double& recent = bytesPerNs_[choice.streaming ? 1 : 0];
-  // A moving average over the last few samples: one copy cut by an interrupt does not decide.
-  recent = recent == 0 ? speed : recent + (speed - recent) / 4;
-  if (bytesPerNs_[0] == 0 || bytesPerNs_[1] == 0) return false;
+  const int kind = choice.streaming ? 1 : 0;
+  samplesOf_[kind][count_[kind]++ % kWindow] =
+      static_cast<double>(bytes) / static_cast<double>(nanoseconds > 0 ? nanoseconds : 1);
+  if (count_[0] == 0 || count_[1] == 0) return false;
   const bool before = streaming_;
-  streaming_ = bytesPerNs_[0] < kPlainShare * bytesPerNs_[1];
+  streaming_ = recentGbps(false) < kPlainShare * recentGbps(true);
   return streaming_ != before;
+}
+
+double FifoStoreChooser::recentGbps(bool streaming) const {
+  const int kind = streaming ? 1 : 0;
+  const int n = std::min(count_[kind], kWindow);
+  if (n == 0) return 0;
+  double sorted[kWindow];
+  std::copy(samplesOf_[kind], samplesOf_[kind] + n, sorted);
+  std::sort(sorted, sorted + n);
+  return n % 2 == 1 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
 }
 
 }  // namespace loom::transport

@@ -24,14 +24,20 @@ class FifoStoreChooser {
   // Writes from this size are timed when sampled: long enough for two clock reads not to
   // count.
   static constexpr size_t kSampledMinBytes = 16384;
-  // One sampled write in this many of the timed-size ones; samples alternate between the two
-  // kinds of stores, so the kind not in use costs at most one write in twice this many.
+  // One sampled write in this many of the timed-size ones.
   static constexpr uint32_t kSampleEvery = 32;
+  // One sample in this many times the kind of stores not in use, the rest the kind in use:
+  // where the other kind is the slow one (plain stores in the slow phase, 20x slower), each of
+  // its samples costs the time of many writes.
+  static constexpr uint32_t kOtherEvery = 8;
   // Plain stores are kept while their copies run at least this share of the non-temporal
-  // ones' speed. Measured (docs/RESULTS.md): about 0.6-0.8 where the cores share a cache,
-  // 0.15-0.2 in the slow phase; the line sits between, nearer the slow side so that noise in
-  // a shared-cache pair does not flip it.
-  static constexpr double kPlainShare = 0.4;
+  // ones' speed. Measured inside Loom's allreduce on the AMD EPYC VM (docs/RESULTS.md): the
+  // median plain copy at 0.85-0.9 of the non-temporal one where the cores share a cache, its
+  // slowest tenth at 0.5; 0.05 in the slow phase, its fastest tenth at 0.2.
+  static constexpr double kPlainShare = 0.25;
+  // Each kind's speed is the median of its last samples: a copy cut by an interrupt or a
+  // preemption does not decide.
+  static constexpr int kWindow = 5;
 
   explicit FifoStoreChooser(FifoStores setting) : setting_(setting) {}
 
@@ -46,14 +52,16 @@ class FifoStoreChooser {
   // What auto chose so far (the setting itself otherwise).
   bool streaming() const { return streaming_; }
   // The recent speed of one kind's timed copies, GB/s (0: none timed yet).
-  double recentGbps(bool streaming) const { return bytesPerNs_[streaming ? 1 : 0]; }
+  double recentGbps(bool streaming) const;
 
  private:
   FifoStores setting_;
   bool streaming_ = setting_ == FifoStores::kStreaming;
   uint32_t sized_ = 0;       // writes of kSampledMinBytes or more
   uint32_t samples_ = 0;     // sampled so far
-  double bytesPerNs_[2] = {0, 0};  // recent speed of plain [0] and non-temporal [1] copies
+  // The last samples of plain [0] and non-temporal [1] copies, bytes per ns, in a ring.
+  double samplesOf_[2][kWindow] = {};
+  int count_[2] = {0, 0};  // samples taken of each kind
 };
 
 }  // namespace loom::transport
