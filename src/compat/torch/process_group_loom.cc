@@ -239,7 +239,9 @@ class Runner {
 
   void queueBatch(Batch batch);                        // under mutex_
   Batch takeFront();                                   // under mutex_, !running_
-  void runBatch(Batch& batch);
+  // Consumes the batch: its tensors and Works go before the caller takes mutex_ again, since
+  // freeing a tensor Python knows takes the GIL, which a thread waiting on mutex_ may hold.
+  void runBatch(Batch batch);
   void doneRunning();                                  // under mutex_
 
   loomComm_t comm_;
@@ -321,7 +323,7 @@ void Runner::work() {
     if (queue_.empty()) return;
     Batch batch = takeFront();
     lock.unlock();
-    runBatch(batch);
+    runBatch(std::move(batch));
     lock.lock();
     doneRunning();
     ranOne = true;
@@ -339,7 +341,7 @@ void Runner::runThrough(uint64_t seq) {
   while (!running_ && !queue_.empty() && queue_.front().seq <= seq) {
     Batch batch = takeFront();
     lock.unlock();
-    runBatch(batch);
+    runBatch(std::move(batch));
     lock.lock();
     doneRunning();
   }
@@ -348,7 +350,7 @@ void Runner::runThrough(uint64_t seq) {
 // A batch of several operations is one Loom group, so sends and receives of a
 // batch_isend_irecv cannot wait on each other. Every launch is made even after one failed, so
 // the group always closes; then every Work of the batch completes, with the first error.
-void Runner::runBatch(Batch& batch) {
+void Runner::runBatch(Batch batch) {
   const bool group = batch.ops.size() > 1;
   loomResult_t result = group ? loomGroupStart() : loomSuccess;
   for (LoomOp& op : batch.ops) {
@@ -386,15 +388,18 @@ ProcessGroupLoom::ProcessGroupLoom(loomComm_t comm, int rank, int size)
 }
 
 ProcessGroupLoom::~ProcessGroupLoom() {
-  runner_->stop();
   // The last reference may go with the GIL held (a DDP Reducer freed by Python) while the
-  // worker completes a Future whose callbacks are Python (DDP's comm hooks) and waits for the
-  // GIL: joining with it held would wait forever.
+  // worker needs the GIL: to complete a Future whose callbacks are Python (DDP's comm hooks),
+  // or to free a finished batch's tensors. Stopping or joining with it held would wait forever.
+  const auto stopAndJoin = [this] {
+    runner_->stop();
+    worker_.join();
+  };
   if (Py_IsInitialized() && PyGILState_Check()) {
     pybind11::gil_scoped_release noGil;
-    worker_.join();
+    stopAndJoin();
   } else {
-    worker_.join();
+    stopAndJoin();
   }
 }
 

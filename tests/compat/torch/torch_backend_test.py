@@ -16,6 +16,7 @@ Prints one line per case and rank count, then "N passed, N failed"; exits 1 on a
 import argparse
 import datetime
 import faulthandler
+import gc
 import os
 import random
 import shutil
@@ -288,6 +289,22 @@ def case_order(rank, size):
         expect_equal(u, reduced(size, N, sums, offset=10 + k), f"all_reduce {k} of three waited out of order")
 
 
+def case_teardown(rank, size):
+    """A group freed by Python (the GIL held) while its worker still runs operations on tensors
+    only those operations hold: freeing such a tensor takes the GIL. The worker once freed a
+    finished batch holding the lock the destructor waits for, and both waited forever. The
+    destructor runs what is queued before it returns."""
+    for round_ in range(30):
+        group = dist.new_group(backend="loom")
+        for k in range(32):
+            dist.all_reduce(values(rank, N, offset=k).float(), group=group, async_op=True)
+        last = values(rank, N, offset=round_).float()
+        dist.all_reduce(last, group=group, async_op=True)
+        dist.destroy_process_group(group)
+        del group
+        expect_equal(last, reduced(size, N, dist.ReduceOp.SUM, offset=round_), f"round {round_}: queued all_reduce")
+
+
 CASES = {
     "allreduce": case_allreduce,
     "order": case_order,
@@ -297,6 +314,7 @@ CASES = {
     "alltoall": case_alltoall,
     "p2p": case_p2p,
     "refusals": case_refusals,
+    "teardown": case_teardown,
 }
 
 
@@ -316,8 +334,30 @@ def run_cases(rank, size, port, names, results):
 
 # ---- DDP: loom against gloo ---------------------------------------------------------------
 
-def train(rank, size, port, backend, hook, steps=20):
+class Phases:
+    """When a rank reached each phase of run_ddp, for the failure report: which rank was late, and
+    where. (In CI, once, a rank's loom teardown hung, and the others' gloo init timed out
+    waiting for it: case_teardown's deadlock.)"""
+
+    def __init__(self):
+        self.start = time.monotonic()
+        self.marks = []
+
+    def mark(self, what):
+        self.marks.append(f"{time.monotonic() - self.start:.2f} s {what}")
+
+    def __str__(self):
+        return "; ".join(self.marks)
+
+
+def train(rank, size, port, backend, hook, phases, steps=20):
+    # Gloo's reference run on loopback: without it, gloo resolves the host name to pick an
+    # interface, which depends on the machine's resolver, not on anything under test here.
+    if backend == "gloo":
+        os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    phases.mark(f"{backend}: init")
     init(rank, size, port, backend)
+    phases.mark(f"{backend}: training")
     torch.manual_seed(1234)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
@@ -333,19 +373,26 @@ def train(rank, size, port, backend, hook, steps=20):
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         opt.step()
     params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    phases.mark(f"{backend}: trained")
     dist.destroy_process_group()
     # torch 1.13's ProcessGroupGloo destructor joins its worker with the GIL held, while the
     # worker may still need the GIL to drop the fp16 hook's Python callback: it hangs now and
     # then (seen in gdb). The gloo run's objects are kept until the process exits without
-    # destructors (run_ddp); loom's destructor releases the GIL and is freed here.
-    return params, ddp if backend == "gloo" else None
+    # destructors (run_ddp); loom's process group goes here, with the DDP holding it.
+    if backend == "gloo":
+        return params, ddp
+    del ddp, opt
+    gc.collect()
+    phases.mark(f"{backend}: torn down")
+    return params, None
 
 
 def run_ddp(rank, size, ports, hook, results):
     name = "ddp_fp16_hook" if hook else "ddp"
+    phases = Phases()
     try:
-        on_loom, _ = train(rank, size, ports[0], "loom", hook)
-        on_gloo, gloo_objects = train(rank, size, ports[1], "gloo", hook)
+        on_loom, _ = train(rank, size, ports[0], "loom", hook, phases)
+        on_gloo, gloo_objects = train(rank, size, ports[1], "gloo", hook, phases)
         # 2 ranks add in one order whatever the algorithm: the same bits. More ranks add in the
         # algorithm's order (Loom's and Gloo's differ), so the parameters drift apart by rounding:
         # ||loom - gloo|| / ||gloo|| after the steps, within 1e-6 in float32, 1e-3 through fp16.
@@ -359,7 +406,7 @@ def run_ddp(rank, size, ports, hook, results):
             print(f"{name} on {size} ranks: ||loom - gloo|| / ||gloo|| = {rel:.3g}", flush=True)
         results.put((name, rank, None))
     except Exception:  # noqa: BLE001
-        results.put((name, rank, traceback.format_exc()))
+        results.put((name, rank, f"{traceback.format_exc()}phases: {phases}"))
         raise
     sys.stdout.flush()
     os._exit(0)  # without destructors: see train()
