@@ -28,6 +28,13 @@
 #include "device/runtime.h"
 
 namespace loom {
+
+long long cudaHardwareQueues() {
+  long long queues = 8;
+  if (!env::getInt("CUDA_DEVICE_MAX_CONNECTIONS", 1, 32, &queues).isOk()) queues = 8;
+  return queues;
+}
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -297,17 +304,13 @@ Status DeviceCommImpl::connectEagerly() {
   return acceptIn();
 }
 
-// A CUDA context feeds its streams' work to a few hardware queues (CUDA_DEVICE_MAX_CONNECTIONS,
-// 8 by default), each run in order, streams assigned to them in turn as they are made. Two
-// thread ranks whose streams land in one queue can stall each other: a rank's kernel (or the
-// copy its thread then waits for) sits behind a thread peer's kernel that waits for this rank,
-// until the timeout. 8 thread ranks on an H200 stalled so in every run with 8 queues and in
-// none with 32 (2026-11-28). Each rank brings two streams: the caller's and the runtime's own.
+// Streams are assigned to the queues in turn as they are made, so which ranks share one is
+// not known; the stall is real: 8 thread ranks on an H200 stalled so (until the timeout) in
+// every run with 8 queues and in none with 32 (2026-11-28).
 void DeviceCommImpl::warnOfSharedQueues(int threadRanks) {
   if (comm_->config().deviceEmulation) return;
-  long long queues = 8;  // CUDA's default, also where the driver would not take the value
-  if (!env::getInt("CUDA_DEVICE_MAX_CONNECTIONS", 1, 32, &queues).isOk()) queues = 8;
-  if (2LL * threadRanks <= queues) return;
+  const long long queues = cudaHardwareQueues();
+  if (!threadRanksShareQueues(threadRanks, queues)) return;
   LOOM_WARN("comm %016llx: %d ranks are threads of this process on device %d, and their streams (2 each) share "
             "%lld CUDA hardware queue(s): a rank's kernel can wait behind a peer's that waits for it, a stall until "
             "the timeout. Set CUDA_DEVICE_MAX_CONNECTIONS=32 before the process first uses CUDA, or run the ranks "

@@ -79,6 +79,14 @@ inline int channelsWithin(int blockBudget, int connectionsPerChannel, int most) 
   return std::clamp((blockBudget - 1) / connectionsPerChannel, 1, most);
 }
 
+// CUDA spreads a context's streams over its hardware queues (CUDA_DEVICE_MAX_CONNECTIONS), each
+// run in order. Thread ranks of one process on one device bring two streams each (the caller's
+// and the runtime's own); with more streams than queues two ranks share one, where a rank's
+// kernel can wait behind a peer's that waits for it.
+inline bool threadRanksShareQueues(int threadRanks, long long queues) { return 2LL * threadRanks > queues; }
+// CUDA_DEVICE_MAX_CONNECTIONS as the driver takes it: 1 to 32, else CUDA's default of 8.
+long long cudaHardwareQueues();
+
 // Launches each job's calls as one kernel on its communicator's stream and returns without
 // waiting for them (but for the emulation's NULL stream, whose calls complete first). Errors
 // in building, connecting or launching are returned; errors the kernels meet later become
