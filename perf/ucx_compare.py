@@ -2,13 +2,19 @@
 """Loom over UCX beside Loom over its own sockets and Open MPI over UCX (pml ucx), in one run.
 
     perf/ucx_compare.py [--ranks 2] [--sweep "-b 8 -e 128M -f 8"] [--runs 3] [--tls tcp]
-                        [--builddir build-perf] [--markdown FILE]
+                        [--net-devices lo] [--builddir build-perf] [--markdown FILE]
 
 Each round runs the three programs in turn (so a slow phase of a shared machine hits them
 alike), float32 sum allreduce in place, `--ranks` processes on this host, rank r on cpu r:
   loom socket  LOOM_TRANSPORTS=socket loom-perf
-  loom ucx     LOOM_TRANSPORTS=ucx UCX_TLS=TLS loom-perf
-  mpi ucx      mpirun --mca pml ucx (pml_ucx_tls/devices any) -x UCX_TLS=TLS perf/peers/mpi_collective
+  loom ucx     LOOM_TRANSPORTS=ucx UCX_TLS=TLS UCX_NET_DEVICES=DEVICES loom-perf
+  mpi ucx      mpirun --mca pml ucx (pml_ucx_tls/devices any) -x UCX_TLS=TLS -x UCX_NET_DEVICES=DEVICES
+               perf/peers/mpi_collective
+Both UCX programs get the same devices, one by default (lo), as a pair of hosts joined by one
+port would have: on one host every interface loops back, and UCX stripes a large message over
+all it may use (two TCP connections, lo and eth0, where Open MPI's endpoints have lanes on both;
+Loom's, made with peer error handling, on lo alone), which no single link between hosts has.
+`--net-devices all` leaves UCX its choice.
 The table keeps each program's best round per size: busbw (GB/s), Loom over UCX against
 Loom's sockets (issue 28's target: within 15 % from 1 MiB up) and against Open MPI over UCX
 (target: ahead from 16 MiB up). Needs a Loom built with UCX and Open MPI with its ucx pml.
@@ -42,6 +48,7 @@ def main():
     p.add_argument("--sweep", default="-b 8 -e 128M -f 8")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--tls", default="tcp", help="UCX_TLS for both UCX programs")
+    p.add_argument("--net-devices", default="lo", help="UCX_NET_DEVICES for both UCX programs ('all': UCX's choice)")
     p.add_argument("--builddir", default="build-perf")
     p.add_argument("--markdown")
     a = p.parse_args()
@@ -49,11 +56,15 @@ def main():
     timing = a.sweep.split() + ["-n", "20", "-w", "5", "-c", "1", "--min-time", "0.2"]
     loom = [f"{b}/tools/loomrun/loomrun", "-n", str(a.ranks), f"{b}/perf/loom-perf", "allreduce"] + timing + ["--pin"]
     mpi = ["mpirun", "--allow-run-as-root", "-n", str(a.ranks), "--bind-to", "core", "--mca", "pml", "ucx",
-           "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any", "-x", f"UCX_TLS={a.tls}",
-           f"{b}/perf/peers/mpi_collective", "allreduce"] + timing
+           "--mca", "pml_ucx_tls", "any", "--mca", "pml_ucx_devices", "any", "-x", f"UCX_TLS={a.tls}"]
+    ucx = {"UCX_TLS": a.tls}
+    if a.net_devices != "all":
+        mpi += ["-x", f"UCX_NET_DEVICES={a.net_devices}"]
+        ucx["UCX_NET_DEVICES"] = a.net_devices
+    mpi += [f"{b}/perf/peers/mpi_collective", "allreduce"] + timing
     programs = {
         "loom socket": (loom, {"LOOM_TRANSPORTS": "socket"}),
-        "loom ucx": (loom, {"LOOM_TRANSPORTS": "ucx", "UCX_TLS": a.tls}),
+        "loom ucx": (loom, dict(ucx, LOOM_TRANSPORTS="ucx")),
         "mpi ucx": (mpi, {}),
     }
     best = {name: {} for name in programs}
@@ -66,7 +77,7 @@ def main():
     factor = 2 * (a.ranks - 1) / a.ranks
     bw = {n: {s: factor * s / t / 1e3 for s, t in d.items()} for n, d in best.items()}
     lines = [f"CPU: {cpu_model()}, {os.cpu_count()} cores; {a.ranks} ranks as processes on one host, pinned; "
-             f"UCX_TLS={a.tls}; float32 sum allreduce in place; best of {a.runs} interleaved rounds", "",
+             f"UCX_TLS={a.tls}, UCX_NET_DEVICES={a.net_devices}; float32 sum allreduce in place; best of {a.runs} interleaved rounds", "",
              "| size | Loom socket GB/s | Loom UCX GB/s | Open MPI UCX GB/s | Loom UCX / socket | Loom UCX / Open MPI UCX |",
              "|---:|---:|---:|---:|---:|---:|"]
     for s in sorted(set(bw["loom ucx"]) & set(bw["loom socket"]) & set(bw["mpi ucx"])):
