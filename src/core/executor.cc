@@ -12,6 +12,7 @@
 #include <set>
 
 #include "base/log.h"
+#include "base/spin_lock.h"
 #include "core/communicator.h"
 #include "core/one_shot.h"
 #include "core/wait_policy.h"
@@ -546,10 +547,12 @@ Status Run::idle(bool spin) {
   Clock::time_point now = Clock::now();
   Clock::time_point wake = Clock::time_point::max();
   Clock::time_point lastProgress = Clock::time_point::min();
+  bool oversubscribed = false;  // the peer a rank waits for may need its core
   for (size_t i = 0; i < state_.size(); ++i) {
     if (!pending(i)) continue;
     const PlanState& ps = state_[i];
     lastProgress = std::max(lastProgress, ps.lastProgress);
+    oversubscribed = oversubscribed || ps.plan->comm->oversubscribed();
     long long limitMs = ps.plan->comm->config().timeoutMs;
     Clock::time_point expiry = ps.lastProgress + std::chrono::milliseconds(limitMs);
     wake = std::min(wake, expiry);
@@ -571,7 +574,11 @@ Status Run::idle(bool spin) {
   const bool pendingPlans = lastProgress != Clock::time_point::min();
   const bool recent = !pendingPlans || now - lastProgress < kSpinBeforeSleep;
   if (!spin && recent) {
-    sched_yield();
+    if (pendingPlans && !oversubscribed && now - lastProgress < kBusyBeforeYield) {
+      for (int i = 0; i < 64; ++i) cpuRelax();
+    } else {
+      sched_yield();
+    }
     return Status::ok();
   }
   // A sleep also wakes for the links that have a descriptor, so a rank napping on shared
