@@ -12,6 +12,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -391,16 +392,10 @@ ProcessGroupLoom::~ProcessGroupLoom() {
   // The last reference may go with the GIL held (a DDP Reducer freed by Python) while the
   // worker needs the GIL: to complete a Future whose callbacks are Python (DDP's comm hooks),
   // or to free a finished batch's tensors. Stopping or joining with it held would wait forever.
-  const auto stopAndJoin = [this] {
-    runner_->stop();
-    worker_.join();
-  };
-  if (Py_IsInitialized() && PyGILState_Check()) {
-    pybind11::gil_scoped_release noGil;
-    stopAndJoin();
-  } else {
-    stopAndJoin();
-  }
+  std::optional<pybind11::gil_scoped_release> noGil;
+  if (Py_IsInitialized() && PyGILState_Check()) noGil.emplace();
+  runner_->stop();
+  worker_.join();
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(LoomOp op) { return runner_->enqueue(runner_, rank_, std::move(op)); }
