@@ -3,7 +3,8 @@
 # collectives as threads and as processes, the DDP layer on device buffers, NVML's view of
 # the GPUs), then the GPU benchmarks (reduce-kernel and copy bandwidth; loom-perf allreduce
 # and broadcast on 2 and 4 ranks of GPU 0 from 8 B to 1 GiB; the 8 B allreduce in a loop and
-# inside a replayed CUDA graph, and what a plan kernel's fixed cost is made of), and leaves
+# inside a replayed CUDA graph, and what a plan kernel's fixed cost is made of; the tuner's
+# device constants calibrated on the GPU, and the allreduce again under them), and leaves
 # every output under OUT.
 #
 #   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR]
@@ -41,7 +42,7 @@ done
 
 programs=(tests/gpu/device_collectives_test tests/gpu/device_collectives_processes_test
           tests/gpu/kernels_test tests/gpu/ddp_device_test tests/unit/nvml_probe_test tools/loom-topo
-          perf/loom-kernel-bw perf/loom-kernel-latency perf/loom-perf)
+          perf/loom-kernel-bw perf/loom-kernel-latency perf/loom-perf tools/loomrun/loomrun)
 
 if [[ -z $prebuilt ]]; then
   if [[ ! -d $builddir ]]; then
@@ -128,6 +129,16 @@ for channels in 8 16 32 64; do
   run "allreduce-2threads-ch$channels" env LOOM_CHANNELS=$channels timeout -k 10 60 "$bin/perf/loom-perf" allreduce \
     --device cuda -t 2 -b 8M -e 1G -f 4 -n 10 -w 3 -c 1
 done
+# The device constants of the tuner's model measured on this GPU (2 processes; docs/TUNING.md),
+# its predictions under them, and the 2-rank allreduce with the tuner choosing under them.
+run calibrate-device timeout -k 10 90 "$bin/tools/loomrun/loomrun" -n 2 \
+  "$bin/perf/loom-perf" --calibrate "$out/device-tuning.txt" --device cuda
+if [[ -s $out/device-tuning.txt ]]; then
+  run predict-device env LOOM_TUNING_FILE="$out/device-tuning.txt" "$bin/tools/loom-topo" \
+    --predict allreduce --ranks 2 --device
+  run allreduce-2threads-calibrated env LOOM_TUNING_FILE="$out/device-tuning.txt" LOOM_DEBUG=INFO \
+    timeout -k 10 90 "$bin/perf/loom-perf" allreduce --device cuda -t 2 -b 8 -e 1G -f 16 -n 10 -w 3 -c 1
+fi
 run tests-threads timeout -k 10 180 "$bin/tests/gpu/device_collectives_test"
 run tests-processes timeout -k 10 150 "$bin/tests/gpu/device_collectives_processes_test"
 perf latency-graph 45 allreduce --device cuda -t 2 -b 8 -e 8 -n 20 -w 5 -G 100

@@ -5,10 +5,11 @@
 //   loom-topo --rings N [--host]   the ring and trees for N ranks on this host (GPU ranks
 //                                  round-robin over the GPUs; --host: host ranks spread
 //                                  evenly over the NUMA domains), with predicted bandwidth
-//   loom-topo --predict COLL --ranks N [--hosts H]
+//   loom-topo --predict COLL --ranks N [--hosts H] [--device]
 //                                  the cost model's time for each algorithm of COLL and the
 //                                  tuner's choice, 8 B to 256 MiB, with LOOM_TUNING_FILE's
-//                                  constants (built-in ones without it), LOOM_ALGO, LOOM_PROTO
+//                                  constants (built-in ones without it), LOOM_ALGO, LOOM_PROTO;
+//                                  --device: for a device communicator (its device.* keys)
 //   loom-topo --scale [--per-host R] [--intra GBPS,US] [--inter GBPS,US] [--reduce GBPS]
 //                     [--bytes N]     the allreduce of N bytes (default 1 GiB) predicted for
 //                                  ring, tree and hierarchical from 2 to 65,536 ranks on a
@@ -30,6 +31,7 @@
 #include "algorithms/tree.h"
 #include "algorithms/tuning_file.h"
 #include "base/env.h"
+#include "core/communicator.h"
 #include "core/tuner_constants.h"
 #include "topology/discover.h"
 #include "topology/render.h"
@@ -43,7 +45,7 @@ int usage(const char* problem) {
   if (problem) std::fprintf(stderr, "loom-topo: %s\n", problem);
   std::fprintf(stderr,
                "usage: loom-topo [--file TOPOLOGY.xml] [--tree] [--matrix] [--dot FILE] [--svg FILE]\n"
-               "                 [--rings N [--host]] [--predict COLLECTIVE --ranks N [--hosts H]]\n"
+               "                 [--rings N [--host]] [--predict COLLECTIVE --ranks N [--hosts H] [--device]]\n"
                "                 [--scale [--per-host R] [--intra GBPS,US] [--inter GBPS,US] [--reduce GBPS]\n"
                "                          [--bytes N]]\n");
   return 2;
@@ -119,19 +121,26 @@ constexpr NamedCollective kCollectives[] = {
 
 // The table perf/tuner_check.sh sets beside loom-perf's: one row per size, one column per
 // algorithm of the collective (µs, "-" where it cannot run), then the tuner's choice.
-int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts) {
+int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts, bool device) {
   using namespace loom;
-  CommProfile profile = CommProfile::defaults(nranks, nhosts);
-  // The layers a communicator of this shape would take on this machine.
+  CommProfile profile = device ? CommProfile::deviceDefaults(nranks, nhosts) : CommProfile::defaults(nranks, nhosts);
+  // The layers a communicator of this shape would take on this machine (a device one: its
+  // slices and channels by default, the tuning file alone; communicator.cc).
   TunerLayers layers;
   layers.tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
-  long long calibrate = 0, streaming = -1;
+  long long calibrate = 0, streaming = -1, slice = 0;
   Status status = env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibrate);
   if (status.isOk() && env::get("LOOM_STREAMING_MIN_BYTES")) {
     status = env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming);
   }
-  layers.streamingMinBytes = streaming;
-  layers.calibrationThreads = calibrate != 0 ? calibrationThreadsFor(profile.ranksPerHost()) : 0;
+  if (device) {
+    if (status.isOk()) status = env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 30, &slice);
+    profile.sliceBytes = static_cast<size_t>(slice);
+    profile.channels = kDefaultDeviceChannels;
+  } else {
+    layers.streamingMinBytes = streaming;
+    layers.calibrationThreads = calibrate != 0 ? calibrationThreadsFor(profile.ranksPerHost()) : 0;
+  }
   AlgorithmSetting algorithms;
   ProtocolSetting protocols;
   std::string sources;
@@ -142,7 +151,8 @@ int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts) {
     std::fprintf(stderr, "loom-topo: %s\n", status.message().c_str());
     return 1;
   }
-  std::printf("# predicted µs, %d ranks on %d host(s), constants: %s\n", nranks, nhosts, sources.c_str());
+  std::printf("# predicted µs, %d ranks on %d host(s)%s, constants: %s\n", nranks, nhosts,
+              device ? ", a device communicator" : "", sources.c_str());
   std::printf("%12s", "bytes");
   std::vector<Algorithm> candidates;
   for (int a = 0; a < kNumAlgorithms; ++a) {
@@ -235,7 +245,7 @@ int printScale(const Cluster& cluster) {
 
 int main(int argc, char** argv) {
   std::string file, dotFile, svgFile;
-  bool tree = false, matrix = false, hostRanks = false, scale = false;
+  bool tree = false, matrix = false, hostRanks = false, scale = false, device = false;
   Cluster cluster;
   int rings = 0, ranks = 0, hosts = 1;
   const NamedCollective* predicted = nullptr;
@@ -284,6 +294,8 @@ int main(int argc, char** argv) {
       const long long bytes = v ? std::atoll(v) : 0;
       if (bytes < 8) return usage("--bytes needs a size of at least 8");
       cluster.bytes = static_cast<size_t>(bytes);
+    } else if (arg == "--device") {
+      device = true;
     } else if (arg == "--tree") {
       tree = true;
     } else if (arg == "--matrix") {
@@ -301,7 +313,7 @@ int main(int argc, char** argv) {
   if (predicted) {
     if (ranks < 1) return usage("--predict needs --ranks N");
     if (hosts > ranks || ranks % hosts != 0) return usage("--hosts must divide --ranks");
-    return printPredictions(predicted->kind, ranks, hosts);
+    return printPredictions(predicted->kind, ranks, hosts, device);
   }
   Graph graph;
   Source source = Source::kFile;

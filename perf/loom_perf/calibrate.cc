@@ -21,8 +21,6 @@
 // its built-in value, and the output says so.
 #include "calibrate.h"
 
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -129,35 +127,14 @@ double solveGbps(double measuredUs, size_t bytes, loom::Protocol protocol, CommP
   return measuredUs > fixedUs ? perGbps / (measuredUs - fixedUs) : 0;
 }
 
-// Whether rank 0 can write the tuning file: its directory takes new files, and the file,
-// if there is one, may be overwritten.
-bool canWrite(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  if (access(dir.c_str(), W_OK | X_OK) != 0) return false;
-  return access(path.c_str(), F_OK) != 0 || access(path.c_str(), W_OK) == 0;
-}
-
-std::string hostName() {
-  char name[256] = {};
-  gethostname(name, sizeof name - 1);
-  return name;
-}
-
 }  // namespace
 
 int calibrate(loomComm_t comm, const std::string& path) {
   int rank = 0, nranks = 0;
   require(loomCommUserRank(comm, &rank), comm, "loomCommUserRank");
   require(loomCommCount(comm, &nranks), comm, "loomCommCount");
-  // Hosts by name, as the ranks see them.
-  constexpr size_t kNameBytes = 64;
-  std::vector<char> names(kNameBytes * static_cast<size_t>(nranks));
-  std::strncpy(&names[kNameBytes * static_cast<size_t>(rank)], hostName().c_str(), kNameBytes - 1);
-  require(loomAllGather(&names[kNameBytes * static_cast<size_t>(rank)], names.data(), kNameBytes, loomInt8, comm,
-                        nullptr),
-          comm, "loomAllGather of host names");
-  auto host = [&](int r) { return std::string(&names[kNameBytes * static_cast<size_t>(r)]); };
+  const std::vector<std::string> names = hostNames(comm, rank, nranks);
+  auto host = [&](int r) { return names[static_cast<size_t>(r)]; };
   int sameHost = -1, otherHost = -1, nhosts = 0;
   std::vector<std::string> seen;
   for (int r = 0; r < nranks; ++r) {
@@ -279,16 +256,7 @@ int calibrate(loomComm_t comm, const std::string& path) {
     sizes = calibrateSizes(comm, sizesJob);
   }
 
-  int status = 0;
-  if (rank == 0) {
-    loom::Status saved = loom::saveTuningFile(path, p, hostName(), {}, "", sizes);
-    if (saved.isOk()) {
-      std::printf("# wrote %s:\n%s%s", path.c_str(), loom::tuningText(p).c_str(), loom::dataPathText(sizes).c_str());
-    } else {
-      std::fprintf(stderr, "loom-perf: --calibrate: %s\n", saved.message().c_str());
-      status = 1;
-    }
-  }
+  const int status = rank == 0 ? writeTuningFile(path, p, {}, "", sizes) : 0;
   require(loomBarrier(comm, nullptr), comm, "loomBarrier at exit");
   return status;
 }

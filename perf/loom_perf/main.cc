@@ -23,7 +23,9 @@
 
 #include "bench.h"
 #include "bootstrap/launch_env.h"
+#include "base/env.h"
 #include "calibrate.h"
+#include "calibrate_device.h"
 #include "device_buffers.h"
 #include "fatal.h"
 #include "options.h"
@@ -182,7 +184,11 @@ int main(int argc, char** argv) {
   const int status = parseOptions(argc, argv, &o);
   if (status >= 0) return status;
   int cudaDevices = 0;
-  if (o.cuda) {
+  // The emulation's device communicators need no CUDA device; only the calibration uses them
+  // here (a sweep's buffers are cudaMalloc'd).
+  const bool emulatedCalibration =
+      o.cuda && !o.calibratePath.empty() && loom::env::getOrDefault("LOOM_DEVICE_EMULATION") == "1";
+  if (o.cuda && !emulatedCalibration) {
     // Ranks as threads of this process share the GPU's hardware queues, two streams each
     // (docs/ARCHITECTURE.md, "Thread ranks on one GPU"); CUDA reads this at its first use.
     if (o.threads * o.ranksPerThread > 1) ::setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
@@ -196,7 +202,10 @@ int main(int argc, char** argv) {
   Job job = joinJob(o);
   if (!o.calibratePath.empty()) {
     if (!job.processComm) fatal("%s", "--calibrate needs two or more processes (loomrun -n 2 loom-perf --calibrate FILE)");
-    return calibrate(job.processComm.get(), o.calibratePath);
+    if (!o.cuda) return calibrate(job.processComm.get(), o.calibratePath);
+    // nccl-tests' rule, as for a sweep's ranks.
+    const int device = emulatedCalibration ? 0 : job.localProcess % cudaDevices;
+    return calibrateDevice(job.processComm.get(), device, emulatedCalibration, o.calibratePath);
   }
   const int nranks = job.processes * o.threads * o.ranksPerThread;
   Report report(o, nranks);

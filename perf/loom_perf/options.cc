@@ -73,7 +73,9 @@ const char kUsage[] =
     "  --plot FILE.svg      plot busbw against size, one line per algorithm, type and op\n"
     "  --test-corrupt       change one element of a checked result (tests that #wrong can fail)\n"
     "  --calibrate FILE     measure the tuner's constants on these ranks (2 or more processes)\n"
-    "                       and write them to FILE for LOOM_TUNING_FILE (docs/TUNING.md)\n"
+    "                       and write them to FILE for LOOM_TUNING_FILE (docs/TUNING.md);\n"
+    "                       with --device cuda a device communicator's (one host's ranks;\n"
+    "                       under LOOM_DEVICE_EMULATION=1 the CPU emulation's)\n"
     "Ranks: processes from the launcher (loomrun, mpirun, srun, torchrun) x -t x -g.\n";
 
 // nccl-tests' size syntax: an integer with an optional K, M or G (powers of 1024).
@@ -307,7 +309,6 @@ int parseOptions(int argc, char** argv, Options* out) {
     if (named) return bad("--calibrate measures the tuner's constants; it runs no collective sweep (drop '%s')",
                           collectiveName(o.collective));
     if (o.threads != 1 || o.ranksPerThread != 1) return bad("%s", "--calibrate runs one rank per process (no -t, -g)");
-    if (o.cuda) return bad("%s", "--calibrate measures host constants (no --device cuda)");
     *out = o;
     return -1;
   }

@@ -447,9 +447,6 @@ CommProfile CommProfile::defaults(int nranks, int nhosts) {
   p.directGbps = 10.0;
   p.channels = nhosts > 1 ? 2 : 1;
   p.sharedMemory = nhosts == 1;
-  // The plan kernel's (deviceDefaults), kept in host profiles too so that every profile's
-  // tuning file holds valid figures; host calls never run low latency.
-  p.lowLatency = {1.0, 100.0};
   return p;
 }
 

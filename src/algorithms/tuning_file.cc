@@ -22,33 +22,54 @@ enum class Kind {
   kBytes,      // a whole number of bytes, >= 0
 };
 
+// Which communicators a constant is theirs: a device communicator's hop, copy and reduction
+// are its plan kernel's, under keys of their own, so that one file can hold a machine's host
+// and device figures; the network between hosts is the same sockets for both.
+enum class Scope { kHost, kDevice, kBoth };
+
 struct Key {
   const char* name;
   Kind kind;
+  Scope scope;
   double (*get)(const CommProfile&);
   void (*set)(CommProfile*, double);
 };
 
 // One Key for a field of CommProfile; values travel as doubles (sizes below 2^53 exactly).
-#define LOOM_TUNING_KEY(name, kind, field)                                                   \
-  Key{name, kind, [](const CommProfile& p) { return static_cast<double>(p.field); },       \
+#define LOOM_TUNING_KEY(name, kind, scope, field)                                            \
+  Key{name, kind, scope, [](const CommProfile& p) { return static_cast<double>(p.field); },  \
       [](CommProfile* p, double v) { p->field = static_cast<decltype(p->field)>(v); }}
 
 const Key kKeys[] = {
-    LOOM_TUNING_KEY("intra.latency_us", Kind::kLatency, intra.latencyUs),
-    LOOM_TUNING_KEY("intra.gbps", Kind::kBandwidth, intra.gbps),
-    LOOM_TUNING_KEY("inter.latency_us", Kind::kLatency, inter.latencyUs),
-    LOOM_TUNING_KEY("inter.gbps", Kind::kBandwidth, inter.gbps),
-    LOOM_TUNING_KEY("reduce.gbps", Kind::kBandwidth, reduceGbps),
-    LOOM_TUNING_KEY("copy.gbps", Kind::kBandwidth, copyGbps),
-    LOOM_TUNING_KEY("oneshot.latency_us", Kind::kLatency, oneShotLatencyUs),
-    LOOM_TUNING_KEY("mem.gbps", Kind::kBandwidth, memGbps),
-    LOOM_TUNING_KEY("streaming.gbps", Kind::kBandwidth, streamingGbps),
-    LOOM_TUNING_KEY("streaming.min_bytes", Kind::kBytes, streamingMinBytes),
-    LOOM_TUNING_KEY("direct.gbps", Kind::kBandwidth, directGbps),
-    LOOM_TUNING_KEY("ll.latency_us", Kind::kLatency, lowLatency.latencyUs),
-    LOOM_TUNING_KEY("ll.gbps", Kind::kBandwidth, lowLatency.gbps),
+    LOOM_TUNING_KEY("intra.latency_us", Kind::kLatency, Scope::kHost, intra.latencyUs),
+    LOOM_TUNING_KEY("intra.gbps", Kind::kBandwidth, Scope::kHost, intra.gbps),
+    LOOM_TUNING_KEY("inter.latency_us", Kind::kLatency, Scope::kBoth, inter.latencyUs),
+    LOOM_TUNING_KEY("inter.gbps", Kind::kBandwidth, Scope::kBoth, inter.gbps),
+    LOOM_TUNING_KEY("reduce.gbps", Kind::kBandwidth, Scope::kHost, reduceGbps),
+    LOOM_TUNING_KEY("copy.gbps", Kind::kBandwidth, Scope::kHost, copyGbps),
+    LOOM_TUNING_KEY("oneshot.latency_us", Kind::kLatency, Scope::kHost, oneShotLatencyUs),
+    LOOM_TUNING_KEY("mem.gbps", Kind::kBandwidth, Scope::kHost, memGbps),
+    LOOM_TUNING_KEY("streaming.gbps", Kind::kBandwidth, Scope::kHost, streamingGbps),
+    LOOM_TUNING_KEY("streaming.min_bytes", Kind::kBytes, Scope::kHost, streamingMinBytes),
+    LOOM_TUNING_KEY("direct.gbps", Kind::kBandwidth, Scope::kHost, directGbps),
+    LOOM_TUNING_KEY("device.simple.latency_us", Kind::kLatency, Scope::kDevice, intra.latencyUs),
+    LOOM_TUNING_KEY("device.simple.gbps", Kind::kBandwidth, Scope::kDevice, intra.gbps),
+    LOOM_TUNING_KEY("device.ll.latency_us", Kind::kLatency, Scope::kDevice, lowLatency.latencyUs),
+    LOOM_TUNING_KEY("device.ll.gbps", Kind::kBandwidth, Scope::kDevice, lowLatency.gbps),
+    LOOM_TUNING_KEY("device.copy.gbps", Kind::kBandwidth, Scope::kDevice, copyGbps),
+    LOOM_TUNING_KEY("device.reduce.gbps", Kind::kBandwidth, Scope::kDevice, reduceGbps),
 };
+
+// Names of earlier files (every key once written by loom-perf --calibrate), read as the keys
+// that replaced them.
+const std::pair<const char*, const char*> kOldNames[] = {
+    {"ll.latency_us", "device.ll.latency_us"},
+    {"ll.gbps", "device.ll.gbps"},
+};
+
+bool appliesTo(const Key& key, const CommProfile& profile) {
+  return key.scope == Scope::kBoth || (key.scope == Scope::kDevice) == profile.device;
+}
 
 #undef LOOM_TUNING_KEY
 
@@ -65,6 +86,9 @@ const SizeKey kSizeKeys[] = {
 };
 
 const Key* findKey(const std::string& name) {
+  for (const auto& [old, now] : kOldNames) {
+    if (name == old) return findKey(now);
+  }
   for (const Key& key : kKeys) {
     if (name == key.name) return &key;
   }
@@ -150,6 +174,8 @@ Status applyLine(const std::string& path, int number, const std::string& raw, Co
     if (sizes != nullptr) sizes->*sizeKey->field = static_cast<long long>(parsed);
     return Status::ok();
   }
+  // Checked like any key, set only where it applies.
+  if (!appliesTo(*key, *profile)) return Status::ok();
   key->set(profile, parsed);
   if (keysRead != nullptr) keysRead->push_back(key->name);
   return Status::ok();
@@ -186,20 +212,23 @@ Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<s
   return applyTuningText(text.str(), path, inout, keysRead, sizes);
 }
 
-std::vector<std::string> tuningKeys() {
+std::vector<std::string> tuningKeys(const CommProfile& profile) {
   std::vector<std::string> names;
-  for (const Key& key : kKeys) names.push_back(key.name);
+  for (const Key& key : kKeys) {
+    if (appliesTo(key, profile)) names.push_back(key.name);
+  }
   return names;
 }
 
 double tuningValue(const CommProfile& profile, const std::string& key) {
   const Key* found = findKey(key);
-  return found == nullptr ? NAN : found->get(profile);
+  return found == nullptr || !appliesTo(*found, profile) ? NAN : found->get(profile);
 }
 
 std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys) {
   std::string text;
   for (const Key& key : kKeys) {
+    if (!appliesTo(key, profile)) continue;
     if (keys.empty() || std::find(keys.begin(), keys.end(), key.name) != keys.end()) {
       text += std::string(key.name) + " = " + shortestText(key.get(profile)) + "\n";
     }

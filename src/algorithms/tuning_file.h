@@ -16,13 +16,20 @@
 //   streaming.min_bytes = 33554432  calls from this size on no longer fit the cache (0: none
 //                                 counted as past it); a whole number
 //   direct.gbps = 10              shared memory read straight from the sender's buffer
-//   ll.latency_us = 1             a device communicator's low-latency hop (intra.* is then
-//   ll.gbps = 100                 its simple hop)
+//   device.simple.latency_us = 4  a device communicator's plan kernel (loom-perf --calibrate
+//   device.simple.gbps = 200      --device cuda): a hop of its simple wire, of its low-
+//   device.ll.latency_us = 4      latency wire, its local copy and its reduction; a device
+//   device.ll.gbps = 2.5          communicator reads these in place of intra.*, copy.gbps
+//   device.copy.gbps = 400        and reduce.gbps, and inter.* as a host one does
+//   device.reduce.gbps = 400
 //   chunk.bytes = 524288          data-path sizes (DataPathSizes below), whole numbers:
 //   shm.fifo_bytes = 1048576      LOOM_CHUNK_SIZE, LOOM_SHM_FIFO_BYTES and LOOM_SOCKET_SNDBUF
 //   socket.sndbuf = 262144        where those variables are unset
 //
-// Every key is optional; when one appears twice, the last one read wins.
+// Every key is optional; when one appears twice, the last one read wins. A key is checked
+// wherever it appears but sets only the profiles it is for (device.* device communicators',
+// intra.* to direct.gbps host ones'); `ll.latency_us` and `ll.gbps`, earlier names, read as
+// device.ll.*.
 #pragma once
 
 #include <cstddef>
@@ -57,14 +64,15 @@ Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<s
 Status applyTuningText(const std::string& text, const std::string& origin, CommProfile* inout,
                        std::vector<std::string>* keysRead = nullptr, DataPathSizes* sizes = nullptr);
 
-// Every constant's key above, in the order above (not the data-path sizes').
-std::vector<std::string> tuningKeys();
+// The keys above that set `profile` (a host or a device communicator's), in the order above
+// (not the data-path sizes').
+std::vector<std::string> tuningKeys(const CommProfile& profile);
 
-// The value `key` names in `profile` (NaN for a key not above).
+// The value `key` names in `profile` (NaN for a key not above or not for such a profile).
 double tuningValue(const CommProfile& profile, const std::string& key);
 
-// The lines of `keys` (every key when empty) for `profile`, each value in the fewest digits
-// that read back to the same double.
+// The lines of `keys` (every key when empty) that are for `profile`, each value in the fewest
+// digits that read back to the same double.
 std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys = {});
 
 // The lines of the sizes in `sizes` that are >= 0, in the order above.

@@ -40,7 +40,7 @@ Status layerTunerConstants(const TunerLayers& layers, CommProfile* inout, std::s
 
   names.push_back("built in");
   std::vector<std::string> groups(names.size());
-  for (const std::string& key : tuningKeys()) {
+  for (const std::string& key : tuningKeys(profile)) {
     auto found = setBy.find(key);
     std::string& group = groups[found == setBy.end() ? names.size() - 1 : found->second];
     std::string line = tuningText(profile, {key});

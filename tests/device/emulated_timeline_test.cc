@@ -2,7 +2,6 @@
 // communicator logs each worker's steps with their means when it ends. Its own process, run
 // by meson with LOOM_DEBUG=INFO and LOOM_DEBUG_FILE, so that the log is this test's alone.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -21,16 +20,6 @@ using loomtest::ScopedEnv;
 
 constexpr int kRanks = 2;
 constexpr int kCalls = 12;
-
-// The log file this process writes (LOOM_DEBUG_FILE with %p expanded).
-std::string logPath() {
-  const char* pattern = std::getenv("LOOM_DEBUG_FILE");
-  if (pattern == nullptr) return "";
-  std::string path = pattern;
-  const size_t at = path.find("%p");
-  if (at != std::string::npos) path.replace(at, 2, std::to_string(::getpid()));
-  return path;
-}
 
 struct WorkerLine {
   int rank;
@@ -60,7 +49,7 @@ std::vector<WorkerLine> workerLines(const std::string& path) {
 }
 
 TEST(EmulatedTimeline, EveryWorkerOfEveryLaunchIsTimedAndLogged) {
-  const std::string path = logPath();
+  const std::string path = loomtest::debugLogPath();
   if (path.empty() || std::getenv("LOOM_DEBUG") == nullptr) {
     std::printf("skipped: run by meson, which sets LOOM_DEBUG=INFO and LOOM_DEBUG_FILE\n");
     GTEST_SKIP() << "needs LOOM_DEBUG=INFO and LOOM_DEBUG_FILE (meson sets them)";

@@ -106,6 +106,15 @@ loomConfig_t configFor(const RankOptions& options) {
 
 std::string modeName(Mode mode) { return mode == Mode::kThreads ? "threads" : "processes"; }
 
+std::string debugLogPath() {
+  const char* pattern = std::getenv("LOOM_DEBUG_FILE");
+  if (pattern == nullptr) return "";
+  std::string path = pattern;
+  const size_t at = path.find("%p");
+  if (at != std::string::npos) path.replace(at, 2, std::to_string(::getpid()));
+  return path;
+}
+
 void runProcesses(int nranks, const std::function<void(int)>& body, int deadlineMs) {
   std::fflush(nullptr);  // or buffered output would be printed again by every child
   std::vector<pid_t> pids;

@@ -33,6 +33,9 @@ class ScopedEnv {
 
 std::string modeName(Mode mode);
 
+// The log file this process writes: LOOM_DEBUG_FILE with %p expanded ("" where it is unset).
+std::string debugLogPath();
+
 struct RankOptions {
   int timeoutMs = 20000;      // communicator config.timeoutMs
   int initTimeoutMs = 20000;  // config.initTimeoutMs

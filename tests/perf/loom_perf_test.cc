@@ -559,6 +559,46 @@ TEST(Calibrate, MeasuresTheSocketSendBufferWhereSocketsCarry) {
   std::remove(file.c_str());
 }
 
+// --calibrate --device cuda on the CPU emulation: every device constant solved from its call
+// and written under its device.* key (and no host key), which loom-topo's device prediction
+// then takes. The figures are CPU threads'; a GPU session runs the same on the GPU.
+TEST(Calibrate, DeviceConstantsOnTheEmulation) {
+  const std::string file = ::testing::TempDir() + "loom_perf_test_device_tuning_" + std::to_string(getpid()) + ".txt";
+  const Result r = run("LOOM_DEVICE_EMULATION=1 " + loomrun(2) + perf() + " --calibrate " + file + " --device cuda");
+  EXPECT_EQ(r.status, 0) << r.out;
+  for (const char* line : {"2 ranks on the CPU emulation", "one rank, allreduce 4096 KiB out of place: ",
+                           "ring allreduce 8 B, simple: ", "ring allgather 4096 KiB, simple: ",
+                           "ring allreduce 4096 KiB, simple: ", "ring allreduce 64 KiB, ll: "}) {
+    EXPECT_TRUE(has(r.out, line)) << line << "\n" << r.out;
+  }
+  std::ifstream in(file);
+  std::vector<std::string> keys;
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#' || line.rfind("machine = ", 0) == 0) continue;
+    const size_t eq = line.find(" = ");
+    ASSERT_NE(eq, std::string::npos) << line;
+    keys.push_back(line.substr(0, eq));
+    const double value = std::stod(line.substr(eq + 3));
+    const bool latency = keys.back().find("latency") != std::string::npos;
+    EXPECT_TRUE(latency ? value >= 0 : value > 0) << line;
+  }
+  EXPECT_EQ(keys, (std::vector<std::string>{"device.simple.latency_us", "device.simple.gbps", "device.ll.latency_us",
+                                            "device.ll.gbps", "device.copy.gbps", "device.reduce.gbps"}));
+  const Result predicted = run("LOOM_TUNING_FILE=" + file + " " + envPath("LOOM_TOPO") +
+                               " --predict allreduce --ranks 2 --device");
+  EXPECT_EQ(predicted.status, 0) << predicted.out;
+  EXPECT_TRUE(has(predicted.out, "a device communicator, constants: LOOM_TUNING_FILE (" + file +
+                                     "): device.simple.latency_us = "))
+      << predicted.out;
+  // Without the emulation a Loom without a CUDA device says so.
+  const Result noDevice = run(loomrun(2) + perf() + " --calibrate " + file + " --device cuda");
+  if (run("command -v nvidia-smi >/dev/null && nvidia-smi -L | grep -q GPU").status != 0) {
+    EXPECT_NE(noDevice.status, 0) << noDevice.out;
+    EXPECT_TRUE(has(noDevice.out, "--device cuda: ")) << noDevice.out;
+  }
+  std::remove(file.c_str());
+}
+
 TEST(Calibrate, RefusesWhatItCannotMeasure) {
   Result r = run(perf() + " --calibrate /tmp/unused allreduce");
   EXPECT_EQ(r.status, 2);

@@ -482,6 +482,68 @@ TEST(TuningFile, LoadsOnlyTheKeysPresent) {
   EXPECT_EQ(tuningText(loaded, {"inter.gbps", "copy.gbps"}), "inter.gbps = 3.5\ncopy.gbps = 13\n");
 }
 
+// One file holds a machine's host and device figures: each key sets the communicators it is
+// for (device.* a device one's plan kernel, intra.* to direct.gbps a host one's, inter.*
+// both), and an earlier file's ll.* read as device.ll.*.
+TEST(TuningFile, HostAndDeviceKeysSetTheirOwnCommunicators) {
+  const std::string path = writeFile("scopes",
+                                     "# loom tuning file v1\n"
+                                     "intra.gbps = 9\n"
+                                     "copy.gbps = 21\n"
+                                     "inter.gbps = 3.5\n"
+                                     "device.simple.latency_us = 7.5\n"
+                                     "device.simple.gbps = 310\n"
+                                     "device.copy.gbps = 1500\n"
+                                     "device.reduce.gbps = 900\n"
+                                     "ll.latency_us = 2.25\n"
+                                     "device.ll.gbps = 40\n");
+  RemoveAtEnd cleanup{path};
+  CommProfile host = CommProfile::defaults(2, 1);
+  std::vector<std::string> hostKeys;
+  Status status = loadTuningFile(path, &host, &hostKeys);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(host.intra.gbps, 9);
+  EXPECT_EQ(host.copyGbps, 21);
+  EXPECT_EQ(host.inter.gbps, 3.5);
+  EXPECT_EQ(host.reduceGbps, CommProfile::defaults(2, 1).reduceGbps);
+  EXPECT_EQ(hostKeys, (std::vector<std::string>{"intra.gbps", "copy.gbps", "inter.gbps"}));
+  EXPECT_EQ(tuningText(host).find("device."), std::string::npos) << tuningText(host);
+
+  CommProfile device = CommProfile::deviceDefaults(2, 1);
+  std::vector<std::string> deviceKeys;
+  status = loadTuningFile(path, &device, &deviceKeys);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(device.intra.latencyUs, 7.5);
+  EXPECT_EQ(device.intra.gbps, 310);
+  EXPECT_EQ(device.copyGbps, 1500);
+  EXPECT_EQ(device.reduceGbps, 900);
+  EXPECT_EQ(device.lowLatency.latencyUs, 2.25);
+  EXPECT_EQ(device.lowLatency.gbps, 40);
+  EXPECT_EQ(device.inter.gbps, 3.5);
+  EXPECT_EQ(deviceKeys, (std::vector<std::string>{"inter.gbps", "device.simple.latency_us", "device.simple.gbps",
+                                                  "device.copy.gbps", "device.reduce.gbps", "device.ll.latency_us",
+                                                  "device.ll.gbps"}));
+  EXPECT_TRUE(std::isnan(tuningValue(host, "device.copy.gbps")));
+  EXPECT_TRUE(std::isnan(tuningValue(device, "copy.gbps")));
+  EXPECT_EQ(tuningValue(device, "device.copy.gbps"), 1500);
+  EXPECT_EQ(tuningText(device, {"intra.gbps", "device.simple.gbps"}), "device.simple.gbps = 310\n");
+
+  // A device communicator's constants saved and read back.
+  const std::string saved = tempPath("device-roundtrip");
+  RemoveAtEnd cleanupSaved{saved};
+  ASSERT_TRUE(saveTuningFile(saved, device, "gpu0").isOk());
+  CommProfile loaded = CommProfile::deviceDefaults(2, 1);
+  ASSERT_TRUE(loadTuningFile(saved, &loaded).isOk());
+  EXPECT_EQ(tuningText(loaded), tuningText(device));
+
+  // Checked wherever they stand: a bad device value fails a host communicator's load too.
+  const std::string bad = writeFile("bad-device", "device.ll.gbps = 0\n");
+  RemoveAtEnd cleanupBad{bad};
+  status = loadTuningFile(bad, &host);
+  EXPECT_EQ(status.code(), loomInvalidArgument);
+  EXPECT_NE(status.message().find("device.ll.gbps"), std::string::npos) << status.message();
+}
+
 // The data-path sizes travel beside the constants: read into DataPathSizes (never into the
 // profile or the keys read), written back by saveTuningFile, refused like any size.
 TEST(TuningFile, CarriesTheDataPathSizes) {
