@@ -7,8 +7,12 @@
 //                        FIFO: where LOOM_SHM_DIRECT lets the ranks read each other, sends
 //                        from LOOM_SHM_DIRECT_MIN_BYTES, 512 KiB, are read straight from the
 //                        sender), time fitted to a line
-//   direct               the same exchange at 2, 4 and 8 x LOOM_SHM_DIRECT_MIN_BYTES, which
-//                        the receiver reads straight from the sender: the line's bandwidth
+//   direct reads         the same exchange at 2, 4 and 8 x LOOM_SHM_DIRECT_MIN_BYTES, on
+//                        communicators where processes read each other's sends straight
+//                        from the sender (LOOM_SHM_DIRECT=all) and where they do not (none):
+//                        where the direct ones take kMargin less time, shm.direct_min_bytes
+//                        turns them on from that size and direct.gbps is their line's
+//                        bandwidth; else shm.direct_min_bytes = 0 (the FIFO, as built in)
 //   reduce, copy,        the machine calibration rank 0 took at the communicator's creation
 //   streaming threshold  (calibration_cache.h): the kernels on 1 MiB arrays, and copies by
 //                        as many threads as rank 0's host has ranks, 512 KiB to 64 MiB
@@ -27,6 +31,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -89,14 +94,22 @@ LinkPoints linkPoints() {
   return points;
 }
 
-// Exchanges that shared memory reads directly (none where LOOM_SHM_DIRECT keeps these ranks on
-// the FIFO).
+// Exchanges large enough to be read directly where that is on.
 LinkPoints directPoints(size_t minBytes) {
   LinkPoints points;
-  for (size_t times : {2, 4, 8}) {
-    if (minBytes > 0) points.emplace_back(times * minBytes, HUGE_VAL);
-  }
+  for (size_t times : {2, 4, 8}) points.emplace_back(times * minBytes, HUGE_VAL);
   return points;
+}
+
+// Direct reads replace the FIFO between processes only when this much faster: the rounds of a
+// shared machine move by a few percent.
+constexpr double kDirectMargin = 0.03;
+
+// The mean of the points' times.
+double meanUs(const LinkPoints& points) {
+  double sum = 0;
+  for (const auto& point : points) sum += point.second;
+  return sum / static_cast<double>(points.size());
 }
 
 // One round of exchanges between ranks a and b at every point's size.
@@ -153,9 +166,12 @@ int calibrate(loomComm_t comm, const std::string& path) {
     return 1;
   }
   CommProfile p = CommProfile::defaults(nranks, nhosts);
-  // Calibration runs on processes (main.cc), one rank each.
-  const loom::Status read = loom::transport::ShmTransport::directReadMinBytes(false, &p.directMinBytes);
+  long long directMinBytes = 0;
+  const loom::Status read = loom::env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes);
   if (!read.isOk()) fatal("--calibrate: %s", read.message().c_str());
+  // Calibration runs on processes (main.cc), one rank each: direct reads between them are
+  // off (the FIFO) unless measured faster below.
+  p.directMinBytes = 0;
   if (rank == 0) std::printf("# loom-perf --calibrate: %d ranks on %d host(s)\n", nranks, nhosts);
   // Copy, reduce and the streaming threshold: the machine calibration (calibration_cache.h),
   // which rank 0 took at the communicator's creation for the ranks on its host.
@@ -187,12 +203,24 @@ int calibrate(loomComm_t comm, const std::string& path) {
   const size_t pastCache = 2 * p.streamingMinBytes;
   const bool timesPastCache = nhosts == 1 && pastCache > 0;
   const loom::Protocol protocols[] = {loom::Protocol::kSimple, loom::Protocol::kStreaming};
-  LinkPoints intra = linkPoints(), inter = linkPoints(), direct = directPoints(p.directMinBytes);
+  LinkPoints intra = linkPoints(), inter = linkPoints();
+  LinkPoints direct = directPoints(static_cast<size_t>(directMinBytes)), fifo = direct;
+  // Direct reads against the FIFO between processes, each on a communicator of its own. Not
+  // in a sanitized build, whose times say nothing of the machine.
+  const bool comparesDirect = sameHost > 0 && !loom::sanitizedBuild();
+  std::optional<ScopedComm> directComm, fifoComm;
+  if (comparesDirect) {
+    directComm.emplace(comm, rank, nranks, Settings{{"LOOM_SHM_DIRECT", "all"}});
+    fifoComm.emplace(comm, rank, nranks, Settings{{"LOOM_SHM_DIRECT", "none"}});
+  }
   double oneShotUs = HUGE_VAL;
   double ringUs[2] = {HUGE_VAL, HUGE_VAL};
   for (int round = 0; round < kRounds; ++round) {
     if (sameHost > 0) sweepLink(comm, rank, 0, sameHost, &intra);
-    if (sameHost > 0) sweepLink(comm, rank, 0, sameHost, &direct);
+    if (comparesDirect) {
+      sweepLink(directComm->get(), rank, 0, sameHost, &direct);
+      sweepLink(fifoComm->get(), rank, 0, sameHost, &fifo);
+    }
     if (otherHost > 0) sweepLink(comm, rank, 0, otherHost, &inter);
     // With every rank on one host, the tuner runs an 8 B allreduce on the one-shot board.
     if (nhosts == 1) oneShotUs = std::min(oneShotUs, allReduceUs(comm, 8, 2000));
@@ -208,10 +236,24 @@ int calibrate(loomComm_t comm, const std::string& path) {
   } else if (rank == 0) {
     std::printf("#   intra: one rank per host, kept built in\n");
   }
-  if (sameHost > 0 && !direct.empty()) {
-    p.directGbps = fitLink(direct, rank, "direct").gbps;
+  // -1: not measured (no shared memory here, or a sanitized build).
+  long long directChoice = -1;
+  if (comparesDirect) {
+    const loom::LinkCost read = fitLink(direct, rank, "direct");
+    fitLink(fifo, rank, "fifo");
+    const double ratio = meanUs(direct) / meanUs(fifo);
+    directChoice = ratio < 1.0 - kDirectMargin ? directMinBytes : 0;
+    if (directChoice > 0) {
+      p.directGbps = read.gbps;
+      p.directMinBytes = static_cast<size_t>(directChoice);
+    }
+    if (rank == 0) {
+      std::printf("#   direct reads between processes: %.3f of the FIFO's time, %s\n", ratio,
+                  directChoice > 0 ? "on (shm.direct_min_bytes, direct.gbps)"
+                                   : "off (shm.direct_min_bytes = 0; direct.gbps kept built in)");
+    }
   } else if (rank == 0) {
-    std::printf("#   direct: %s, kept built in\n", sameHost > 0 ? "no direct reads between these ranks (LOOM_SHM_DIRECT)" : "one rank per host");
+    std::printf("#   direct reads: %s, not measured\n", sameHost > 0 ? "a sanitized build" : "one rank per host");
   }
   if (otherHost > 0) {
     p.inter = fitLink(inter, rank, "inter");
@@ -255,6 +297,7 @@ int calibrate(loomComm_t comm, const std::string& path) {
   } else {
     sizes = calibrateSizes(comm, sizesJob);
   }
+  sizes.shmDirectMinBytes = directChoice;
 
   const int status = rank == 0 ? writeTuningFile(path, p, {}, "", sizes) : 0;
   require(loomBarrier(comm, nullptr), comm, "loomBarrier at exit");

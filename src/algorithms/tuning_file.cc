@@ -83,6 +83,7 @@ const SizeKey kSizeKeys[] = {
     {"chunk.bytes", &DataPathSizes::chunkBytes},
     {"shm.fifo_bytes", &DataPathSizes::shmFifoBytes},
     {"socket.sndbuf", &DataPathSizes::socketSendBuffer},
+    {"shm.direct_min_bytes", &DataPathSizes::shmDirectMinBytes},
 };
 
 const Key* findKey(const std::string& name) {

@@ -24,7 +24,9 @@
 //   device.reduce.gbps = 400
 //   chunk.bytes = 524288          data-path sizes (DataPathSizes below), whole numbers:
 //   shm.fifo_bytes = 1048576      LOOM_CHUNK_SIZE, LOOM_SHM_FIFO_BYTES and LOOM_SOCKET_SNDBUF
-//   socket.sndbuf = 262144        where those variables are unset
+//   socket.sndbuf = 262144        where those variables are unset; direct reads between
+//   shm.direct_min_bytes = 0      processes from this size (0: never) where LOOM_SHM_DIRECT is
+//                                 unset
 //
 // Every key is optional; when one appears twice, the last one read wins. A key is checked
 // wherever it appears but sets only the profiles it is for (device.* device communicators',
@@ -49,6 +51,9 @@ struct DataPathSizes {
   long long chunkBytes = -1;        // chunk.bytes: LOOM_CHUNK_SIZE
   long long shmFifoBytes = -1;      // shm.fifo_bytes: LOOM_SHM_FIFO_BYTES
   long long socketSendBuffer = -1;  // socket.sndbuf: LOOM_SOCKET_SNDBUF
+  // shm.direct_min_bytes: where LOOM_SHM_DIRECT is unset, processes of one host read each
+  // other's sends from this size straight from the sender's memory (0: never; ShmTransport).
+  long long shmDirectMinBytes = -1;
 };
 
 // Sets the constants that `path` names in *inout and leaves the others; *keysRead (when not

@@ -77,8 +77,17 @@ Status readDataPathSizes(CommConfig* c) {
   c->shmFifoBytes = static_cast<size_t>(fifo);
   c->socketSendBuffer = static_cast<int>(sendBuffer);
   c->sliceSource = sliceSource;
-  c->linkSizeSources = format("shm FIFO %lld bytes (%s), socket send buffer %lld bytes (%s)", fifo, fifoSource.c_str(),
-                              sendBuffer, sendBufferSource.c_str());
+  // Direct reads between processes: LOOM_SHM_DIRECT decides where it is set, else the file.
+  c->shmDirectFromFile = env::get("LOOM_SHM_DIRECT") ? -1 : fromFile.shmDirectMinBytes;
+  size_t direct = 0;
+  LOOM_TRY(transport::ShmTransport::directReadMinBytes(false, c->shmDirectFromFile, &direct));
+  const std::string directSource = env::get("LOOM_SHM_DIRECT")   ? "LOOM_SHM_DIRECT"
+                                   : c->shmDirectFromFile >= 0 ? "LOOM_TUNING_FILE " + c->tuningFile
+                                                               : std::string("built in");
+  c->linkSizeSources = format("shm FIFO %lld bytes (%s), socket send buffer %lld bytes (%s), direct reads between "
+                              "processes %s (%s)",
+                              fifo, fifoSource.c_str(), sendBuffer, sendBufferSource.c_str(),
+                              direct > 0 ? format("from %zu bytes", direct).c_str() : "never", directSource.c_str());
   return Status::ok();
 }
 
@@ -358,7 +367,10 @@ Status Communicator::finishInit() {
     network = std::move(socket);
   }
   std::unique_ptr<transport::ShmTransport> shm;
-  if (!shmPeers.empty()) LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, config_.shmFifoBytes, &shm));
+  if (!shmPeers.empty()) {
+    LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, config_.shmFifoBytes, config_.shmDirectFromFile,
+                                             &shm));
+  }
   if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
     LOOM_TRY(transport::ShmBoard::create(*bootstrap_, env::getOrDefault("LOOM_SHM_DIR"), &board_)
                  .withContext("one-shot board"));
@@ -423,7 +435,9 @@ Status Communicator::agreeOnProfile() {
   const bool threadsOnly = std::all_of(peers.begin(), peers.end(), [&](const PeerInfo& p) {
     return p.hostHash != self.hostHash || sameProcess(p, self);
   });
-  if (!device) LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, &mine.directMinBytes));
+  if (!device) {
+    LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, config_.shmDirectFromFile, &mine.directMinBytes));
+  }
   mine.channels = config_.channels > 0 ? config_.channels
                   : device             ? config_.deviceChannels
                                        : transport_->linksPerPeer();

@@ -48,6 +48,7 @@ struct CommConfig {
   int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
   int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF, else socket.sndbuf (0: the kernel's autotuning)
   size_t shmFifoBytes = 0;      // LOOM_SHM_FIFO_BYTES, else shm.fifo_bytes, of the segments this rank creates
+  long long shmDirectFromFile = -1;  // LOOM_TUNING_FILE's shm.direct_min_bytes (-1: none; ShmTransport)
   std::string linkSizeSources;  // the two above and where each came from, for the INFO line
   bool check = false;           // LOOM_CHECK
   bool deviceEmulation = false; // LOOM_DEVICE_EMULATION

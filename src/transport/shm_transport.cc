@@ -192,8 +192,9 @@ class ShmTransport::ShmLink : public Link {
   // side 0: this rank created the segment; 1: it opened it.
   // peerInfo: the peer as the bootstrap reported it, so that its process is watched from the
   // start (a peer that dies before it maps the segment never attaches).
-  // direct: LOOM_SHM_DIRECT lets the pair read each other's large sends directly.
-  ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo, bool direct, const Settings& settings);
+  // directMinBytes: from which size the pair reads each other's sends directly (0: never).
+  ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo, size_t directMinBytes,
+          const Settings& settings);
   ~ShmLink() override;
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
@@ -272,6 +273,8 @@ class ShmTransport::ShmLink : public Link {
   PeerProcess process_;
   uint64_t lastAliveCheckNs_ = 0;
 
+  size_t directMinBytes_;
+
   // Writing.
   bool postLarge_;         // until the peer refuses a posted send
   uint64_t head_ = 0;
@@ -290,8 +293,8 @@ class ShmTransport::ShmLink : public Link {
   std::optional<PeerSend> reading_;
 };
 
-ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo, bool direct,
-                               const Settings& settings)
+ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo,
+                               size_t directMinBytes, const Settings& settings)
     : segment_(std::move(segment)),
       settings_(settings),
       peer_(peer),
@@ -303,11 +306,12 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
       in_(headerOf(segment_).fifos[1 - side]),
       outData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(side) * (mask_ + 1)),
       inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
-      postLarge_(direct),
+      directMinBytes_(directMinBytes),
+      postLarge_(directMinBytes > 0),
       stores_(settings.fifoStores),
-      readPeerMemory_(direct) {
+      readPeerMemory_(directMinBytes > 0) {
   process_.identify(peerInfo.pid, peerInfo.pidNamespace);
-  if (direct && process_.foreign()) {
+  if (readPeerMemory_ && process_.foreign()) {
     LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
     readPeerMemory_ = false;
   }
@@ -315,12 +319,11 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
   if (readPeerMemory_) {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores); sends of %zu bytes or more "
               "are read by the receiver straight from the sender's memory (%s)",
-              peer_, mask_ + 1, stores, settings.directMinBytes,
+              peer_, mask_ + 1, stores, directMinBytes_,
               process_.sameProcess() ? "same process: memcpy" : "process_vm_readv");
   } else {
-    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores), all sends through it "
-              "(LOOM_SHM_DIRECT=%s)",
-              peer_, mask_ + 1, stores, env::getOrDefault("LOOM_SHM_DIRECT").c_str());
+    LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores), all sends through it", peer_,
+              mask_ + 1, stores);
   }
 }
 
@@ -357,7 +360,7 @@ Status ShmTransport::ShmLink::sendSome(const void* data, size_t bytes, size_t* d
     declinedLeft_ -= *done;
     return *done > 0 ? Status::ok() : stalled();
   }
-  if (postLarge_ && bytes >= settings_.directMinBytes) {
+  if (postLarge_ && bytes >= directMinBytes_) {
     post(data, bytes);
     return Status::ok();
   }
@@ -615,19 +618,20 @@ void ShmTransport::closeAll(int causeRank) {
   }
 }
 
-Status ShmTransport::readSettings(Settings* out) {
+Status ShmTransport::readSettings(long long fileDirectMinBytes, Settings* out) {
   long long directMinBytes = 0;
+  LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
+  const size_t threshold = static_cast<size_t>(directMinBytes);
   const std::string direct = env::getOrDefault("LOOM_SHM_DIRECT");
-  if (direct == "none") {
-    out->direct = DirectReads::kNone;
-  } else if (direct == "threads") {
-    out->direct = DirectReads::kThreads;
-  } else if (direct == "all") {
-    out->direct = DirectReads::kAll;
+  if (!env::get("LOOM_SHM_DIRECT") && fileDirectMinBytes >= 0) {
+    out->directThreads = threshold;
+    out->directProcesses = static_cast<size_t>(fileDirectMinBytes);
+  } else if (direct == "none" || direct == "threads" || direct == "all") {
+    out->directThreads = direct == "none" ? 0 : threshold;
+    out->directProcesses = direct == "all" ? threshold : 0;
   } else {
     return error(loomInvalidArgument, "LOOM_SHM_DIRECT=%s: expected none, threads or all", direct.c_str());
   }
-  LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
   const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
   bool known = false;
   for (FifoStores f : {FifoStores::kCached, FifoStores::kStreaming, FifoStores::kAuto}) {
@@ -645,39 +649,37 @@ Status ShmTransport::readSettings(Settings* out) {
     return error(loomInvalidArgument, "LOOM_SHM_DIR=%s is longer than %zu characters",
                  out->dir.c_str(), kMaxName - 38);
   }
-  out->directMinBytes = static_cast<size_t>(directMinBytes);
   LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &out->lingerMs));
   return Status::ok();
 }
 
-Status ShmTransport::directReadMinBytes(bool threadsOnly, size_t* out) {
+Status ShmTransport::directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out) {
   Settings settings;
-  LOOM_TRY(readSettings(&settings));
-  const bool direct = settings.direct == DirectReads::kAll || (settings.direct == DirectReads::kThreads && threadsOnly);
-  *out = direct ? settings.directMinBytes : 0;
+  LOOM_TRY(readSettings(fileDirectMinBytes, &settings));
+  *out = threadsOnly ? settings.directThreads : settings.directProcesses;
   return Status::ok();
 }
 
-bool ShmTransport::readsDirectly(int peer) const {
-  if (settings_.direct != DirectReads::kThreads) return settings_.direct == DirectReads::kAll;
+size_t ShmTransport::directMinBytes(int peer) const {
   const PeerInfo& info = bootstrap_.peers()[static_cast<size_t>(peer)];
-  return info.pid == ::getpid() && info.pidNamespace == PeerProcess::ownPidNamespace();
+  const bool thread = info.pid == ::getpid() && info.pidNamespace == PeerProcess::ownPidNamespace();
+  return thread ? settings_.directThreads : settings_.directProcesses;
 }
 
 Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, size_t fifoBytes,
-                            std::unique_ptr<ShmTransport>* out) {
+                            long long fileDirectMinBytes, std::unique_ptr<ShmTransport>* out) {
   if (!validFifoBytes(fifoBytes)) {
     return error(loomInternalError, "shm transport: a FIFO of %zu bytes is not a power of two >= 4096", fifoBytes);
   }
   Settings settings;
-  LOOM_TRY(readSettings(&settings));
+  LOOM_TRY(readSettings(fileDirectMinBytes, &settings));
   settings.fifoBytes = fifoBytes;
   for (int peer : peers) {
     if (peer < 0 || peer >= bootstrap.nranks()) {
       return error(loomInternalError, "shm transport: peer %d is not a rank of %d", peer, bootstrap.nranks());
     }
   }
-  if (settings.direct == DirectReads::kAll) {
+  if (settings.directProcesses > 0) {
     // Under Yama's ptrace_scope=1 peers (not our ancestors) may read this process's memory
     // only if it says so. Fails harmlessly where Yama is absent.
     ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
@@ -731,7 +733,7 @@ Status ShmTransport::offerSegment(int peer) {
   LOOM_TRY(bootstrap_.send(peer, kSegmentTag, &offer, sizeof(offer))
                .withContext(format("shm transport: sending rank %d its segment", peer)));
   links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 0, peer, bootstrap_.peers()[static_cast<size_t>(peer)],
-                                                           readsDirectly(peer), settings_);
+                                                           directMinBytes(peer), settings_);
   return Status::ok();
 }
 
@@ -787,7 +789,7 @@ Status ShmTransport::acceptSegment(int peer, const Deadline& deadline) {
   LOOM_TRY(attachSegment(segment, fifoBytes));
   segment.unlink();  // both ranks have it mapped now
   links_[static_cast<size_t>(peer)] = std::make_unique<ShmLink>(std::move(segment), 1, peer, bootstrap_.peers()[static_cast<size_t>(peer)],
-                                                           readsDirectly(peer), settings_);
+                                                           directMinBytes(peer), settings_);
   return Status::ok();
 }
 

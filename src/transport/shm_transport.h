@@ -32,17 +32,20 @@ class ShmTransport : public Transport {
   // Reads the other LOOM_SHM_* settings (a bad one is loomInvalidArgument) and makes no link
   // yet. `peers`: the ranks this transport serves, on this host (the caller decides; this
   // rank itself is ignored). `fifoBytes`: each FIFO of the segments this rank creates
-  // (LOOM_SHM_FIFO_BYTES, as the communicator resolves it; validFifoBytes). `bootstrap` must
-  // outlive the transport.
-  static Status create(Bootstrap& bootstrap, std::vector<int> peers, size_t fifoBytes,
+  // (LOOM_SHM_FIFO_BYTES, as the communicator resolves it; validFifoBytes).
+  // `fileDirectMinBytes`: a tuning file's shm.direct_min_bytes, -1 where there is none (see
+  // directReadMinBytes). `bootstrap` must outlive the transport.
+  static Status create(Bootstrap& bootstrap, std::vector<int> peers, size_t fifoBytes, long long fileDirectMinBytes,
                        std::unique_ptr<ShmTransport>* out);
   // A power of two, 4096 or more.
   static bool validFifoBytes(size_t bytes) { return bytes >= 4096 && (bytes & (bytes - 1)) == 0; }
   ~ShmTransport() override;
-  // The size from which a receive reads the sender's buffer directly, as LOOM_SHM_DIRECT and
-  // LOOM_SHM_DIRECT_MIN_BYTES set it (0: never), for the tuner's cost model, between ranks
-  // that are all threads of this process (`threadsOnly`) or not.
-  static Status directReadMinBytes(bool threadsOnly, size_t* out);
+  // The size from which a receive reads the sender's buffer directly (0: never), between
+  // ranks that are all threads of this process (`threadsOnly`) or not: as LOOM_SHM_DIRECT and
+  // LOOM_SHM_DIRECT_MIN_BYTES set it, or where LOOM_SHM_DIRECT is unset and
+  // `fileDirectMinBytes` >= 0, between processes from that size (0: never) and between
+  // threads from LOOM_SHM_DIRECT_MIN_BYTES. For the tuner's cost model and the INFO line.
+  static Status directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out);
 
   const char* name() const override { return "shm"; }
   // Creates the segments of pairs where this rank is the lower one and sends their names;
@@ -66,24 +69,24 @@ class ShmTransport : public Transport {
  private:
   class ShmLink;
   struct SegmentOffer;  // what the lower rank of a pair sends the higher one
-  // LOOM_SHM_DIRECT: which peers' large sends are read straight from their memory.
-  enum class DirectReads { kNone, kThreads, kAll };
   // LOOM_SHM_* as read at create; links keep a reference.
   struct Settings {
     std::string dir;        // LOOM_SHM_DIR
     size_t fifoBytes = 0;   // of the segments this rank creates (create's)
-    DirectReads direct;     // LOOM_SHM_DIRECT
-    size_t directMinBytes;  // LOOM_SHM_DIRECT_MIN_BYTES
+    // From which size a peer's sends are read straight from its memory (0: never), where
+    // it is a thread of this process and where it is not (directReadMinBytes).
+    size_t directThreads = 0;
+    size_t directProcesses = 0;
     FifoStores fifoStores;  // LOOM_SHM_FIFO_STORES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
     long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
   };
 
   ShmTransport(Bootstrap& bootstrap, const std::vector<int>& peers, Settings settings);
-  static Status readSettings(Settings* out);
+  static Status readSettings(long long fileDirectMinBytes, Settings* out);
   Status checkServed(int peer) const;
-  // Whether LOOM_SHM_DIRECT lets this rank and `peer` read each other's large sends directly.
-  bool readsDirectly(int peer) const;
+  // From which size this rank and `peer` read each other's sends directly (0: never).
+  size_t directMinBytes(int peer) const;
   // The lower rank's half of a pair: segment, name to the peer, link.
   Status offerSegment(int peer);
   // The higher rank's half: the name from the peer, mapping, unlink, link.

@@ -354,32 +354,41 @@ TEST(Logging, DataPathSizesNameTheirSourcesAndTakeEffect) {
   std::string all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0");
   EXPECT_NE(all.find("[0] LOOM INFO comm "), std::string::npos) << all;
   EXPECT_NE(all.find(": data-path sizes: chunk 524288 bytes (built in), shm FIFO 1048576 bytes (built in), socket "
-                     "send buffer 262144 bytes (built in)"),
+                     "send buffer 262144 bytes (built in), direct reads between processes never (built in)"),
             std::string::npos)
       << all;
 
   const std::string file = std::string(dir) + "/tuning.txt";
   FILE* tuning = std::fopen(file.c_str(), "w");
   ASSERT_NE(tuning, nullptr);
-  std::fputs("# loom tuning file v1\nchunk.bytes = 262144\nshm.fifo_bytes = 2097152\nsocket.sndbuf = 131072\n",
+  std::fputs("# loom tuning file v1\nchunk.bytes = 262144\nshm.fifo_bytes = 2097152\nsocket.sndbuf = 131072\n"
+             "shm.direct_min_bytes = 1048576\n",
              tuning);
   std::fclose(tuning);
   all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0 LOOM_TUNING_FILE=" + file + " LOOM_SOCKET_SNDBUF=65536");
   const std::string fromFile = "(LOOM_TUNING_FILE " + file + ")";
   EXPECT_NE(all.find(": data-path sizes: chunk 262144 bytes " + fromFile + ", shm FIFO 2097152 bytes " + fromFile +
-                     ", socket send buffer 65536 bytes (LOOM_SOCKET_SNDBUF)"),
+                     ", socket send buffer 65536 bytes (LOOM_SOCKET_SNDBUF), direct reads between processes from "
+                     "1048576 bytes " + fromFile),
             std::string::npos)
       << all;
   EXPECT_NE(all.find(": data-path sizes: chunk 262144 bytes (rank 0's), shm FIFO 2097152 bytes " + fromFile),
             std::string::npos)
       << all;
   EXPECT_NE(all.find("shm: link with rank 1: FIFO of 2097152 bytes each way"), std::string::npos) << all;
+  EXPECT_NE(all.find("sends of 1048576 bytes or more are read by the receiver straight from the sender's memory "
+                     "(process_vm_readv)"),
+            std::string::npos)
+      << all;
 
   // The variable wins over the file.
-  all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0 LOOM_TUNING_FILE=" + file + " LOOM_CHUNK_SIZE=65536");
+  all = infoLogOfRun(dir, "LOOM_MACHINE_CALIBRATION=0 LOOM_TUNING_FILE=" + file +
+                              " LOOM_CHUNK_SIZE=65536 LOOM_SHM_DIRECT=threads");
   EXPECT_NE(all.find(": data-path sizes: chunk 65536 bytes (LOOM_CHUNK_SIZE), shm FIFO 2097152 bytes " + fromFile),
             std::string::npos)
       << all;
+  EXPECT_NE(all.find("direct reads between processes never (LOOM_SHM_DIRECT)"), std::string::npos) << all;
+  EXPECT_NE(all.find("all sends through it"), std::string::npos) << all;
   std::system((std::string("rm -rf ") + dir).c_str());
 }
 

@@ -75,9 +75,10 @@ loom::Bootstrap& bootstrapOf(loomComm_t comm) {
 
 size_t fifoBytesOf(loomComm_t comm) { return reinterpret_cast<loom::Communicator*>(comm)->config().shmFifoBytes; }
 
-// This rank's shm transport, linked to `peer`, its FIFOs as the communicator's (LOOM_SHM_FIFO_BYTES).
-void connect(loomComm_t comm, int peer, std::unique_ptr<ShmTransport>* out) {
-  ASSERT_STATUS_OK(ShmTransport::create(bootstrapOf(comm), {0, 1}, fifoBytesOf(comm), out));
+// This rank's shm transport, linked to `peer`, its FIFOs as the communicator's (LOOM_SHM_FIFO_BYTES),
+// direct reads as LOOM_SHM_DIRECT says or else as a tuning file's shm.direct_min_bytes of `fileDirect`.
+void connect(loomComm_t comm, int peer, std::unique_ptr<ShmTransport>* out, long long fileDirect = -1) {
+  ASSERT_STATUS_OK(ShmTransport::create(bootstrapOf(comm), {0, 1}, fifoBytesOf(comm), fileDirect, out));
   auto deadline = loom::Deadline::afterMs(10000);
   ASSERT_STATUS_OK((*out)->connectOut({peer}, deadline));
   ASSERT_STATUS_OK((*out)->acceptIn({peer}, deadline));
@@ -158,21 +159,23 @@ void exchangeAndCheck(Link* link, int rank, size_t bytes, uint64_t round) {
 
 // ---- Byte stream ----
 
-// mode, LOOM_SHM_DIRECT, FIFO bytes, LOOM_SHM_FIFO_STORES
+// mode, LOOM_SHM_DIRECT ("file": unset, and a tuning file's shm.direct_min_bytes of kDirectMin
+// instead), FIFO bytes, LOOM_SHM_FIFO_STORES
 using StreamParam = std::tuple<Mode, const char*, size_t, const char*>;
 
 class ShmStream : public ::testing::TestWithParam<StreamParam> {};
 
 TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
   auto [mode, direct, fifoBytes, stores] = GetParam();
+  const bool fromFile = std::string(direct) == "file";
   ScopedEnv env;
-  env.set("LOOM_SHM_DIRECT", direct)
+  env.set("LOOM_SHM_DIRECT", fromFile ? "" : direct)
       .set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin))
       .set("LOOM_SHM_FIFO_BYTES", std::to_string(fifoBytes))
       .set("LOOM_SHM_FIFO_STORES", stores);
-  loomtest::runRanks(2, mode, [](loomComm_t comm, int rank) {
+  loomtest::runRanks(2, mode, [fromFile](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
-    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport, fromFile ? static_cast<long long>(kDirectMin) : -1));
     // Many times the FIFO, so it wraps around thousands of times.
     exchangeAndCheck(transport->link(1 - rank, 0), rank, 6 << 20, 1);
   });
@@ -180,7 +183,8 @@ TEST_P(ShmStream, EveryByteArrivesInOrderWhateverTheSplit) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shm, ShmStream,
-    ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses), ::testing::Values("none", "threads", "all"),
+    ::testing::Combine(::testing::Values(Mode::kThreads, Mode::kProcesses),
+                       ::testing::Values("none", "threads", "all", "file"),
                        ::testing::Values(size_t{4096}, size_t{262144}), ::testing::Values("cached", "streaming", "auto")),
     [](const ::testing::TestParamInfo<StreamParam>& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_direct_" + std::get<1>(info.param) + "_" +
@@ -189,26 +193,33 @@ INSTANTIATE_TEST_SUITE_P(
 
 // What the tuner's cost model is told: direct reads from LOOM_SHM_DIRECT_MIN_BYTES where the
 // setting lets the communicator's ranks read each other (by default only threads of one
-// process), never otherwise.
+// process), never otherwise; where LOOM_SHM_DIRECT is unset, a tuning file's
+// shm.direct_min_bytes decides for processes (0: never).
 TEST(ShmDirectReads, TheModelSeesThemWhereTheSettingAllowsThem) {
   struct Case {
-    const char* setting;
+    const char* setting;  // "": unset
+    long long fromFile;   // -1: no tuning file's
     bool threadsOnly;
     size_t expected;
   };
-  const Case cases[] = {{"threads", true, kDirectMin}, {"threads", false, 0}, {"all", true, kDirectMin},
-                        {"all", false, kDirectMin},    {"none", true, 0},      {"none", false, 0}};
+  const Case cases[] = {{"threads", -1, true, kDirectMin}, {"threads", -1, false, 0},
+                        {"all", -1, true, kDirectMin},     {"all", -1, false, kDirectMin},
+                        {"none", -1, true, 0},             {"none", -1, false, 0},
+                        {"", 65536, false, 65536},         {"", 65536, true, kDirectMin},
+                        {"", 0, false, 0},                 {"none", 65536, false, 0},
+                        {"all", 0, false, kDirectMin}};
   for (const Case& c : cases) {
     ScopedEnv env;
     env.set("LOOM_SHM_DIRECT", c.setting).set("LOOM_SHM_DIRECT_MIN_BYTES", std::to_string(kDirectMin));
     size_t from = 12345;
-    ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(c.threadsOnly, &from));
-    EXPECT_EQ(from, c.expected) << c.setting << (c.threadsOnly ? ", threads" : ", processes");
+    ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(c.threadsOnly, c.fromFile, &from));
+    EXPECT_EQ(from, c.expected) << "LOOM_SHM_DIRECT=" << c.setting << ", file " << c.fromFile
+                                << (c.threadsOnly ? ", threads" : ", processes");
   }
   size_t from = 0;
-  ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(true, &from));  // the default setting
+  ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(true, -1, &from));  // the default setting
   EXPECT_EQ(from, size_t{512} << 10);
-  ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(false, &from));
+  ASSERT_STATUS_OK(ShmTransport::directReadMinBytes(false, -1, &from));
   EXPECT_EQ(from, 0u);
 }
 
@@ -285,7 +296,7 @@ TEST_P(ShmConnect, ConnectsOncePerPeerAndOnlyToServedPeers) {
     loom::Status self = transport->connectOut({rank}, deadline);
     EXPECT_EQ(self.code(), loomInternalError) << self.message();
     std::unique_ptr<ShmTransport> none;
-    ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {}, fifoBytesOf(comm), &none));
+    ASSERT_STATUS_OK(ShmTransport::create(bootstrap, {}, fifoBytesOf(comm), -1, &none));
     loom::Status unserved = none->acceptIn({peer}, deadline);
     EXPECT_EQ(unserved.code(), loomInternalError) << unserved.message();
     EXPECT_NE(unserved.message().find("does not serve"), std::string::npos) << unserved.message();
@@ -329,7 +340,7 @@ TEST(ShmConnect, BadSettingsAreInvalidArguments) {
     ScopedEnv env;
     env.set(name, value);
     std::unique_ptr<ShmTransport> transport;
-    loom::Status s = ShmTransport::create(bootstrapOf(comm), {0}, fifoBytesOf(comm), &transport);
+    loom::Status s = ShmTransport::create(bootstrapOf(comm), {0}, fifoBytesOf(comm), -1, &transport);
     EXPECT_EQ(s.code(), loomInvalidArgument) << name << "=" << value << ": " << s.message();
     EXPECT_NE(s.message().find(name), std::string::npos) << s.message();
     EXPECT_EQ(transport, nullptr);
@@ -391,7 +402,7 @@ TEST_P(ShmDeadPeer, BecomesRemoteErrorQuickly) {
     loomComm_t comm = nullptr;
     if (loomCommInitRank(&comm, 2, id, 1) != loomSuccess) ::_exit(2);
     std::unique_ptr<ShmTransport> transport;
-    if (!ShmTransport::create(bootstrapOf(comm), {0}, fifoBytesOf(comm), &transport).isOk()) ::_exit(3);
+    if (!ShmTransport::create(bootstrapOf(comm), {0}, fifoBytesOf(comm), -1, &transport).isOk()) ::_exit(3);
     auto deadline = loom::Deadline::afterMs(10000);
     if (!transport->acceptIn({0}, deadline).isOk()) ::_exit(4);
     char hello[1000] = "alive";
@@ -587,7 +598,7 @@ TEST(ShmFullTmpfs, IsASystemErrorThatSaysHowMuchAndHowToFixIt) {
         // made in the default directory).
         ::setenv("LOOM_SHM_DIR", dir.path().c_str(), 1);
         std::unique_ptr<ShmTransport> transport;
-        loom::Status s = ShmTransport::create(bootstrapOf(comms[0]), {1}, fifoBytesOf(comms[0]), &transport);
+        loom::Status s = ShmTransport::create(bootstrapOf(comms[0]), {1}, fifoBytesOf(comms[0]), -1, &transport);
         if (s.isOk()) s = transport->connectOut({1}, loom::Deadline::afterMs(10000));
         report = std::to_string(s.code()) + " " + s.message();
         // The segment that did not fit must not stay behind either.

@@ -514,7 +514,9 @@ TEST(Calibrate, WritesATuningFileThatLoads) {
   }
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   EXPECT_TRUE(has(r.out, "chunk.bytes, shm.fifo_bytes, socket.sndbuf: a sanitized build, not measured")) << r.out;
+  EXPECT_TRUE(has(r.out, "direct reads: a sanitized build, not measured")) << r.out;
   EXPECT_FALSE(has(text.out, "chunk.bytes")) << text.out;
+  EXPECT_FALSE(has(text.out, "shm.direct_min_bytes")) << text.out;
 #else
   // Every candidate size timed against the built-in one, at 64 KiB, 512 KiB and 2 MiB.
   EXPECT_TRUE(has(text.out, "chunk.bytes = ")) << text.out;
@@ -523,6 +525,12 @@ TEST(Calibrate, WritesATuningFileThatLoads) {
   EXPECT_TRUE(has(r.out, "shm.fifo_bytes 4 MiB: ")) << r.out;
   EXPECT_TRUE(has(r.out, "socket.sndbuf: no Loom sockets between these ranks, not measured")) << r.out;
   EXPECT_FALSE(has(text.out, "socket.sndbuf")) << text.out;
+  // Direct reads between the two processes timed against the FIFO at 1, 2 and 4 MiB.
+  EXPECT_TRUE(has(r.out, "fifo exchange 4194304 B: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "direct exchange 4194304 B: ")) << r.out;
+  EXPECT_TRUE(has(r.out, "direct reads between processes: ")) << r.out;
+  EXPECT_TRUE(has(text.out, "shm.direct_min_bytes = 0\n") || has(text.out, "shm.direct_min_bytes = 524288\n"))
+      << text.out;
 #endif
   const Result predicted = run("LOOM_TUNING_FILE=" + file + " " + envPath("LOOM_TOPO") +
                                " --predict allreduce --ranks 2");

@@ -551,7 +551,8 @@ TEST(TuningFile, CarriesTheDataPathSizes) {
                                      "# loom tuning file v1\n"
                                      "chunk.bytes = 262144\n"
                                      "intra.gbps = 7\n"
-                                     "socket.sndbuf = 0   # the kernel's autotuning\n");
+                                     "socket.sndbuf = 0   # the kernel's autotuning\n"
+                                     "shm.direct_min_bytes = 1048576\n");
   RemoveAtEnd cleanup{path};
   CommProfile loaded = CommProfile::defaults(2, 1);
   std::vector<std::string> keys;
@@ -561,6 +562,7 @@ TEST(TuningFile, CarriesTheDataPathSizes) {
   EXPECT_EQ(sizes.chunkBytes, 262144);
   EXPECT_EQ(sizes.shmFifoBytes, -1);
   EXPECT_EQ(sizes.socketSendBuffer, 0);
+  EXPECT_EQ(sizes.shmDirectMinBytes, 1048576);
   EXPECT_EQ(keys, std::vector<std::string>{"intra.gbps"});
   CommProfile expected = CommProfile::defaults(2, 1);
   expected.intra.gbps = 7;
@@ -569,7 +571,7 @@ TEST(TuningFile, CarriesTheDataPathSizes) {
   CommProfile again = CommProfile::defaults(2, 1);
   ASSERT_TRUE(loadTuningFile(path, &again).isOk());
   expectSameConstants(again, expected);
-  EXPECT_EQ(loom::dataPathText(sizes), "chunk.bytes = 262144\nsocket.sndbuf = 0\n");
+  EXPECT_EQ(loom::dataPathText(sizes), "chunk.bytes = 262144\nsocket.sndbuf = 0\nshm.direct_min_bytes = 1048576\n");
 
   const std::string saved = tempPath("sizes_saved");
   RemoveAtEnd cleanupSaved{saved};
