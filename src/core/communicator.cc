@@ -77,13 +77,15 @@ Status readDataPathSizes(CommConfig* c) {
   c->shmFifoBytes = static_cast<size_t>(fifo);
   c->socketSendBuffer = static_cast<int>(sendBuffer);
   c->sliceSource = sliceSource;
-  // Direct reads between processes: LOOM_SHM_DIRECT decides where it is set, else the file.
-  c->shmDirectFromFile = env::get("LOOM_SHM_DIRECT") ? -1 : fromFile.shmDirectMinBytes;
+  // Direct reads between processes: LOOM_SHM_DIRECT decides where it is set, else the file
+  // (ShmTransport weighs the two).
+  c->shmDirectFromFile = fromFile.shmDirectMinBytes;
   size_t direct = 0;
-  LOOM_TRY(transport::ShmTransport::directReadMinBytes(false, c->shmDirectFromFile, &direct));
-  const std::string directSource = env::get("LOOM_SHM_DIRECT")   ? "LOOM_SHM_DIRECT"
-                                   : c->shmDirectFromFile >= 0 ? "LOOM_TUNING_FILE " + c->tuningFile
-                                                               : std::string("built in");
+  bool directFromFile = false;
+  LOOM_TRY(transport::ShmTransport::directReadMinBytes(false, c->shmDirectFromFile, &direct, &directFromFile));
+  const std::string directSource = directFromFile               ? "LOOM_TUNING_FILE " + c->tuningFile
+                                   : env::get("LOOM_SHM_DIRECT") ? "LOOM_SHM_DIRECT"
+                                                                 : "built in";
   c->linkSizeSources = format("shm FIFO %lld bytes (%s), socket send buffer %lld bytes (%s), direct reads between "
                               "processes %s (%s)",
                               fifo, fifoSource.c_str(), sendBuffer, sendBufferSource.c_str(),

@@ -623,7 +623,8 @@ Status ShmTransport::readSettings(long long fileDirectMinBytes, Settings* out) {
   LOOM_TRY(env::getInt("LOOM_SHM_DIRECT_MIN_BYTES", 1, 1LL << 62, &directMinBytes));
   const size_t threshold = static_cast<size_t>(directMinBytes);
   const std::string direct = env::getOrDefault("LOOM_SHM_DIRECT");
-  if (!env::get("LOOM_SHM_DIRECT") && fileDirectMinBytes >= 0) {
+  out->directFromFile = !env::get("LOOM_SHM_DIRECT") && fileDirectMinBytes >= 0;
+  if (out->directFromFile) {
     out->directThreads = threshold;
     out->directProcesses = static_cast<size_t>(fileDirectMinBytes);
   } else if (direct == "none" || direct == "threads" || direct == "all") {
@@ -653,10 +654,12 @@ Status ShmTransport::readSettings(long long fileDirectMinBytes, Settings* out) {
   return Status::ok();
 }
 
-Status ShmTransport::directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out) {
+Status ShmTransport::directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out,
+                                        bool* fromFile) {
   Settings settings;
   LOOM_TRY(readSettings(fileDirectMinBytes, &settings));
   *out = threadsOnly ? settings.directThreads : settings.directProcesses;
+  if (fromFile != nullptr) *fromFile = settings.directFromFile;
   return Status::ok();
 }
 

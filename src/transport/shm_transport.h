@@ -44,8 +44,10 @@ class ShmTransport : public Transport {
   // ranks that are all threads of this process (`threadsOnly`) or not: as LOOM_SHM_DIRECT and
   // LOOM_SHM_DIRECT_MIN_BYTES set it, or where LOOM_SHM_DIRECT is unset and
   // `fileDirectMinBytes` >= 0, between processes from that size (0: never) and between
-  // threads from LOOM_SHM_DIRECT_MIN_BYTES. For the tuner's cost model and the INFO line.
-  static Status directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out);
+  // threads from LOOM_SHM_DIRECT_MIN_BYTES. For the tuner's cost model and the INFO line;
+  // *fromFile (when not null): whether the file's value decided.
+  static Status directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out,
+                                   bool* fromFile = nullptr);
 
   const char* name() const override { return "shm"; }
   // Creates the segments of pairs where this rank is the lower one and sends their names;
@@ -77,6 +79,7 @@ class ShmTransport : public Transport {
     // it is a thread of this process and where it is not (directReadMinBytes).
     size_t directThreads = 0;
     size_t directProcesses = 0;
+    bool directFromFile = false;  // a tuning file's shm.direct_min_bytes set them
     FifoStores fifoStores;  // LOOM_SHM_FIFO_STORES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
     long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
