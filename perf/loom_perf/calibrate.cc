@@ -10,7 +10,7 @@
 //   direct reads         the same exchange at 2, 4 and 8 x LOOM_SHM_DIRECT_MIN_BYTES, on
 //                        communicators where processes read each other's sends straight
 //                        from the sender (LOOM_SHM_DIRECT=all) and where they do not (none):
-//                        where the direct ones take kMargin less time, shm.direct_min_bytes
+//                        where the direct ones take 3 % less time, shm.direct_min_bytes
 //                        turns them on from that size and direct.gbps is their line's
 //                        bandwidth; else shm.direct_min_bytes = 0 (the FIFO, as built in)
 //   reduce, copy,        the machine calibration rank 0 took at the communicator's creation
