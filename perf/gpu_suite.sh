@@ -7,7 +7,7 @@
 # device constants calibrated on the GPU, and the allreduce again under them), and leaves
 # every output under OUT.
 #
-#   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR]
+#   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR] [--part P]
 #
 #   --builddir DIR   build here (default build-gpu, release with tests)
 #   --bundle DIR     only build, then copy the stripped programs and libcudart into DIR, for a
@@ -15,6 +15,10 @@
 #   --prebuilt DIR   skip the build: take the programs from a --bundle DIR
 #   --out DIR        where logs and tables go (default gpu-results)
 #   --tar FILE       also pack OUT into FILE (.tgz), after every step
+#   --part P         device (default): the steps above; torch: instead, build the backend
+#                    loom_torch with torch's extension tooling against python3's torch (the
+#                    GPU machine's is torch 2) and the bundle's libloom, and run its tests
+#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks)
 #
 # Without a GPU every test prints `skipped: no CUDA device` and the benchmarks say so.
 #
@@ -27,7 +31,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-builddir=build-gpu out=gpu-results prebuilt="" bundle="" tarfile=""
+builddir=build-gpu out=gpu-results prebuilt="" bundle="" tarfile="" part=device
 while (($#)); do
   case "$1" in
     --builddir) builddir=$2; shift ;;
@@ -35,6 +39,7 @@ while (($#)); do
     --prebuilt) prebuilt=$2; shift ;;
     --bundle) bundle=$2; shift ;;
     --tar) tarfile=$2; shift ;;
+    --part) part=$2; shift ;;
     *) echo "gpu_suite.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -60,6 +65,10 @@ if [[ -z $prebuilt ]]; then
       strip -o "$bundle/$p" "$builddir/$p" || exit 1
     done
     cp -L /usr/local/cuda/lib64/libcudart.so.13 "$bundle/" || exit 1
+    # libloom for loom_torch (--part torch), under its soname only (10 MB; the linker's name
+    # is made there).
+    mkdir -p "$bundle/lib"
+    strip -o "$bundle/lib/libloom.so.0" "$builddir/src/libloom.so" || exit 1
     # NCCL itself (over 200 MB) stays behind: the GPU machine's PyTorch brings one.
     if [[ -x $builddir/perf/loom-nccl-bench ]]; then
       strip -o "$bundle/perf/loom-nccl-bench" "$builddir/perf/loom-nccl-bench" || exit 1
@@ -89,7 +98,37 @@ run() {  # run NAME COMMAND...: output to OUT/NAME.log and to the terminal
   return "$status"
 }
 
+finish() {  # the verdict, the outputs packed once more, and the exit status
+  echo "gpu_suite.sh: outputs in $out; $( ((rc == 0)) && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
+  [[ -z $tarfile ]] || tar czf "$tarfile" -C "$(dirname "$out")" "$(basename "$out")"
+  exit "$rc"
+}
+
 nvidia-smi -L 2>&1 | tee "$out/device.txt"
+
+if [[ $part == torch ]]; then
+  # The extension is built here, against this machine's torch, into a fresh directory.
+  # The python3 that imports torch (Debian's lives in /usr/bin; an earlier one on PATH may not).
+  python=python3
+  "$python" -c 'import torch' 2>/dev/null || python=/usr/bin/python3
+  work=$(mktemp -d)
+  lib=$work/lib
+  mkdir -p "$lib"
+  if [[ -f $bin/lib/libloom.so.0 ]]; then
+    ln -s "$(realpath "$bin/lib/libloom.so.0")" "$lib/libloom.so.0"
+  else
+    ln -s "$(realpath "$bin/src/libloom.so.0")" "$lib/libloom.so.0"
+  fi
+  ln -s libloom.so.0 "$lib/libloom.so"
+  run torch-version "$python" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.__file__)'
+  run torch-build timeout -k 10 240 "$python" src/compat/torch/build_extension.py "$lib" "$work/python" \
+    "$work/tmp" "$work/stamp"
+  if [[ -f $work/stamp ]]; then
+    run torch-backend env PYTHONPATH="$work/python" LOOM_TIMEOUT_MS=60000 timeout -k 10 300 "$python" \
+      tests/compat/torch/torch_backend_test.py --ranks 1,2,3,4
+  fi
+  finish
+fi
 
 # Steps run most telling first, each under its own limit, so that a device machine's command
 # (10 minutes at most) that meets a stall still brings back the rest. Inside Loom every wait
@@ -174,6 +213,4 @@ done
 # references are computed on the host), so last.
 run tests-kernels timeout -k 10 150 "$bin/tests/gpu/kernels_test"
 
-echo "gpu_suite.sh: outputs in $out; $( ((rc == 0)) && echo 'everything passed' || echo 'SOMETHING FAILED (see above)')"
-[[ -z $tarfile ]] || tar czf "$tarfile" -C "$(dirname "$out")" "$(basename "$out")"
-exit "$rc"
+finish

@@ -1,78 +1,24 @@
-// ProcessGroupLoom: each torch.distributed operation as Loom calls on a worker thread.
+// ProcessGroupLoom: each torch.distributed operation as Loom calls, queued on the Runner.
 #include "compat/torch/process_group_loom.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
 
-#include <atomic>
+#include <algorithm>
 #include <chrono>
-#include <condition_variable>
+#include <cstdint>
 #include <cstring>
-#include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
-#include <thread>
 #include <utility>
 
 namespace loom::torch_backend {
 namespace {
 
 const char kUniqueIdKey[] = "loom/unique_id";
-
-// How long a caller's wait() on the worker and the worker after an operation look again
-// (yielding) before they block: a short call is over, and a caller's next call issued, well
-// within it, and blocking costs each side a wakeup of tens of microseconds, more than the
-// whole of a small Loom call. The executor looks as long before it naps, for the same reason.
-constexpr auto kLookBeforeBlocking = std::chrono::microseconds(200);
-
-// Yields until done() or kLookBeforeBlocking has passed; returns done().
-template <typename Done>
-bool lookAWhile(Done done) {
-  const auto until = std::chrono::steady_clock::now() + kLookBeforeBlocking;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
-
-// A Work whose Future completes with the operation's outputs (or its error).
-class LoomWork : public c10d::Work {
- public:
-  LoomWork(std::shared_ptr<Runner> runner, int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-      : c10d::Work(rank, type),
-        runner_(std::move(runner)),
-        outputs_(std::move(outputs)),
-        future_(c10::make_intrusive<at::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
-
-  bool isCompleted() override { return future_->completed(); }
-  bool isSuccess() const override { return future_->completed() && !future_->hasError(); }
-  std::exception_ptr exception() const override { return future_->exception_ptr(); }
-  std::vector<at::Tensor> result() override { return outputs_; }
-  // Loom's own deadline (the process group's timeout) bounds the wait.
-  bool wait(std::chrono::milliseconds) override;
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
-
-  // Its batch's place in the queue (0 until the batch is queued: coalescing).
-  void queuedAs(uint64_t seq) { seq_.store(seq, std::memory_order_release); }
-  void complete(std::exception_ptr error) {
-    if (error) {
-      future_->setError(error);
-    } else {
-      future_->markCompleted(c10::IValue(outputs_));
-    }
-  }
-
- private:
-  std::shared_ptr<Runner> runner_;
-  std::atomic<uint64_t> seq_{0};
-  std::vector<at::Tensor> outputs_;
-  c10::intrusive_ptr<at::ivalue::Future> future_;
-};
 
 [[noreturn]] void fail(const std::string& message) { throw std::runtime_error("loom: " + message); }
 
@@ -183,11 +129,67 @@ loomResult_t rootedBlocks(loomComm_t c, bool gather, const at::Tensor& flat, voi
 // A new contiguous tensor of n blocks of `count` elements of like's dtype.
 at::Tensor flatLike(const at::Tensor& like, int64_t count, int64_t n) { return at::empty({count * n}, like.options()); }
 
+// The tensor forms' pair: two dense CPU tensors of one dtype, `whole` holding n times the
+// elements of `part`.
+void checkWholeAndPart(const at::Tensor& whole, const char* wholeName, const at::Tensor& part, const char* partName,
+                       int n, const std::string& what) {
+  checkTensor(whole, (what + " " + wholeName).c_str());
+  checkTensor(part, (what + " " + partName).c_str());
+  checkSame(whole, part, what.c_str());
+  if (whole.numel() != part.numel() * n) {
+    fail(what + ": the " + wholeName + " has " + std::to_string(whole.numel()) + " elements, not " +
+         std::to_string(part.numel() * n));
+  }
+}
+
+// all_gather_into_tensor of `n` ranks: output holds every rank's input, in rank order.
+LoomOp allgatherIntoTensor(at::Tensor& output, at::Tensor& input, int n) {
+  checkWholeAndPart(output, "output", input, "input", n, "all_gather_into_tensor");
+  const at::Tensor in = input.contiguous();
+  Buffer out(output);
+  const loomDataType_t type = typeOf(in);
+  return {[in, out, type](loomComm_t c) {
+            return loomAllGather(in.data_ptr(), out.ptr(), static_cast<size_t>(in.numel()), type, c, nullptr);
+          },
+          [out] { out.copyBack(); }, {output}, c10d::OpType::_ALLGATHER_BASE};
+}
+
+// reduce_scatter_tensor of `n` ranks: output gets this rank's block of the reduced input.
+LoomOp reduceScatterTensor(at::Tensor& output, at::Tensor& input, const c10d::ReduceOp& reduceOp, int n) {
+  checkWholeAndPart(input, "input", output, "output", n, "reduce_scatter_tensor");
+  const at::Tensor in = input.contiguous();
+  Buffer out(output);
+  const loomDataType_t type = typeOf(in);
+  const loomRedOp_t op = opOf(reduceOp, in);
+  return {[in, out, type, op](loomComm_t c) {
+            return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, op, c, nullptr);
+          },
+          [out] { out.copyBack(); }, {output}, c10d::OpType::_REDUCE_SCATTER_BASE};
+}
+
+// Several operations as one: their calls in one group, then each one's finish.
+LoomOp coalesced(std::vector<LoomOp> ops, c10d::OpType type) {
+  std::vector<at::Tensor> outputs;
+  for (const LoomOp& op : ops) outputs.insert(outputs.end(), op.outputs.begin(), op.outputs.end());
+  auto shared = std::make_shared<std::vector<LoomOp>>(std::move(ops));
+  return {[shared](loomComm_t c) {
+            return grouped([&](auto keep) {
+              for (LoomOp& op : *shared) keep(op.launch(c));
+            });
+          },
+          [shared] {
+            for (LoomOp& op : *shared) {
+              if (op.finish) op.finish();
+            }
+          },
+          std::move(outputs), type};
+}
+
 }  // namespace
 
-c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                                int rank, int size,
-                                                                std::chrono::duration<float> timeout) {
+c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
+                                                              int rank, int size,
+                                                              std::chrono::duration<float> timeout) {
   loomUniqueId id;
   if (rank == 0) {
     check(loomGetUniqueId(&id), nullptr, "loomGetUniqueId");
@@ -209,180 +211,10 @@ c10::intrusive_ptr<c10d::ProcessGroup> ProcessGroupLoom::create(const c10::intru
   return c10::make_intrusive<ProcessGroupLoom>(comm, rank, size);
 }
 
-// ---- The queue ------------------------------------------------------------------------------
-
-// The operations queued in batches, and the one thread at a time that runs them (Loom's calls
-// go in issue order): the worker, or a caller whose wait() finds its batch queued. Owns the
-// communicator.
-class Runner {
- public:
-  explicit Runner(loomComm_t comm) : comm_(comm) {}
-  ~Runner() { loomCommDestroy(comm_); }
-  Runner(const Runner&) = delete;
-  Runner& operator=(const Runner&) = delete;
-
-  c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op);
-  void startCoalescing();
-  void endCoalescing();
-  // The worker thread: runs batches as they come until stop(), and what is queued then.
-  void work();
-  void stop();
-  // A caller's wait(): runs the batches up to `seq` (the caller's own) that no thread has taken,
-  // unless a thread runs one now.
-  void runThrough(uint64_t seq);
-
- private:
-  struct Batch {
-    uint64_t seq = 0;
-    std::vector<LoomOp> ops;
-    std::vector<c10::intrusive_ptr<LoomWork>> works;
-  };
-
-  void queueBatch(Batch batch);                        // under mutex_
-  Batch takeFront();                                   // under mutex_, !running_
-  // Consumes the batch: its tensors and Works go before the caller takes mutex_ again, since
-  // freeing a tensor Python knows takes the GIL, which a thread waiting on mutex_ may hold.
-  void runBatch(Batch batch);
-  void doneRunning();                                  // under mutex_
-
-  loomComm_t comm_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Batch> queue_;
-  std::atomic<size_t> queued_{0};  // queue_.size(), for the worker to look at without the lock
-  bool running_ = false;           // a thread runs a batch: no other may start one
-  uint64_t lastSeq_ = 0;
-  bool coalescing_ = false;
-  Batch coalesced_;
-  bool stopping_ = false;
-};
-
-bool LoomWork::wait(std::chrono::milliseconds) {
-  const uint64_t seq = seq_.load(std::memory_order_acquire);
-  if (seq != 0 && !future_->completed()) runner_->runThrough(seq);
-  if (!lookAWhile([this] { return future_->completed(); })) future_->wait();
-  if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
-  return true;
-}
-
-c10::intrusive_ptr<c10d::Work> Runner::enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op) {
-  auto work = c10::make_intrusive<LoomWork>(self, rank, op.type, op.outputs);
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (coalescing_) {
-    coalesced_.ops.push_back(std::move(op));
-    coalesced_.works.push_back(work);
-  } else {
-    Batch batch;
-    batch.ops.push_back(std::move(op));
-    batch.works.push_back(work);
-    queueBatch(std::move(batch));
-  }
-  return work;
-}
-
-void Runner::startCoalescing() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  coalescing_ = true;
-}
-
-void Runner::endCoalescing() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  coalescing_ = false;
-  if (!coalesced_.ops.empty()) queueBatch(std::move(coalesced_));
-  coalesced_ = Batch{};
-}
-
-void Runner::queueBatch(Batch batch) {
-  batch.seq = ++lastSeq_;
-  for (auto& work : batch.works) work->queuedAs(batch.seq);
-  queue_.push_back(std::move(batch));
-  queued_.fetch_add(1, std::memory_order_release);
-  changed_.notify_all();
-}
-
-Runner::Batch Runner::takeFront() {
-  Batch batch = std::move(queue_.front());
-  queue_.pop_front();
-  queued_.fetch_sub(1, std::memory_order_relaxed);
-  running_ = true;
-  return batch;
-}
-
-// The worker is woken only when it may take the next batch, so that a caller running its
-// own operation has no thread waking beside it.
-void Runner::doneRunning() {
-  running_ = false;
-  if (!queue_.empty() || stopping_) changed_.notify_all();
-}
-
-void Runner::work() {
-  bool ranOne = false;
-  for (;;) {
-    if (ranOne) lookAWhile([this] { return queued_.load(std::memory_order_acquire) != 0; });
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [this] { return !running_ && (stopping_ || !queue_.empty()); });
-    if (queue_.empty()) return;
-    Batch batch = takeFront();
-    lock.unlock();
-    runBatch(std::move(batch));
-    lock.lock();
-    doneRunning();
-    ranOne = true;
-  }
-}
-
-void Runner::stop() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  stopping_ = true;
-  changed_.notify_all();
-}
-
-void Runner::runThrough(uint64_t seq) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  while (!running_ && !queue_.empty() && queue_.front().seq <= seq) {
-    Batch batch = takeFront();
-    lock.unlock();
-    runBatch(std::move(batch));
-    lock.lock();
-    doneRunning();
-  }
-}
-
-// A batch of several operations is one Loom group, so sends and receives of a
-// batch_isend_irecv cannot wait on each other. Every launch is made even after one failed, so
-// the group always closes; then every Work of the batch completes, with the first error.
-void Runner::runBatch(Batch batch) {
-  const bool group = batch.ops.size() > 1;
-  loomResult_t result = group ? loomGroupStart() : loomSuccess;
-  for (LoomOp& op : batch.ops) {
-    const loomResult_t r = op.launch(comm_);
-    if (result == loomSuccess) result = r;
-  }
-  if (group) {
-    const loomResult_t r = loomGroupEnd();
-    if (result == loomSuccess) result = r;
-  }
-  std::exception_ptr error;
-  if (result != loomSuccess) {
-    error = std::make_exception_ptr(std::runtime_error(std::string("loom: ") + loomGetLastError(comm_)));
-  }
-  for (size_t i = 0; i < batch.ops.size(); ++i) {
-    std::exception_ptr own = error;
-    if (!own && batch.ops[i].finish) {
-      try {
-        batch.ops[i].finish();
-      } catch (...) {
-        own = std::current_exception();
-      }
-    }
-    batch.works[i]->complete(own);
-  }
-}
-
 // ---- The process group ----------------------------------------------------------------------
 
 ProcessGroupLoom::ProcessGroupLoom(loomComm_t comm, int rank, int size)
-    : c10d::ProcessGroup(rank, size),
+    : ProcessGroupBase(rank, size),
       runner_(std::make_shared<Runner>(comm)),
       worker_([runner = runner_] { runner->work(); }) {
   init();
@@ -402,7 +234,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(LoomOp op) { return run
 
 void ProcessGroupLoom::startCoalescing() { runner_->startCoalescing(); }
 
+// torch 1.13's Works of the coalesced operations are those each call returned.
 void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) { runner_->endCoalescing(); }
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() { return runner_->endCoalescing(); }
 
 // ---- Operations ----------------------------------------------------------------------------
 
@@ -494,20 +329,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(std::vector<std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions&) {
-  checkTensor(input, "all_gather_into_tensor input");
-  checkTensor(output, "all_gather_into_tensor output");
-  checkSame(output, input, "all_gather_into_tensor");
-  if (output.numel() != input.numel() * size_) {
-    fail("all_gather_into_tensor: the output has " + std::to_string(output.numel()) + " elements, not " +
-         std::to_string(input.numel() * size_));
-  }
-  const at::Tensor in = input.contiguous();
-  Buffer out(output);
-  const loomDataType_t type = typeOf(in);
-  return enqueue({[in, out, type](loomComm_t c) {
-                    return loomAllGather(in.data_ptr(), out.ptr(), static_cast<size_t>(in.numel()), type, c, nullptr);
-                  },
-                  [out] { out.copyBack(); }, {output}, c10d::OpType::_ALLGATHER_BASE});
+  return enqueue(allgatherIntoTensor(output, input, size_));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                                 std::vector<at::Tensor>& inputs,
+                                                                                 const c10d::AllgatherOptions&) {
+  if (outputs.size() != inputs.size()) fail("allgather_into_tensor_coalesced: as many outputs as inputs are needed");
+  std::vector<LoomOp> ops;
+  for (size_t i = 0; i < inputs.size(); ++i) ops.push_back(allgatherIntoTensor(outputs[i], inputs[i], size_));
+  return enqueue(coalesced(std::move(ops), c10d::OpType::ALLGATHER_COALESCED));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -649,21 +480,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(std::vector<at::
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  checkTensor(input, "reduce_scatter_tensor input");
-  checkTensor(output, "reduce_scatter_tensor output");
-  checkSame(output, input, "reduce_scatter_tensor");
-  if (input.numel() != output.numel() * size_) {
-    fail("reduce_scatter_tensor: the input has " + std::to_string(input.numel()) + " elements, not " +
-         std::to_string(output.numel() * size_));
-  }
-  const at::Tensor in = input.contiguous();
-  Buffer out(output);
-  const loomDataType_t type = typeOf(in);
-  const loomRedOp_t op = opOf(opts.reduceOp, in);
-  return enqueue({[in, out, type, op](loomComm_t c) {
-                    return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, op, c, nullptr);
-                  },
-                  [out] { out.copyBack(); }, {output}, c10d::OpType::_REDUCE_SCATTER_BASE});
+  return enqueue(reduceScatterTensor(output, input, opts.reduceOp, size_));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter_tensor_coalesced(
+    std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
+  if (outputs.size() != inputs.size()) fail("reduce_scatter_tensor_coalesced: as many outputs as inputs are needed");
+  std::vector<LoomOp> ops;
+  for (size_t i = 0; i < inputs.size(); ++i) ops.push_back(reduceScatterTensor(outputs[i], inputs[i], opts.reduceOp, size_));
+  return enqueue(coalesced(std::move(ops), c10d::OpType::_REDUCE_SCATTER_BASE));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,

@@ -1,47 +1,44 @@
-// torch.distributed's backend "loom": a c10d::ProcessGroup over Loom's C API.
+// torch.distributed's backend "loom": Loom's C API under torch's process-group interface, a
+// c10d::ProcessGroup on torch 1.13 and a c10d::Backend (which torch's ProcessGroup wraps) on
+// torch 2.
 //
-// Every operation is queued and runs in the order it was issued, which is the order every
-// rank issues them, as blocking Loom calls on host memory (a host communicator), one at a
-// time: on the process group's worker thread, or on the caller's own thread when its wait()
-// finds the operation still queued (a blocking call then costs no hand-off between threads,
-// and no thread spins beside the one moving the bytes). The worker, after an operation, and
-// a caller whose operation the worker runs look again for a moment before they block, so
-// that a small call does not cost thread wakeups. Its Work completes a Future with the
-// operation's output tensors, as Gloo's does, so wait(), is_completed(), get_future() and
-// DDP's comm hooks behave the same. Operations issued between startCoalescing and endCoalescing (as
-// batch_isend_irecv does) run as one Loom group. A Loom failure completes the Work with a
-// RuntimeError carrying loomGetLastError's sentence.
+// Every operation is queued and runs in the order it was issued (runner.h). Its Work
+// completes a Future with the operation's output tensors, as Gloo's does, so wait(),
+// is_completed(), get_future() and DDP's comm hooks behave the same. Operations issued
+// between startCoalescing and endCoalescing run as one Loom group. A Loom failure completes
+// the Work with a RuntimeError carrying loomGetLastError's sentence.
 #pragma once
 
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include "compat/torch/runner.h"
 #include "loom/loom.h"
 
 namespace loom::torch_backend {
 
-// One operation: the Loom calls it makes (inside its batch's group), what it does once they
-// returned (copies out of temporaries), and the tensors its Work completes with.
-struct LoomOp {
-  std::function<loomResult_t(loomComm_t)> launch;
-  std::function<void()> finish;
-  std::vector<at::Tensor> outputs;
-  c10d::OpType type;
-};
+#if TORCH_VERSION_MAJOR >= 2
+using ProcessGroupBase = c10d::Backend;
+#else
+using ProcessGroupBase = c10d::ProcessGroup;
+#endif
 
-class Runner;  // the queue and the communicator (process_group_loom.cc)
-
-class ProcessGroupLoom : public c10d::ProcessGroup {
+class ProcessGroupLoom : public ProcessGroupBase {
  public:
   // Rank 0 makes the unique id and puts it in the store; the others get it (the store's own
   // wait and timeout apply). `timeout` becomes the communicator's timeoutMs.
-  static c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+  static c10::intrusive_ptr<ProcessGroupBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                         int size, std::chrono::duration<float> timeout);
 
   ProcessGroupLoom(loomComm_t comm, int rank, int size);
@@ -49,8 +46,14 @@ class ProcessGroupLoom : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "loom"; }
 
+  // Coalescing changed shape between torch versions, and supportsCoalescing (which lets torch 2's
+  // batch_isend_irecv coalesce) came in a later 2.x: no `override`, so that each declaration
+  // overrides the base's virtual where the installed torch has it and is a plain member where
+  // it has not.
   void startCoalescing() override;
-  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs) override;
+  void endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>& reqs);  // torch 1.13
+  c10::intrusive_ptr<c10d::Work> endCoalescing();                          // torch 2
+  bool supportsCoalescing() const { return true; }
 
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
                                            const c10d::BroadcastOptions& opts) override;
@@ -67,6 +70,13 @@ class ProcessGroupLoom : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                      std::vector<at::Tensor>& inputs,
                                                      const c10d::AllgatherOptions& opts) override;
+  // torch 2 (declared without `override` as above): one group of the tensor form per pair.
+  c10::intrusive_ptr<c10d::Work> allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::AllgatherOptions& opts);
+  c10::intrusive_ptr<c10d::Work> reduce_scatter_tensor_coalesced(std::vector<at::Tensor>& outputs,
+                                                                 std::vector<at::Tensor>& inputs,
+                                                                 const c10d::ReduceScatterOptions& opts);
   c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
                                         std::vector<at::Tensor>& inputs, const c10d::GatherOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,

@@ -21,7 +21,7 @@ setup(
     ext_modules=[
         CppExtension(
             "loom_torch._C",
-            [os.path.join(here, "bindings.cc"), os.path.join(here, "process_group_loom.cc")],
+            [os.path.join(here, f) for f in ("bindings.cc", "process_group_loom.cc", "runner.cc")],
             include_dirs=[os.path.join(root, "include"), os.path.join(root, "src")],
             library_dirs=[lib_dir],
             libraries=["loom"],

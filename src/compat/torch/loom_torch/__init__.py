@@ -3,8 +3,12 @@
     import loom_torch                      # registers the backend "loom"
     torch.distributed.init_process_group("loom", ...)
 
-Every operation of a process group runs on Loom (docs/COMPAT_TORCH.md); CPU tensors.
+Every operation of a process group runs on Loom (docs/COMPAT_TORCH.md); CPU tensors. On torch
+1.13 the backend is a ProcessGroup, on torch 2 a Backend that torch's ProcessGroup wraps,
+registered for the device type "cpu".
 """
+import inspect
+
 import torch.distributed as dist
 
 from . import _C
@@ -18,4 +22,7 @@ def create_process_group(store, rank, size, timeout):
 
 
 if "LOOM" not in dist.Backend._plugins:
-    dist.Backend.register_backend("loom", create_process_group)
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        dist.Backend.register_backend("loom", create_process_group, devices=["cpu"])
+    else:
+        dist.Backend.register_backend("loom", create_process_group)
