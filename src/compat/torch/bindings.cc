@@ -12,4 +12,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_process_group", &loom::torch_backend::ProcessGroupLoom::create, pybind11::arg("store"),
         pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
         pybind11::call_guard<pybind11::gil_scoped_release>());
+  // Whether CUDA tensors were built in: loom_torch then registers the backend for "cuda" too.
+#ifdef LOOM_TORCH_CUDA
+  m.attr("cuda") = true;
+#else
+  m.attr("cuda") = false;
+#endif
 }

@@ -1,6 +1,11 @@
 // ProcessGroupLoom: each torch.distributed operation as Loom calls, queued on the Runner.
 #include "compat/torch/process_group_loom.h"
 
+#ifdef LOOM_TORCH_CUDA
+#include "compat/torch/device_calls.h"
+#endif
+#include "compat/torch/rendezvous.h"
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 #include <pybind11/pybind11.h>
@@ -21,10 +26,6 @@ namespace {
 const char kUniqueIdKey[] = "loom/unique_id";
 
 [[noreturn]] void fail(const std::string& message) { throw std::runtime_error("loom: " + message); }
-
-void check(loomResult_t result, loomComm_t comm, const char* what) {
-  if (result != loomSuccess) fail(std::string(what) + ": " + loomGetLastError(comm));
-}
 
 // Loom's element type for a tensor's dtype; bool travels as uint8 (only MIN, MAX and PRODUCT
 // keep it 0 or 1, so reductions refuse the others).
@@ -61,13 +62,26 @@ loomRedOp_t opOf(const c10d::ReduceOp& op, const at::Tensor& t) {
   return result;
 }
 
-// A CPU tensor Loom can take: dense, on the host.
+#ifdef LOOM_TORCH_CUDA
+constexpr bool kCudaTensors = true;
+#else
+constexpr bool kCudaTensors = false;
+#endif
+
+// A tensor Loom can take: dense, on the host, or on a CUDA device where built with CUDA.
 void checkTensor(const at::Tensor& t, const char* what) {
   if (!t.defined()) fail(std::string(what) + " is an undefined tensor");
-  if (!t.device().is_cpu()) {
-    fail(std::string(what) + " is on " + t.device().str() + "; the loom backend takes CPU tensors so far");
+  if (!t.device().is_cpu() && !(kCudaTensors && t.device().is_cuda())) {
+    fail(std::string(what) + " is on " + t.device().str() + "; this loom backend takes CPU tensors" +
+         (kCudaTensors ? " and CUDA ones" : " (it was built against a torch without CUDA)"));
   }
   if (t.layout() != at::kStrided) fail(std::string(what) + " is not a dense (strided) tensor");
+}
+
+void checkSameDevice(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  if (a.device() != b.device()) {
+    fail(std::string(what) + ": tensors on " + a.device().str() + " and " + b.device().str() + " in one call");
+  }
 }
 
 void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
@@ -78,6 +92,7 @@ void checkSingle(const std::vector<at::Tensor>& tensors, const char* what) {
 }
 
 void checkSame(const at::Tensor& a, const at::Tensor& b, const char* what) {
+  checkSameDevice(a, b, what);
   if (a.scalar_type() != b.scalar_type()) {
     fail(std::string(what) + ": dtypes differ (" + c10::toString(a.scalar_type()) + " and " +
          c10::toString(b.scalar_type()) + ")");
@@ -113,11 +128,11 @@ loomResult_t grouped(Calls calls) {
 // Gather and scatter, one the mirror of the other: the root exchanges block p (count elements
 // of `flat`) with rank p, and every rank `mine` with the root; a gather receives at the root,
 // a scatter sends from it.
-loomResult_t rootedBlocks(loomComm_t c, bool gather, const at::Tensor& flat, void* mine, size_t count,
+loomResult_t rootedBlocks(loomComm_t c, loomStream_t s, bool gather, const at::Tensor& flat, void* mine, size_t count,
                           loomDataType_t type, size_t elementSize, int root, int me, int n) {
   return grouped([&](auto keep) {
     auto move = [&](void* buf, int peer, bool receive) {
-      keep(receive ? loomRecv(buf, count, type, peer, c, nullptr) : loomSend(buf, count, type, peer, c, nullptr));
+      keep(receive ? loomRecv(buf, count, type, peer, c, s) : loomSend(buf, count, type, peer, c, s));
     };
     if (me == root) {
       for (int p = 0; p < n; ++p) move(static_cast<char*>(flat.data_ptr()) + p * count * elementSize, p, gather);
@@ -125,6 +140,9 @@ loomResult_t rootedBlocks(loomComm_t c, bool gather, const at::Tensor& flat, voi
     move(mine, root, !gather);
   });
 }
+
+// The first tensor of a list, or none (which runs on the host).
+at::Tensor first(const std::vector<at::Tensor>& tensors) { return tensors.empty() ? at::Tensor() : tensors[0]; }
 
 // A new contiguous tensor of n blocks of `count` elements of like's dtype.
 at::Tensor flatLike(const at::Tensor& like, int64_t count, int64_t n) { return at::empty({count * n}, like.options()); }
@@ -148,8 +166,8 @@ LoomOp allgatherIntoTensor(at::Tensor& output, at::Tensor& input, int n) {
   const at::Tensor in = input.contiguous();
   Buffer out(output);
   const loomDataType_t type = typeOf(in);
-  return {[in, out, type](loomComm_t c) {
-            return loomAllGather(in.data_ptr(), out.ptr(), static_cast<size_t>(in.numel()), type, c, nullptr);
+  return {[in, out, type](loomComm_t c, loomStream_t s) {
+            return loomAllGather(in.data_ptr(), out.ptr(), static_cast<size_t>(in.numel()), type, c, s);
           },
           [out] { out.copyBack(); }, {output}, c10d::OpType::_ALLGATHER_BASE};
 }
@@ -161,8 +179,8 @@ LoomOp reduceScatterTensor(at::Tensor& output, at::Tensor& input, const c10d::Re
   Buffer out(output);
   const loomDataType_t type = typeOf(in);
   const loomRedOp_t op = opOf(reduceOp, in);
-  return {[in, out, type, op](loomComm_t c) {
-            return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, op, c, nullptr);
+  return {[in, out, type, op](loomComm_t c, loomStream_t s) {
+            return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, op, c, s);
           },
           [out] { out.copyBack(); }, {output}, c10d::OpType::_REDUCE_SCATTER_BASE};
 }
@@ -172,9 +190,9 @@ LoomOp coalesced(std::vector<LoomOp> ops, c10d::OpType type) {
   std::vector<at::Tensor> outputs;
   for (const LoomOp& op : ops) outputs.insert(outputs.end(), op.outputs.begin(), op.outputs.end());
   auto shared = std::make_shared<std::vector<LoomOp>>(std::move(ops));
-  return {[shared](loomComm_t c) {
+  return {[shared](loomComm_t c, loomStream_t s) {
             return grouped([&](auto keep) {
-              for (LoomOp& op : *shared) keep(op.launch(c));
+              for (LoomOp& op : *shared) keep(op.launch(c, s));
             });
           },
           [shared] {
@@ -190,33 +208,20 @@ LoomOp coalesced(std::vector<LoomOp> ops, c10d::OpType type) {
 c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                               int rank, int size,
                                                               std::chrono::duration<float> timeout) {
-  loomUniqueId id;
-  if (rank == 0) {
-    check(loomGetUniqueId(&id), nullptr, "loomGetUniqueId");
-    std::vector<uint8_t> bytes(sizeof id);
-    std::memcpy(bytes.data(), &id, sizeof id);
-    store->set(kUniqueIdKey, bytes);
-  } else {
-    const std::vector<uint8_t> bytes = store->get(kUniqueIdKey);
-    if (bytes.size() != sizeof id) fail("the store's unique id has " + std::to_string(bytes.size()) + " bytes");
-    std::memcpy(&id, bytes.data(), sizeof id);
-  }
-  loomConfig_t config = LOOM_CONFIG_INITIALIZER;
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
-  config.timeoutMs = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, INT32_MAX)));
-  config.initTimeoutMs = config.timeoutMs;
-  config.commName = "torch.distributed";
-  loomComm_t comm = nullptr;
-  check(loomCommInitRankConfig(&comm, size, id, rank, &config), nullptr, "loomCommInitRank");
-  return c10::make_intrusive<ProcessGroupLoom>(comm, rank, size);
+  const int timeoutMs = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, INT32_MAX)));
+  return c10::make_intrusive<ProcessGroupLoom>(store, rank, size, timeoutMs);
 }
 
 // ---- The process group ----------------------------------------------------------------------
 
-ProcessGroupLoom::ProcessGroupLoom(loomComm_t comm, int rank, int size)
+ProcessGroupLoom::ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int timeoutMs)
     : ProcessGroupBase(rank, size),
-      runner_(std::make_shared<Runner>(comm)),
+      runner_(std::make_shared<Runner>(makeCommunicator(*store, kUniqueIdKey, rank, size, timeoutMs, -1))),
       worker_([runner = runner_] { runner->work(); }) {
+#ifdef LOOM_TORCH_CUDA
+  device_ = std::make_shared<DeviceCalls>(store, rank, size, timeoutMs);
+#endif
   init();
 }
 
@@ -230,14 +235,31 @@ ProcessGroupLoom::~ProcessGroupLoom() {
   worker_.join();
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(LoomOp op) { return runner_->enqueue(runner_, rank_, std::move(op)); }
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(const at::Tensor& on, LoomOp op) {
+#ifdef LOOM_TORCH_CUDA
+  if (on.defined() && on.is_cuda()) return device_->run(std::move(op), on.device());
+#endif
+  return runner_->enqueue(runner_, rank_, std::move(op));
+}
 
-void ProcessGroupLoom::startCoalescing() { runner_->startCoalescing(); }
+void ProcessGroupLoom::startCoalescing() {
+  runner_->startCoalescing();
+#ifdef LOOM_TORCH_CUDA
+  device_->startCoalescing();
+#endif
+}
 
 // torch 1.13's Works of the coalesced operations are those each call returned.
-void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) { runner_->endCoalescing(); }
+void ProcessGroupLoom::endCoalescing(std::vector<c10::intrusive_ptr<c10d::Work>>&) { endCoalescing(); }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() { return runner_->endCoalescing(); }
+// A block holds one device type's operations (torch 2 coalesces per device): its Work is theirs.
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::endCoalescing() {
+  c10::intrusive_ptr<c10d::Work> host = runner_->endCoalescing();
+#ifdef LOOM_TORCH_CUDA
+  if (c10::intrusive_ptr<c10d::Work> device = device_->endCoalescing()) return device;
+#endif
+  return host;
+}
 
 // ---- Operations ----------------------------------------------------------------------------
 
@@ -247,7 +269,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
   Buffer b(tensors[0]);
   const loomDataType_t type = typeOf(b.data);
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue({[b, type, root](loomComm_t c) { return loomBroadcast(b.ptr(), b.ptr(), b.count(), type, root, c, nullptr); },
+  return enqueue(tensors[0], {[b, type, root](loomComm_t c, loomStream_t s) {
+                                return loomBroadcast(b.ptr(), b.ptr(), b.count(), type, root, c, s);
+                              },
                   [b] { b.copyBack(); }, tensors, c10d::OpType::BROADCAST});
 }
 
@@ -257,7 +281,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
   Buffer b(tensors[0]);
   const loomDataType_t type = typeOf(b.data);
   const loomRedOp_t op = opOf(opts.reduceOp, b.data);
-  return enqueue({[b, type, op](loomComm_t c) { return loomAllReduce(b.ptr(), b.ptr(), b.count(), type, op, c, nullptr); },
+  return enqueue(tensors[0], {[b, type, op](loomComm_t c, loomStream_t s) {
+                                return loomAllReduce(b.ptr(), b.ptr(), b.count(), type, op, c, s);
+                              },
                   [b] { b.copyBack(); }, tensors, c10d::OpType::ALLREDUCE});
 }
 
@@ -267,15 +293,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(std::vector
   std::vector<loomDataType_t> types;
   for (const at::Tensor& t : tensors) {
     checkTensor(t, "allreduce_coalesced");
+    checkSameDevice(t, tensors[0], "allreduce_coalesced");
     buffers.emplace_back(t);
     types.push_back(typeOf(t));
   }
   const loomRedOp_t op = tensors.empty() ? loomSum : opOf(opts.reduceOp, tensors[0]);
-  return enqueue({[buffers, types, op](loomComm_t c) {
+  return enqueue(first(tensors), {[buffers, types, op](loomComm_t c, loomStream_t s) {
                     return grouped([&](auto keep) {
                       for (size_t i = 0; i < buffers.size(); ++i) {
                         keep(loomAllReduce(buffers[i].ptr(), buffers[i].ptr(), buffers[i].count(), types[i], op, c,
-                                           nullptr));
+                                           s));
                       }
                     });
                   },
@@ -292,8 +319,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
   const loomDataType_t type = typeOf(b.data);
   const loomRedOp_t op = opOf(opts.reduceOp, b.data);
   const int root = static_cast<int>(opts.rootRank);
-  return enqueue({[b, type, op, root](loomComm_t c) {
-                    return loomReduce(b.ptr(), b.ptr(), b.count(), type, op, root, c, nullptr);
+  return enqueue(tensors[0], {[b, type, op, root](loomComm_t c, loomStream_t s) {
+                    return loomReduce(b.ptr(), b.ptr(), b.count(), type, op, root, c, s);
                   },
                   [b] { b.copyBack(); }, tensors, c10d::OpType::REDUCE});
 }
@@ -315,9 +342,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(std::vector<std::vect
   const loomDataType_t type = typeOf(input);
   const std::vector<at::Tensor> outs = outputs[0];
   const int64_t n = input.numel();
-  return enqueue({[input, flat, type](loomComm_t c) {
+  return enqueue(input, {[input, flat, type](loomComm_t c, loomStream_t s) {
                     return loomAllGather(input.data_ptr(), flat.data_ptr(), static_cast<size_t>(input.numel()), type,
-                                         c, nullptr);
+                                         c, s);
                   },
                   [flat, outs, n] {
                     for (size_t r = 0; r < outs.size(); ++r) {
@@ -329,16 +356,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(std::vector<std::vect
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& output, at::Tensor& input,
                                                                  const c10d::AllgatherOptions&) {
-  return enqueue(allgatherIntoTensor(output, input, size_));
+  return enqueue(input, allgatherIntoTensor(output, input, size_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
                                                                                  const c10d::AllgatherOptions&) {
   if (outputs.size() != inputs.size()) fail("allgather_into_tensor_coalesced: as many outputs as inputs are needed");
+  for (const at::Tensor& t : inputs) checkSameDevice(t, inputs[0], "allgather_into_tensor_coalesced");
   std::vector<LoomOp> ops;
   for (size_t i = 0; i < inputs.size(); ++i) ops.push_back(allgatherIntoTensor(outputs[i], inputs[i], size_));
-  return enqueue(coalesced(std::move(ops), c10d::OpType::ALLGATHER_COALESCED));
+  return enqueue(first(inputs), coalesced(std::move(ops), c10d::OpType::ALLGATHER_COALESCED));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
@@ -352,6 +380,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector
   std::vector<loomDataType_t> types;
   for (size_t i = 0; i < inputs.size(); ++i) {
     checkTensor(inputs[i], "allgather_coalesced input");
+    checkSameDevice(inputs[i], inputs[0], "allgather_coalesced");
     ins.push_back(inputs[i].contiguous());
     flats.push_back(flatLike(ins.back(), ins.back().numel(), size_));
     types.push_back(typeOf(ins.back()));
@@ -366,11 +395,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector
   std::vector<at::Tensor> all;
   for (const auto& list : outputs) all.insert(all.end(), list.begin(), list.end());
   const std::vector<std::vector<at::Tensor>> outs = outputs;
-  return enqueue({[ins, flats, types](loomComm_t c) {
+  return enqueue(first(ins), {[ins, flats, types](loomComm_t c, loomStream_t s) {
                     return grouped([&](auto keep) {
                       for (size_t i = 0; i < ins.size(); ++i) {
                         keep(loomAllGather(ins[i].data_ptr(), flats[i].data_ptr(), static_cast<size_t>(ins[i].numel()),
-                                           types[i], c, nullptr));
+                                           types[i], c, s));
                       }
                     });
                   },
@@ -409,8 +438,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(std::vector<std::vector<
   const at::Tensor flat = rank_ == root ? flatLike(input, input.numel(), size_) : at::Tensor();
   const loomDataType_t type = typeOf(input);
   const int me = rank_, n = size_;
-  return enqueue({[input, flat, type, root, me, n](loomComm_t c) {
-                    return rootedBlocks(c, true, flat, input.data_ptr(), static_cast<size_t>(input.numel()), type,
+  return enqueue(input, {[input, flat, type, root, me, n](loomComm_t c, loomStream_t s) {
+                    return rootedBlocks(c, s, true, flat, input.data_ptr(), static_cast<size_t>(input.numel()), type,
                                         input.element_size(), root, me, n);
                   },
                   [flat, outs] {
@@ -447,8 +476,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(std::vector<at::Tensor>
   }
   const loomDataType_t type = typeOf(out.data);
   const int me = rank_, n = size_;
-  return enqueue({[out, flat, type, root, me, n](loomComm_t c) {
-                    return rootedBlocks(c, false, flat, out.ptr(), out.count(), type, out.data.element_size(), root,
+  return enqueue(outputs[0], {[out, flat, type, root, me, n](loomComm_t c, loomStream_t s) {
+                    return rootedBlocks(c, s, false, flat, out.ptr(), out.count(), type, out.data.element_size(), root,
                                         me, n);
                   },
                   [out] { out.copyBack(); }, outputs, c10d::OpType::SCATTER});
@@ -472,23 +501,26 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(std::vector<at::
   const at::Tensor flat = at::cat(pieces);
   const loomDataType_t type = typeOf(out.data);
   const loomRedOp_t op = opOf(opts.reduceOp, out.data);
-  return enqueue({[out, flat, type, op](loomComm_t c) {
-                    return loomReduceScatter(flat.data_ptr(), out.ptr(), out.count(), type, op, c, nullptr);
+  return enqueue(outputs[0], {[out, flat, type, op](loomComm_t c, loomStream_t s) {
+                    return loomReduceScatter(flat.data_ptr(), out.ptr(), out.count(), type, op, c, s);
                   },
                   [out] { out.copyBack(); }, outputs, c10d::OpType::REDUCE_SCATTER});
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  return enqueue(reduceScatterTensor(output, input, opts.reduceOp, size_));
+  return enqueue(input, reduceScatterTensor(output, input, opts.reduceOp, size_));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter_tensor_coalesced(
     std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs, const c10d::ReduceScatterOptions& opts) {
   if (outputs.size() != inputs.size()) fail("reduce_scatter_tensor_coalesced: as many outputs as inputs are needed");
+  for (const at::Tensor& t : inputs) checkSameDevice(t, inputs[0], "reduce_scatter_tensor_coalesced");
   std::vector<LoomOp> ops;
-  for (size_t i = 0; i < inputs.size(); ++i) ops.push_back(reduceScatterTensor(outputs[i], inputs[i], opts.reduceOp, size_));
-  return enqueue(coalesced(std::move(ops), c10d::OpType::_REDUCE_SCATTER_BASE));
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    ops.push_back(reduceScatterTensor(outputs[i], inputs[i], opts.reduceOp, size_));
+  }
+  return enqueue(first(inputs), coalesced(std::move(ops), c10d::OpType::_REDUCE_SCATTER_BASE));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
@@ -507,8 +539,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
            std::to_string(size_) + " elements");
     }
     const size_t count = static_cast<size_t>(in.numel() / size_);
-    return enqueue({[in, out, type, count](loomComm_t c) {
-                      return loomAllToAll(in.data_ptr(), out.ptr(), count, type, c, nullptr);
+    return enqueue(in, {[in, out, type, count](loomComm_t c, loomStream_t s) {
+                      return loomAllToAll(in.data_ptr(), out.ptr(), count, type, c, s);
                     },
                     [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE});
   }
@@ -516,7 +548,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
   auto splits = [this](std::vector<int64_t> s, const at::Tensor& t, const char* what) {
     const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
     if (s.empty()) s.assign(static_cast<size_t>(size_), rows / size_);
-    if (s.size() != static_cast<size_t>(size_)) fail(std::string("all_to_all_single: ") + what + " needs one size per rank");
+    if (s.size() != static_cast<size_t>(size_)) {
+      fail(std::string("all_to_all_single: ") + what + " needs one size per rank");
+    }
     int64_t sum = 0;
     for (int64_t v : s) sum += v;
     if (sum != rows) fail(std::string("all_to_all_single: ") + what + " sizes add up to " + std::to_string(sum) +
@@ -528,16 +562,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
   const int64_t rowElems = in.dim() == 0 || in.size(0) == 0 ? 1 : in.numel() / in.size(0);
   const int64_t outRowElems = out.data.dim() == 0 || out.data.size(0) == 0 ? 1 : out.data.numel() / out.data.size(0);
   if (rowElems != outRowElems) fail("all_to_all_single: input and output rows differ in size");
-  return enqueue({[in, out, type, sendRows, recvRows, rowElems](loomComm_t c) {
+  return enqueue(in, {[in, out, type, sendRows, recvRows, rowElems](loomComm_t c, loomStream_t s) {
                     const size_t es = in.element_size();
                     return grouped([&](auto keep) {
                       int64_t sendAt = 0, recvAt = 0;
                       for (size_t p = 0; p < sendRows.size(); ++p) {
                         const int peer = static_cast<int>(p);
                         keep(loomSend(static_cast<const char*>(in.data_ptr()) + sendAt * rowElems * es,
-                                      static_cast<size_t>(sendRows[p] * rowElems), type, peer, c, nullptr));
+                                      static_cast<size_t>(sendRows[p] * rowElems), type, peer, c, s));
                         keep(loomRecv(static_cast<char*>(out.ptr()) + recvAt * rowElems * es,
-                                      static_cast<size_t>(recvRows[p] * rowElems), type, peer, c, nullptr));
+                                      static_cast<size_t>(recvRows[p] * rowElems), type, peer, c, s));
                         sendAt += sendRows[p];
                         recvAt += recvRows[p];
                       }
@@ -556,18 +590,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
   std::vector<Buffer> outs;
   for (int p = 0; p < size_; ++p) {
     checkTensor(inputs[static_cast<size_t>(p)], "all_to_all input");
+    checkSameDevice(inputs[static_cast<size_t>(p)], inputs[0], "all_to_all");
     checkTensor(outputs[static_cast<size_t>(p)], "all_to_all output");
     checkSame(inputs[static_cast<size_t>(p)], outputs[static_cast<size_t>(p)], "all_to_all");
     ins.push_back(inputs[static_cast<size_t>(p)].contiguous());
     outs.emplace_back(outputs[static_cast<size_t>(p)]);
   }
   const loomDataType_t type = typeOf(ins[0]);
-  return enqueue({[ins, outs, type](loomComm_t c) {
+  return enqueue(ins[0], {[ins, outs, type](loomComm_t c, loomStream_t s) {
                     return grouped([&](auto keep) {
                       for (size_t p = 0; p < ins.size(); ++p) {
                         keep(loomSend(ins[p].data_ptr(), static_cast<size_t>(ins[p].numel()), type,
-                                      static_cast<int>(p), c, nullptr));
-                        keep(loomRecv(outs[p].ptr(), outs[p].count(), type, static_cast<int>(p), c, nullptr));
+                                      static_cast<int>(p), c, s));
+                        keep(loomRecv(outs[p].ptr(), outs[p].count(), type, static_cast<int>(p), c, s));
                       }
                     });
                   },
@@ -583,8 +618,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& t
   checkSingle(tensors, "send");
   const at::Tensor t = tensors[0].contiguous();
   const loomDataType_t type = typeOf(t);
-  return enqueue({[t, type, dstRank](loomComm_t c) {
-                    return loomSend(t.data_ptr(), static_cast<size_t>(t.numel()), type, dstRank, c, nullptr);
+  return enqueue(t, {[t, type, dstRank](loomComm_t c, loomStream_t s) {
+                    return loomSend(t.data_ptr(), static_cast<size_t>(t.numel()), type, dstRank, c, s);
                   },
                   nullptr, tensors, c10d::OpType::SEND});
 }
@@ -593,7 +628,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& t
   checkSingle(tensors, "recv");
   Buffer b(tensors[0]);
   const loomDataType_t type = typeOf(b.data);
-  return enqueue({[b, type, srcRank](loomComm_t c) { return loomRecv(b.ptr(), b.count(), type, srcRank, c, nullptr); },
+  return enqueue(tensors[0], {[b, type, srcRank](loomComm_t c, loomStream_t s) {
+                                return loomRecv(b.ptr(), b.count(), type, srcRank, c, s);
+                              },
                   [b] { b.copyBack(); }, tensors, c10d::OpType::RECV});
 }
 
@@ -602,7 +639,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recvAnysource(std::vector<at::T
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
-  return enqueue({[](loomComm_t c) { return loomBarrier(c, nullptr); }, nullptr, {}, c10d::OpType::BARRIER});
+  return enqueue(at::Tensor(), {[](loomComm_t c, loomStream_t s) { return loomBarrier(c, s); }, nullptr, {},
+                                c10d::OpType::BARRIER});
 }
 
 }  // namespace loom::torch_backend

@@ -28,6 +28,8 @@
 
 namespace loom::torch_backend {
 
+class DeviceCalls;  // device_calls.h: CUDA tensors, where built with CUDA
+
 #if TORCH_VERSION_MAJOR >= 2
 using ProcessGroupBase = c10d::Backend;
 #else
@@ -41,7 +43,8 @@ class ProcessGroupLoom : public ProcessGroupBase {
   static c10::intrusive_ptr<ProcessGroupBase> create(const c10::intrusive_ptr<c10d::Store>& store, int rank,
                                                         int size, std::chrono::duration<float> timeout);
 
-  ProcessGroupLoom(loomComm_t comm, int rank, int size);
+  // Makes the host communicator now; a device one waits for the first CUDA operation.
+  ProcessGroupLoom(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size, int timeoutMs);
   ~ProcessGroupLoom() override;  // runs what is queued, then destroys the communicator
 
   const std::string getBackendName() const override { return "loom"; }
@@ -99,11 +102,14 @@ class ProcessGroupLoom : public ProcessGroupBase {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  c10::intrusive_ptr<c10d::Work> enqueue(LoomOp op);
+  // Runs op where the tensor `on` lives: a CPU tensor (or none) on the queue, a CUDA one on the
+  // device communicator, on the current stream.
+  c10::intrusive_ptr<c10d::Work> enqueue(const at::Tensor& on, LoomOp op);
 
   // Shared with the Works, which may outlive the group (and run what is queued in wait()).
   std::shared_ptr<Runner> runner_;
   std::thread worker_;
+  std::shared_ptr<DeviceCalls> device_;  // null where built without CUDA
 };
 
 }  // namespace loom::torch_backend

@@ -192,20 +192,24 @@ void Runner::runThrough(uint64_t seq) {
   }
 }
 
-// A batch of several operations is one Loom group, so sends and receives of a
-// batch_isend_irecv cannot wait on each other. Every launch is made even after one failed, so
-// the group always closes; then every Work of the batch completes, with the first error.
-void Runner::runBatch(Batch batch) {
-  const bool group = batch.ops.size() > 1;
+loomResult_t launchGrouped(std::vector<LoomOp>& ops, loomComm_t comm, loomStream_t stream) {
+  const bool group = ops.size() > 1;
   loomResult_t result = group ? loomGroupStart() : loomSuccess;
-  for (LoomOp& op : batch.ops) {
-    const loomResult_t r = op.launch(comm_);
+  for (LoomOp& op : ops) {
+    const loomResult_t r = op.launch(comm, stream);
     if (result == loomSuccess) result = r;
   }
   if (group) {
     const loomResult_t r = loomGroupEnd();
     if (result == loomSuccess) result = r;
   }
+  return result;
+}
+
+// A batch is one launch (a group where it holds several operations); then every Work of the
+// batch completes, with the first error.
+void Runner::runBatch(Batch batch) {
+  const loomResult_t result = launchGrouped(batch.ops, comm_, nullptr);
   std::exception_ptr error;
   if (result != loomSuccess) {
     error = std::make_exception_ptr(std::runtime_error(std::string("loom: ") + loomGetLastError(comm_)));

@@ -25,14 +25,21 @@
 
 namespace loom::torch_backend {
 
-// One operation: the Loom calls it makes (inside its batch's group), what it does once they
-// returned (copies out of temporaries), and the tensors its Work completes with.
+// One operation: the Loom calls it makes (inside its batch's group) on a communicator and
+// stream (NULL for host tensors: each call completes before it returns; for CUDA tensors the
+// caller's current stream), what it does once they returned (copies out of temporaries, on the
+// same stream), and the tensors its Work completes with.
 struct LoomOp {
-  std::function<loomResult_t(loomComm_t)> launch;
+  std::function<loomResult_t(loomComm_t, loomStream_t)> launch;
   std::function<void()> finish;
   std::vector<at::Tensor> outputs;
   c10d::OpType type;
 };
+
+// Makes every op's calls on comm and stream, as one Loom group when there are several (so that
+// sends and receives among them cannot wait on each other); every launch is made even after one
+// failed, so the group always closes. Returns the first failure.
+loomResult_t launchGrouped(std::vector<LoomOp>& ops, loomComm_t comm, loomStream_t stream);
 
 class LoomWork;  // runner.cc
 

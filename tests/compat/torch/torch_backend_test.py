@@ -8,10 +8,13 @@ against values computed here: every operation of the process group for every dty
 Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
 refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
 2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
-mid-training, after which every survivor raises within the timeout.
+mid-training, after which every survivor raises within the timeout. Where loom_torch has CUDA
+tensors and a GPU exists (every rank on one), the collectives and DDP on CUDA tensors too
+(cases cuda, ddp_cuda); torch 2's coalesced tensor collectives (case coalesced). A case this
+machine cannot run says why and counts as skipped.
 
-Prints one line per case and rank count, then "N passed, N failed"; exits 1 on any failure,
-77 (meson's skip) with the reason when torch or loom_torch cannot be imported.
+Prints one line per case and rank count, then "N passed, N failed, N skipped"; exits 1 on any
+failure, 77 (meson's skip) with the reason when torch or loom_torch cannot be imported.
 """
 import argparse
 import datetime
@@ -342,6 +345,76 @@ def case_coalesced(rank, size):
         expect_equal(o, want, f"coalesced reduce_scatter_tensor {k}")
 
 
+def cuda_device(rank):
+    """This rank's CUDA device (every rank on one GPU where there is one), or Skip saying why not."""
+    if not loom_torch._C.cuda:
+        raise Skip(f"loom_torch was built without CUDA tensors (torch {torch.__version__} has no CUDA)")
+    if not torch.cuda.is_available():
+        raise Skip("no CUDA device")
+    device = torch.device("cuda", rank % torch.cuda.device_count())
+    torch.cuda.set_device(device)
+    return device
+
+
+def case_cuda(rank, size):
+    """CUDA tensors on the device communicator, on the caller's current stream."""
+    dev = cuda_device(rank)
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.int32, torch.int64):
+        for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX):
+            t = values(rank, N, op).to(dtype).to(dev)
+            dist.all_reduce(t, op=op)
+            expect_equal(t.cpu(), reduced(size, N, op), f"cuda all_reduce {dtype} {op}")
+    b = torch.full((N,), float(rank), device=dev)
+    dist.broadcast(b, src=size - 1)
+    expect_equal(b.cpu(), torch.full((N,), float(size - 1)), "cuda broadcast")
+    mine = values(rank, N).float().to(dev)
+    flat = torch.zeros(N * size, device=dev)
+    dist.all_gather_into_tensor(flat, mine)
+    expect_equal(flat.cpu(), torch.cat([values(r, N) for r in range(size)]), "cuda all_gather_into_tensor")
+    outs = [torch.zeros(N, device=dev) for _ in range(size)]
+    dist.all_gather(outs, mine)
+    for r, o in enumerate(outs):
+        expect_equal(o.cpu(), values(r, N), f"cuda all_gather from {r}")
+    block = torch.zeros(N, device=dev)
+    dist.reduce_scatter_tensor(block, values(rank, N * size).float().to(dev))
+    want = reduced(size, N * size, dist.ReduceOp.SUM)[rank * N:(rank + 1) * N]
+    expect_equal(block.cpu(), want, "cuda reduce_scatter_tensor")
+    rows = torch.arange(4 * size, dtype=torch.float32, device=dev) + 100 * rank
+    got = torch.empty_like(rows)
+    dist.all_to_all_single(got, rows)
+    want = torch.cat([torch.arange(4 * rank, 4 * rank + 4, dtype=torch.float32) + 100 * p for p in range(size)])
+    expect_equal(got.cpu(), want, "cuda all_to_all_single")
+    # A ring of sends and receives larger than any FIFO, which torch 2 coalesces on CUDA tensors.
+    nxt, prv = (rank + 1) % size, (rank - 1) % size
+    send = values(rank, 1 << 20).float().to(dev)
+    recv = torch.zeros(1 << 20, device=dev)
+    for r in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, nxt), dist.P2POp(dist.irecv, recv, prv)]):
+        r.wait()
+    expect_equal(recv.cpu(), values(prv, 1 << 20), "cuda batch_isend_irecv ring")
+    strided = values(rank, 2 * N).float().to(dev)[::2]
+    dist.all_reduce(strided)
+    expect_equal(strided.cpu(), reduced(size, 2 * N, dist.ReduceOp.SUM)[::2], "cuda all_reduce of a strided view")
+    # Issued on a side stream, waited on from the default one; through its future; polled.
+    t = values(rank, N).float().to(dev)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        work = dist.all_reduce(t, async_op=True)
+    work.wait()
+    expect_equal(t.cpu(), reduced(size, N, dist.ReduceOp.SUM), "cuda all_reduce on a side stream")
+    u = values(rank, N).float().to(dev)
+    value = dist.all_reduce(u, async_op=True).get_future().wait()
+    expect_equal(value[0].cpu(), reduced(size, N, dist.ReduceOp.SUM), "cuda all_reduce through its future")
+    v = values(rank, N).float().to(dev)
+    work = dist.all_reduce(v, async_op=True)
+    deadline = time.monotonic() + 20
+    while not work.is_completed():
+        if time.monotonic() > deadline:
+            raise AssertionError("a cuda all_reduce polled with is_completed never completed")
+        time.sleep(0.001)
+    expect_equal(v.cpu(), reduced(size, N, dist.ReduceOp.SUM), "cuda all_reduce polled")
+
+
 def case_teardown(rank, size):
     """A group freed by Python (the GIL held) while its worker still runs operations on tensors
     only those operations hold: freeing such a tensor takes the GIL. The worker once freed a
@@ -367,6 +440,7 @@ CASES = {
     "alltoall": case_alltoall,
     "p2p": case_p2p,
     "coalesced": case_coalesced,
+    "cuda": case_cuda,
     "refusals": case_refusals,
     "teardown": case_teardown,
 }
@@ -406,7 +480,7 @@ class Phases:
         return "; ".join(self.marks)
 
 
-def train(rank, size, port, backend, hook, phases, steps=20):
+def train(rank, size, port, backend, hook, phases, device="cpu", steps=20):
     # Gloo's reference run on loopback: without it, gloo resolves the host name to pick an
     # interface, which depends on the machine's resolver, not on anything under test here.
     if backend == "gloo":
@@ -415,7 +489,7 @@ def train(rank, size, port, backend, hook, phases, steps=20):
     init(rank, size, port, backend)
     phases.mark(f"{backend}: training")
     torch.manual_seed(1234)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
     ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
     if hook:
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
@@ -426,9 +500,9 @@ def train(rank, size, port, backend, hook, phases, steps=20):
         x = torch.randn(32, 64, generator=gen)
         y = torch.randint(0, 10, (32,), generator=gen)
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(x), y).backward()
+        torch.nn.functional.cross_entropy(ddp(x.to(device)), y.to(device)).backward()
         opt.step()
-    params = torch.cat([p.detach().flatten() for p in model.parameters()])
+    params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     phases.mark(f"{backend}: trained")
     dist.destroy_process_group()
     # torch 1.13's ProcessGroupGloo destructor joins its worker with the GIL held, while the
@@ -443,17 +517,29 @@ def train(rank, size, port, backend, hook, phases, steps=20):
     return params, None
 
 
-def run_ddp(rank, size, ports, hook, results):
-    name = "ddp_fp16_hook" if hook else "ddp"
+def run_ddp(rank, size, ports, hook, device, results):
+    name = ("ddp_fp16_hook" if hook else "ddp") + ("_cuda" if device == "cuda" else "")
     phases = Phases()
     try:
-        on_loom, _ = train(rank, size, ports[0], "loom", hook, phases)
+        if device == "cuda":
+            try:
+                device = cuda_device(rank)
+            except Skip as e:
+                results.put((name, rank, ("skip", str(e))))
+                return
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        on_loom, _ = train(rank, size, ports[0], "loom", hook, phases, device)
         on_gloo, gloo_objects = train(rank, size, ports[1], "gloo", hook, phases)
         # 2 ranks add in one order whatever the algorithm: the same bits. More ranks add in the
         # algorithm's order (Loom's and Gloo's differ), so the parameters drift apart by rounding:
         # ||loom - gloo|| / ||gloo|| after the steps, within 1e-6 in float32, 1e-3 through fp16.
+        # On a GPU the model's own arithmetic differs from the CPU's too: within 1e-4.
         rel = ((on_loom - on_gloo).norm() / on_gloo.norm()).item()
-        if size <= 2:
+        if device != "cpu":
+            if rel > (1e-3 if hook else 1e-4):
+                raise AssertionError(f"parameters on cuda differ from gloo's on the cpu by {rel:g} relative")
+        elif size <= 2:
             if not torch.equal(on_loom, on_gloo):
                 raise AssertionError(f"parameters differ from gloo's by {rel:g} relative")
         elif rel > (1e-3 if hook else 1e-6):
@@ -544,11 +630,12 @@ def main():
             reports, codes = spawn(run_cases, size, (free_port(), names))
             for name in names:
                 tally(f"{name} on {size} rank(s)", [x for x in reports if x[0] == name], range(size), codes)
-        for hook in (False, True):
-            name = "ddp_fp16_hook" if hook else "ddp"
-            if size > 1 and (not args.only or args.only == name):
-                reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), hook))
-                tally(f"{name} against gloo on {size} ranks", reports, range(size), codes)
+        for device in ("cpu", "cuda"):
+            for hook in (False, True):
+                name = ("ddp_fp16_hook" if hook else "ddp") + ("_cuda" if device == "cuda" else "")
+                if size > 1 and (not args.only or args.only == name):
+                    reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), hook, device))
+                    tally(f"{name} against gloo on {size} ranks", reports, range(size), codes)
         if size > 1 and (not args.only or args.only == "killed_rank"):
             reports, codes = spawn(run_killed, size, (free_port(),))
             tally(f"killed_rank on {size} ranks", reports, range(size - 1), codes)
