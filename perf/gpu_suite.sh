@@ -18,7 +18,9 @@
 #   --part P         device (default): the steps above; torch: instead, build the backend
 #                    loom_torch with torch's extension tooling against python3's torch (the
 #                    GPU machine's is torch 2) and the bundle's libloom, and run its tests
-#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks)
+#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too),
+#                    then PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
+#                    (tests/compat/nccl/frameworks_on_shim.py)
 #
 # Without a GPU every test prints `skipped: no CUDA device` and the benchmarks say so.
 #
@@ -26,6 +28,9 @@
 #   here:  perf/gpu_suite.sh --bundle build-gpubundle        (build-* is git-ignored)
 #   there: perf/gpu_suite.sh --prebuilt build-gpubundle --out /tmp/g/r --tar $OUT/r.tgz
 #          with build-gpubundle carried. The whole suite took about 4 minutes on an H100.
+#          A carry holds 64 MiB with the tree: carry build-gpubundle/{perf,tests,tools,
+#          libcudart.so.13} for the device part, build-gpubundle/{lib,libcudart.so.13} for
+#          --part torch.
 #   Use a fresh --builddir for a bundle: it is configured without the libraries the GPU
 #   machine lacks (hwloc, UCX, verbs, MPI). NCCL there comes from its PyTorch.
 set -uo pipefail
@@ -65,10 +70,11 @@ if [[ -z $prebuilt ]]; then
       strip -o "$bundle/$p" "$builddir/$p" || exit 1
     done
     cp -L /usr/local/cuda/lib64/libcudart.so.13 "$bundle/" || exit 1
-    # libloom for loom_torch (--part torch), under its soname only (10 MB; the linker's name
-    # is made there).
+    # For --part torch: libloom for loom_torch, under its soname only (10 MB; the linker's name
+    # is made there), and the NCCL shim (Loom's libnccl.so.2) for PyTorch's and CuPy's NCCL.
     mkdir -p "$bundle/lib"
     strip -o "$bundle/lib/libloom.so.0" "$builddir/src/libloom.so" || exit 1
+    strip -o "$bundle/lib/libnccl.so.2" "$builddir/src/compat/nccl/libnccl.so.2" || exit 1
     # NCCL itself (over 200 MB) stays behind: the GPU machine's PyTorch brings one.
     if [[ -x $builddir/perf/loom-nccl-bench ]]; then
       strip -o "$bundle/perf/loom-nccl-bench" "$builddir/perf/loom-nccl-bench" || exit 1
@@ -91,7 +97,12 @@ run() {  # run NAME COMMAND...: output to OUT/NAME.log and to the terminal
   echo "=== $name: $*"
   "$@" 2>&1 | tee "$out/$name.log"
   local status=${PIPESTATUS[0]}
-  ((status == 0)) || { echo "=== $name failed (exit $status)"; rc=1; }
+  if ((status == 77)); then
+    echo "=== $name skipped (exit 77: what it needs is not here, its log says what)"
+  elif ((status != 0)); then
+    echo "=== $name failed (exit $status)"
+    rc=1
+  fi
   # Packed after every step: a command stopped at the machine's limit still brings back all
   # that ran before.
   [[ -z $tarfile ]] || tar czf "$tarfile" -C "$(dirname "$out")" "$(basename "$out")"
@@ -116,8 +127,10 @@ if [[ $part == torch ]]; then
   mkdir -p "$lib"
   if [[ -f $bin/lib/libloom.so.0 ]]; then
     ln -s "$(realpath "$bin/lib/libloom.so.0")" "$lib/libloom.so.0"
+    shim=$(realpath "$bin/lib")
   else
     ln -s "$(realpath "$bin/src/libloom.so.0")" "$lib/libloom.so.0"
+    shim=$(realpath "$bin/src/compat/nccl")
   fi
   ln -s libloom.so.0 "$lib/libloom.so"
   run torch-version "$python" -c 'import torch; print(torch.__version__, torch.version.cuda, torch.__file__)'
@@ -127,6 +140,11 @@ if [[ $part == torch ]]; then
     run torch-backend env PYTHONPATH="$work/python" LOOM_TIMEOUT_MS=60000 timeout -k 10 300 "$python" \
       tests/compat/torch/torch_backend_test.py --ranks 1,2,3,4
   fi
+  # PyTorch's own backend "nccl" and CuPy on Loom's libnccl.so.2, 2 ranks on the one GPU; then
+  # what NCCL itself does with them (it refuses two ranks on one GPU).
+  run nccl-shim-frameworks timeout -k 10 300 "$python" tests/compat/nccl/frameworks_on_shim.py "$shim"
+  run nccl-real-torch timeout -k 10 120 "$python" tests/compat/nccl/frameworks_on_shim.py "$shim" --only torch \
+    --real
   finish
 fi
 
