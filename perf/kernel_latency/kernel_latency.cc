@@ -7,16 +7,21 @@
 //   loom-kernel-latency [--graph-kernels N] [--replays N] [--loop N]
 //
 // Prints one row per kernel: µs a kernel in the graph and in the loop, the median of 5
-// timings. Without a CUDA device it says so and exits 0.
+// timings. Then the host's side of a loop: the CPU µs of each CUDA runtime call a device
+// communicator's launch path makes (device_comm.cc, cuda_runtime.cc), and of a launch from one
+// thread and from two threads at once on streams of their own (thread ranks share a context
+// and its launch path). Without a CUDA device it says so and exits 0.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "device/plan_format.h"
@@ -114,6 +119,59 @@ void measure(const char* name, const std::function<cudaError_t(cudaStream_t)>& l
   std::printf("%-58s %10.2f %10.2f\n", name, inGraph, inLoop);
 }
 
+// Median over 5 runs of the CPU µs one call of `call` takes, over `calls` calls.
+double hostMicros(const std::function<void()>& call, int calls) {
+  std::vector<double> samples;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) call();
+    const std::chrono::duration<double, std::micro> took = std::chrono::steady_clock::now() - start;
+    samples.push_back(took.count() / calls);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// The host's side of a loop of launches (see the top of this file).
+void measureHost(const loom::probe::ProbeMemory& memory, void* deviceBuffer, cudaStream_t s, const Options& o) {
+  std::printf("\n%-58s %10s\n", "# host call", "CPU µs");
+  auto row = [&](const char* name, const std::function<void()>& call) {
+    check("warm-up", cudaStreamSynchronize(s));
+    std::printf("%-58s %10.2f\n", name, hostMicros(call, o.loop));
+  };
+  int device = 0;
+  row("cudaGetDevice", [&] { check("cudaGetDevice", cudaGetDevice(&device)); });
+  cudaStreamCaptureStatus capture;
+  row("cudaStreamIsCapturing", [&] { check("cudaStreamIsCapturing", cudaStreamIsCapturing(s, &capture)); });
+  cudaPointerAttributes attributes;
+  row("cudaPointerGetAttributes (a device buffer)",
+      [&] { check("cudaPointerGetAttributes", cudaPointerGetAttributes(&attributes, deviceBuffer)); });
+  cudaEvent_t event;
+  check("cudaEventCreate", cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  row("cudaEventRecord", [&] { check("cudaEventRecord", cudaEventRecord(event, s)); });
+  row("cudaStreamWaitEvent", [&] { check("cudaStreamWaitEvent", cudaStreamWaitEvent(s, event, 0)); });
+  cudaEventDestroy(event);
+  const auto empty = loom::probe::Probe::kEmptyPlanShape;
+  row("launch of a kernel with the plan kernel's parameter, 1 thread", [&] {
+    check("launch", static_cast<cudaError_t>(loom::probe::launchProbe(empty, memory, s)));
+  });
+  // Two threads launching at once, each on a stream of its own: CPU µs per launch per thread.
+  double perThread[2] = {0, 0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 2; ++t) {
+    threads.emplace_back([&, t] {
+      cudaStream_t own;
+      check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&own, cudaStreamNonBlocking));
+      perThread[t] = hostMicros(
+          [&] { check("launch", static_cast<cudaError_t>(loom::probe::launchProbe(empty, memory, own))); }, o.loop);
+      check("cudaStreamSynchronize", cudaStreamSynchronize(own));
+      cudaStreamDestroy(own);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::printf("%-58s %10.2f\n", "the same, 2 threads at once (each thread's)", std::max(perThread[0], perThread[1]));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -188,6 +246,8 @@ int main(int argc, char** argv) {
             return static_cast<cudaError_t>(loom::device::launchPlanKernel(*args, stream));
           },
           o, s);
+
+  measureHost(memory, device, s, o);
 
   check("final synchronize", cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
