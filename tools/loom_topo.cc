@@ -124,29 +124,23 @@ constexpr NamedCollective kCollectives[] = {
 int printPredictions(loom::CallInfo::Kind kind, int nranks, int nhosts, bool device) {
   using namespace loom;
   CommProfile profile = device ? CommProfile::deviceDefaults(nranks, nhosts) : CommProfile::defaults(nranks, nhosts);
-  // The layers a communicator of this shape would take on this machine (a device one: its
-  // slices and channels by default, the tuning file alone; communicator.cc).
+  // The settings and layers a communicator of this shape would take on this machine, from the
+  // environment as a communicator resolves them (a device one: its slices and channels, the
+  // tuning file alone; communicator.cc). Host channels stay the profile's: the links per peer
+  // a transport would make are not known here.
+  CommConfig config;
+  Status status = resolveConfig(nullptr, nullptr, &config);
   TunerLayers layers;
-  layers.tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
-  long long calibrate = 0, streaming = -1, slice = 0;
-  Status status = env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibrate);
-  if (status.isOk() && env::get("LOOM_STREAMING_MIN_BYTES")) {
-    status = env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &streaming);
+  layers.tuningFile = config.tuningFile;
+  applyDataPath(config, device, profile.channels, &profile);
+  if (!device) {
+    layers.streamingMinBytes = config.streamingMinBytes;
+    layers.calibrationThreads = config.machineCalibration ? calibrationThreadsFor(profile.ranksPerHost()) : 0;
   }
-  if (device) {
-    if (status.isOk()) status = env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 30, &slice);
-    profile.sliceBytes = static_cast<size_t>(slice);
-    profile.channels = kDefaultDeviceChannels;
-  } else {
-    layers.streamingMinBytes = streaming;
-    layers.calibrationThreads = calibrate != 0 ? calibrationThreadsFor(profile.ranksPerHost()) : 0;
-  }
-  AlgorithmSetting algorithms;
-  ProtocolSetting protocols;
+  const AlgorithmSetting& algorithms = config.algorithms;
+  const ProtocolSetting& protocols = config.protocols;
   std::string sources;
   if (status.isOk()) status = layerTunerConstants(layers, &profile, &sources);
-  if (status.isOk()) status = parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &algorithms);
-  if (status.isOk()) status = parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &protocols);
   if (!status.isOk()) {
     std::fprintf(stderr, "loom-topo: %s\n", status.message().c_str());
     return 1;

@@ -101,10 +101,6 @@ LinkPoints directPoints(size_t minBytes) {
   return points;
 }
 
-// Direct reads replace the FIFO between processes only when this much faster: the rounds of a
-// shared machine move by a few percent.
-constexpr double kDirectMargin = 0.03;
-
 // The mean of the points' times.
 double meanUs(const LinkPoints& points) {
   double sum = 0;
@@ -242,7 +238,7 @@ int calibrate(loomComm_t comm, const std::string& path) {
     const loom::LinkCost read = fitLink(direct, rank, "direct");
     fitLink(fifo, rank, "fifo");
     const double ratio = meanUs(direct) / meanUs(fifo);
-    directChoice = ratio < 1.0 - kDirectMargin ? directMinBytes : 0;
+    directChoice = clearlyFaster(ratio) ? directMinBytes : 0;
     if (directChoice > 0) {
       p.directGbps = read.gbps;
       p.directMinBytes = static_cast<size_t>(directChoice);

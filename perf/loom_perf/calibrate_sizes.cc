@@ -17,10 +17,6 @@
 namespace loomperf {
 namespace {
 
-// A size stays built in unless another value's calls take this much less time on average: on
-// the shared machines we measure on, the best of a few rounds still moves by a few percent.
-constexpr double kMargin = 0.03;
-
 struct Candidates {
   const char* key;       // the tuning file's
   const char* variable;  // what a communicator is created with
@@ -50,7 +46,7 @@ std::string valueText(long long value) {
 }
 
 // The value of `c` whose calls are fastest against `builtIns`' (every size built in), the
-// built-in value unless another is kMargin faster; rank 0 prints every value's times.
+// built-in value unless another is clearlyFaster; rank 0 prints every value's times.
 long long choose(const Candidates& c, const std::vector<Trial>& trials, const Trial& builtIns,
                  const std::vector<size_t>& calls, int rank) {
   const long long defaultValue = builtIn(c.variable);
@@ -73,7 +69,7 @@ long long choose(const Candidates& c, const std::vector<Trial>& trials, const Tr
       std::printf("#   %s %s: %.3f of the built-in's time (%s)\n", c.key, valueText(value).c_str(), ratio,
                   times.c_str());
     }
-    if (ratio < chosenRatio && ratio < 1.0 - kMargin) {
+    if (ratio < chosenRatio && clearlyFaster(ratio)) {
       chosen = value;
       chosenRatio = ratio;
     }

@@ -179,6 +179,12 @@ std::string oneLine(std::string text) {
 
 }  // namespace
 
+void applyDataPath(const CommConfig& config, bool device, int hostLinks, CommProfile* profile) {
+  profile->sliceBytes = device ? config.deviceSliceBytes : config.sliceBytes;
+  profile->channels = config.channels > 0 ? config.channels : device ? config.deviceChannels : hostLinks;
+  profile->channelsFixed = config.channels > 0;
+}
+
 Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out) {
   CommConfig c;
   if (inherit != nullptr) {
@@ -429,7 +435,6 @@ Status Communicator::finishInit() {
 Status Communicator::agreeOnProfile() {
   const bool device = config_.device >= 0;
   CommProfile mine = device ? CommProfile::deviceDefaults(nranks_, hosts_) : CommProfile::defaults(nranks_, hosts_);
-  mine.sliceBytes = device ? config_.deviceSliceBytes : config_.sliceBytes;
   // Whether the ranks of this host are all threads of this process, which LOOM_SHM_DIRECT's
   // default lets read each other's large sends directly.
   const std::vector<PeerInfo>& peers = bootstrap_->peers();
@@ -440,10 +445,7 @@ Status Communicator::agreeOnProfile() {
   if (!device) {
     LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, config_.shmDirectFromFile, &mine.directMinBytes));
   }
-  mine.channels = config_.channels > 0 ? config_.channels
-                  : device             ? config_.deviceChannels
-                                       : transport_->linksPerPeer();
-  mine.channelsFixed = config_.channels > 0;
+  applyDataPath(config_, device, transport_->linksPerPeer(), &mine);
   mine.sharedMemory = board_ != nullptr;
   // Every rank takes rank 0's constants (ranks that chose differently would run different
   // plans and wait on each other forever), so only rank 0 builds them. A device

@@ -68,6 +68,11 @@ constexpr int kEmulatedDeviceChannels = 8;
 // environment; `inherit`, when given, supplies the defaults instead (loomCommSplit).
 Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out);
 
+// The slice and the channels of `config` in the tuner's profile of a communicator (a device
+// one where `device`); hostLinks: the host transport's links per peer, the channels a host
+// communicator has unless LOOM_CHANNELS fixes them. loom-topo's predictions take the same.
+void applyDataPath(const CommConfig& config, bool device, int hostLinks, CommProfile* profile);
+
 class DeviceComm;
 
 class Communicator {
