@@ -7,7 +7,7 @@
 // polls one, asks for its future, or issues any other operation (MPI's progress rule: a
 // nonblocking operation progresses once the program calls into the library again). So
 // `isend` then `irecv` on both ranks of a pair is one group on each and cannot wait on itself,
-// as with Gloo, where run one by one a large send would wait for a receive queued behind it.
+// as with Gloo; run one by one, a large send would wait for the receive queued behind it.
 #pragma once
 
 #include <torch/csrc/distributed/c10d/Work.hpp>
