@@ -46,7 +46,7 @@ def free_port():
 
 # ---- what each rank runs ------------------------------------------------------------------------
 
-def rank_torch(rank, size, port, shim_dir, report):
+def rank_torch(rank, size, port, gloo_port, shim_dir, report):
     import torch
     import torch.distributed as dist
 
@@ -88,7 +88,7 @@ def rank_torch(rank, size, port, shim_dir, report):
     on_nccl = train(torch, dist, rank, device)
     dist.destroy_process_group()
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port + 1}", rank=rank, world_size=size)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{gloo_port}", rank=rank, world_size=size)
     on_gloo = train(torch, dist, rank, torch.device("cpu"))
     rel = ((on_nccl - on_gloo).norm() / on_gloo.norm()).item()
     report["ddp_relative_difference"] = rel
@@ -119,7 +119,7 @@ def check(got, want, what):
         raise AssertionError(f"{what}: {len(bad)} elements differ, first at {bad[0].tolist()}")
 
 
-def rank_cupy(rank, size, port, shim_dir, report):
+def rank_cupy(rank, size, port, _gloo_port, shim_dir, report):
     import cupy
     from cupy.cuda import nccl
 
@@ -160,7 +160,8 @@ def rank_cupy(rank, size, port, shim_dir, report):
 def rank_main(args):
     report = {"rank": args.rank}
     try:
-        {"torch": rank_torch, "cupy": rank_cupy}[args.case](args.rank, args.ranks, args.port, args.shim_dir, report)
+        {"torch": rank_torch, "cupy": rank_cupy}[args.case](args.rank, args.ranks, args.port, args.gloo_port,
+                                                           args.shim_dir, report)
         report["ok"] = True
     except Exception:  # noqa: BLE001 (reported to the parent)
         report["ok"] = False
@@ -176,9 +177,10 @@ def run_case(case, ranks, shim_dir, real):
     env = dict(os.environ)
     if not real:
         env["LD_PRELOAD"] = os.path.join(shim_dir, "libnccl.so.2")
-    port = free_port()
+    port, gloo_port = free_port(), free_port()
     procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), shim_dir if not real else "",
-                               "--rank", str(r), "--ranks", str(ranks), "--case", case, "--port", str(port)],
+                               "--rank", str(r), "--ranks", str(ranks), "--case", case, "--port", str(port),
+                               "--gloo-port", str(gloo_port)],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for r in range(ranks)]
     reports, outputs = [], []
@@ -205,6 +207,7 @@ def main():
     parser.add_argument("--rank", type=int, default=-1)
     parser.add_argument("--case", default="")
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--gloo-port", type=int, default=0)
     args = parser.parse_args()
     if args.rank >= 0:
         rank_main(args)
