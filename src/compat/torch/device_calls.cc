@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "compat/torch/loom_error.h"
 #include "compat/torch/rendezvous.h"
 
 namespace loom::torch_backend {
@@ -79,7 +80,7 @@ class DeviceWork : public c10d::Work {
   std::exception_ptr failure() const {
     loomResult_t async = loomSuccess;
     if (loomCommGetAsyncError(comm_, &async) == loomSuccess && async == loomSuccess) return nullptr;
-    return std::make_exception_ptr(std::runtime_error(std::string("loom: ") + loomGetLastError(comm_)));
+    return std::make_exception_ptr(loomError(comm_));
   }
 
   std::shared_ptr<DeviceCalls> owner_;  // keeps the communicator
@@ -151,7 +152,7 @@ void DeviceCalls::launch(std::vector<LoomOp>& ops, const std::vector<c10::intrus
                          const at::Device& device) {
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream(device.index()).stream();
   if (launchGrouped(ops, comm_, stream) != loomSuccess) {
-    throw std::runtime_error(std::string("loom: ") + loomGetLastError(comm_));
+    throw loomError(comm_);
   }
   for (LoomOp& op : ops) {
     if (op.finish) op.finish();

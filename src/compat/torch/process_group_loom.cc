@@ -203,6 +203,21 @@ LoomOp coalesced(std::vector<LoomOp> ops, c10d::OpType type) {
           std::move(outputs), type};
 }
 
+// Whether the caller returns only once the operation has run: torch 2's options say so
+// (asyncOp false: a plain `dist.all_reduce(t)`); torch 1.13's have no such field.
+template <typename Options>
+auto waits(const Options& opts, int) -> decltype(opts.asyncOp, bool()) {
+  return !opts.asyncOp;
+}
+template <typename Options>
+bool waits(const Options&, long) {
+  return false;
+}
+template <typename Options>
+bool waits(const Options& opts) {
+  return waits(opts, 0);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
@@ -235,11 +250,11 @@ ProcessGroupLoom::~ProcessGroupLoom() {
   worker_.join();
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(const at::Tensor& on, LoomOp op) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::enqueue(const at::Tensor& on, LoomOp op, bool callerWaits) {
 #ifdef LOOM_TORCH_CUDA
   if (on.defined() && on.is_cuda()) return device_->run(std::move(op), on.device());
 #endif
-  return runner_->enqueue(runner_, rank_, std::move(op));
+  return runner_->enqueue(runner_, rank_, std::move(op), callerWaits);
 }
 
 void ProcessGroupLoom::startCoalescing() {
@@ -272,7 +287,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::broadcast(std::vector<at::Tenso
   return enqueue(tensors[0], {[b, type, root](loomComm_t c, loomStream_t s) {
                                 return loomBroadcast(b.ptr(), b.ptr(), b.count(), type, root, c, s);
                               },
-                  [b] { b.copyBack(); }, tensors, c10d::OpType::BROADCAST});
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::BROADCAST}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tensor>& tensors,
@@ -284,7 +299,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
   return enqueue(tensors[0], {[b, type, op](loomComm_t c, loomStream_t s) {
                                 return loomAllReduce(b.ptr(), b.ptr(), b.count(), type, op, c, s);
                               },
-                  [b] { b.copyBack(); }, tensors, c10d::OpType::ALLREDUCE});
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::ALLREDUCE}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(std::vector<at::Tensor>& tensors,
@@ -309,7 +324,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(std::vector
                   [buffers] {
                     for (const Buffer& b : buffers) b.copyBack();
                   },
-                  tensors, c10d::OpType::ALLREDUCE_COALESCED});
+                  tensors, c10d::OpType::ALLREDUCE_COALESCED}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>& tensors,
@@ -322,12 +337,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
   return enqueue(tensors[0], {[b, type, op, root](loomComm_t c, loomStream_t s) {
                     return loomReduce(b.ptr(), b.ptr(), b.count(), type, op, root, c, s);
                   },
-                  [b] { b.copyBack(); }, tensors, c10d::OpType::REDUCE});
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::REDUCE}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(std::vector<std::vector<at::Tensor>>& outputs,
                                                            std::vector<at::Tensor>& inputs,
-                                                           const c10d::AllgatherOptions&) {
+                                                           const c10d::AllgatherOptions& opts) {
   checkSingle(inputs, "allgather");
   if (outputs.size() != 1 || outputs[0].size() != static_cast<size_t>(size_)) {
     fail("allgather: the output must be one list of " + std::to_string(size_) + " tensors");
@@ -351,27 +366,27 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather(std::vector<std::vect
                       outs[r].copy_(flat.narrow(0, static_cast<int64_t>(r) * n, n).view(outs[r].sizes()));
                     }
                   },
-                  outs, c10d::OpType::ALLGATHER});
+                  outs, c10d::OpType::ALLGATHER}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                 const c10d::AllgatherOptions&) {
-  return enqueue(input, allgatherIntoTensor(output, input, size_));
+                                                                 const c10d::AllgatherOptions& opts) {
+  return enqueue(input, allgatherIntoTensor(output, input, size_), waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_into_tensor_coalesced(std::vector<at::Tensor>& outputs,
                                                                                  std::vector<at::Tensor>& inputs,
-                                                                                 const c10d::AllgatherOptions&) {
+                                                                                 const c10d::AllgatherOptions& opts) {
   if (outputs.size() != inputs.size()) fail("allgather_into_tensor_coalesced: as many outputs as inputs are needed");
   for (const at::Tensor& t : inputs) checkSameDevice(t, inputs[0], "allgather_into_tensor_coalesced");
   std::vector<LoomOp> ops;
   for (size_t i = 0; i < inputs.size(); ++i) ops.push_back(allgatherIntoTensor(outputs[i], inputs[i], size_));
-  return enqueue(first(inputs), coalesced(std::move(ops), c10d::OpType::ALLGATHER_COALESCED));
+  return enqueue(first(inputs), coalesced(std::move(ops), c10d::OpType::ALLGATHER_COALESCED), waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector<std::vector<at::Tensor>>& outputs,
                                                                      std::vector<at::Tensor>& inputs,
-                                                                     const c10d::AllgatherOptions&) {
+                                                                     const c10d::AllgatherOptions& opts) {
   if (outputs.size() != static_cast<size_t>(size_)) {
     fail("allgather_coalesced: the output must hold one list per rank (" + std::to_string(size_) + ")");
   }
@@ -411,7 +426,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allgather_coalesced(std::vector
                       }
                     }
                   },
-                  all, c10d::OpType::ALLGATHER_COALESCED});
+                  all, c10d::OpType::ALLGATHER_COALESCED}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(std::vector<std::vector<at::Tensor>>& outputs,
@@ -448,7 +463,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::gather(std::vector<std::vector<
                       outs[p].copy_(flat.narrow(0, static_cast<int64_t>(p) * k, k).view(outs[p].sizes()));
                     }
                   },
-                  outs, c10d::OpType::GATHER});
+                  outs, c10d::OpType::GATHER}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(std::vector<at::Tensor>& outputs,
@@ -480,7 +495,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::scatter(std::vector<at::Tensor>
                     return rootedBlocks(c, s, false, flat, out.ptr(), out.count(), type, out.data.element_size(), root,
                                         me, n);
                   },
-                  [out] { out.copyBack(); }, outputs, c10d::OpType::SCATTER});
+                  [out] { out.copyBack(); }, outputs, c10d::OpType::SCATTER}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -504,12 +519,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(std::vector<at::
   return enqueue(outputs[0], {[out, flat, type, op](loomComm_t c, loomStream_t s) {
                     return loomReduceScatter(flat.data_ptr(), out.ptr(), out.count(), type, op, c, s);
                   },
-                  [out] { out.copyBack(); }, outputs, c10d::OpType::REDUCE_SCATTER});
+                  [out] { out.copyBack(); }, outputs, c10d::OpType::REDUCE_SCATTER}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                                       const c10d::ReduceScatterOptions& opts) {
-  return enqueue(input, reduceScatterTensor(output, input, opts.reduceOp, size_));
+  return enqueue(input, reduceScatterTensor(output, input, opts.reduceOp, size_), waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter_tensor_coalesced(
@@ -520,13 +535,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter_tensor_coalesced
   for (size_t i = 0; i < inputs.size(); ++i) {
     ops.push_back(reduceScatterTensor(outputs[i], inputs[i], opts.reduceOp, size_));
   }
-  return enqueue(first(inputs), coalesced(std::move(ops), c10d::OpType::_REDUCE_SCATTER_BASE));
+  return enqueue(first(inputs), coalesced(std::move(ops), c10d::OpType::_REDUCE_SCATTER_BASE), waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& output, at::Tensor& input,
                                                                std::vector<int64_t>& outputSplitSizes,
                                                                std::vector<int64_t>& inputSplitSizes,
-                                                               const c10d::AllToAllOptions&) {
+                                                               const c10d::AllToAllOptions& opts) {
   checkTensor(input, "all_to_all_single input");
   checkTensor(output, "all_to_all_single output");
   checkSame(output, input, "all_to_all_single");
@@ -542,7 +557,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
     return enqueue(in, {[in, out, type, count](loomComm_t c, loomStream_t s) {
                       return loomAllToAll(in.data_ptr(), out.ptr(), count, type, c, s);
                     },
-                    [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE});
+                    [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE}, waits(opts));
   }
   // Split sizes count rows of dimension 0; every peer gets its rows as one send.
   auto splits = [this](std::vector<int64_t> s, const at::Tensor& t, const char* what) {
@@ -577,12 +592,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall_base(at::Tensor& outpu
                       }
                     });
                   },
-                  [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE});
+                  [out] { out.copyBack(); }, {output}, c10d::OpType::ALLTOALL_BASE}, waits(opts));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor>& outputs,
                                                           std::vector<at::Tensor>& inputs,
-                                                          const c10d::AllToAllOptions&) {
+                                                          const c10d::AllToAllOptions& opts) {
   if (outputs.size() != static_cast<size_t>(size_) || inputs.size() != static_cast<size_t>(size_)) {
     fail("all_to_all: input and output must be lists of " + std::to_string(size_) + " tensors");
   }
@@ -609,7 +624,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::alltoall(std::vector<at::Tensor
                   [outs] {
                     for (const Buffer& b : outs) b.copyBack();
                   },
-                  outputs, c10d::OpType::ALLTOALL});
+                  outputs, c10d::OpType::ALLTOALL}, waits(opts));
 }
 
 // Tags are not matched: messages between a pair of ranks are matched in the order they were
@@ -621,7 +636,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::send(std::vector<at::Tensor>& t
   return enqueue(t, {[t, type, dstRank](loomComm_t c, loomStream_t s) {
                     return loomSend(t.data_ptr(), static_cast<size_t>(t.numel()), type, dstRank, c, s);
                   },
-                  nullptr, tensors, c10d::OpType::SEND});
+                  nullptr, tensors, c10d::OpType::SEND}, false);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& tensors, int srcRank, int) {
@@ -631,16 +646,16 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recv(std::vector<at::Tensor>& t
   return enqueue(tensors[0], {[b, type, srcRank](loomComm_t c, loomStream_t s) {
                                 return loomRecv(b.ptr(), b.count(), type, srcRank, c, s);
                               },
-                  [b] { b.copyBack(); }, tensors, c10d::OpType::RECV});
+                  [b] { b.copyBack(); }, tensors, c10d::OpType::RECV}, false);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::recvAnysource(std::vector<at::Tensor>&, int) {
   fail("recv from any source is not supported by Loom: name the source rank");
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions&) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::barrier(const c10d::BarrierOptions& opts) {
   return enqueue(at::Tensor(), {[](loomComm_t c, loomStream_t s) { return loomBarrier(c, s); }, nullptr, {},
-                                c10d::OpType::BARRIER});
+                                c10d::OpType::BARRIER}, waits(opts));
 }
 
 }  // namespace loom::torch_backend

@@ -102,9 +102,10 @@ class ProcessGroupLoom : public ProcessGroupBase {
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
  private:
-  // Runs op where the tensor `on` lives: a CPU tensor (or none) on the queue, a CUDA one on the
-  // device communicator, on the current stream.
-  c10::intrusive_ptr<c10d::Work> enqueue(const at::Tensor& on, LoomOp op);
+  // Runs op where the tensor `on` lives: a CPU tensor (or none) on the queue (run by this thread
+  // at once where callerWaits, see Runner::enqueue), a CUDA one on the device communicator, on
+  // the current stream.
+  c10::intrusive_ptr<c10d::Work> enqueue(const at::Tensor& on, LoomOp op, bool callerWaits);
 
   // Shared with the Works, which may outlive the group (and run what is queued in wait()).
   std::shared_ptr<Runner> runner_;

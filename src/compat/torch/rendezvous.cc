@@ -6,6 +6,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "compat/torch/loom_error.h"
+
 namespace loom::torch_backend {
 
 loomComm_t makeCommunicator(c10d::Store& store, const std::string& key, int rank, int size, int timeoutMs,
@@ -13,7 +15,7 @@ loomComm_t makeCommunicator(c10d::Store& store, const std::string& key, int rank
   loomUniqueId id;
   if (rank == 0) {
     if (loomGetUniqueId(&id) != loomSuccess) {
-      throw std::runtime_error(std::string("loom: loomGetUniqueId: ") + loomGetLastError(nullptr));
+      throw loomError(nullptr, "loomGetUniqueId");
     }
     std::vector<uint8_t> bytes(sizeof id);
     std::memcpy(bytes.data(), &id, sizeof id);
@@ -33,7 +35,7 @@ loomComm_t makeCommunicator(c10d::Store& store, const std::string& key, int rank
   config.commName = device < 0 ? "torch.distributed" : "torch.distributed cuda";
   loomComm_t comm = nullptr;
   if (loomCommInitRankConfig(&comm, size, id, rank, &config) != loomSuccess) {
-    throw std::runtime_error(std::string("loom: loomCommInitRank: ") + loomGetLastError(nullptr));
+    throw loomError(nullptr, "loomCommInitRank");
   }
   return comm;
 }

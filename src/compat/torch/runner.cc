@@ -10,6 +10,8 @@
 #include <thread>
 #include <utility>
 
+#include "compat/torch/loom_error.h"
+
 namespace loom::torch_backend {
 namespace {
 
@@ -96,10 +98,11 @@ void Runner::Batch::add(LoomOp op, c10::intrusive_ptr<LoomWork> work) {
   works.push_back(std::move(work));
 }
 
-c10::intrusive_ptr<c10d::Work> Runner::enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op) {
+c10::intrusive_ptr<c10d::Work> Runner::enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op,
+                                              bool callerWaits) {
   auto work = c10::make_intrusive<LoomWork>(self, rank, op.type, op.outputs);
   const bool pointToPoint = isPointToPoint(op.type);
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   if (coalescing_) {
     coalesced_.add(std::move(op), work);
   } else if (pointToPoint) {
@@ -108,7 +111,15 @@ c10::intrusive_ptr<c10d::Work> Runner::enqueue(const std::shared_ptr<Runner>& se
     queueBatch(&held_);
     Batch batch;
     batch.add(std::move(op), work);
-    queueBatch(&batch);
+    const uint64_t seq = lastSeq_ + 1;
+    // An idle worker is left asleep: waking it for a call this thread runs next costs a wakeup
+    // and, where no core is spare, the core the call's own thread needs. A worker that is
+    // running takes the batch after its own if this thread cannot start it now.
+    queueBatch(&batch, /*wakeWorker=*/!callerWaits);
+    if (callerWaits) {
+      lock.unlock();
+      runThrough(seq);
+    }
   }
   return work;
 }
@@ -133,14 +144,14 @@ void Runner::releaseHeld() {
   queueBatch(&held_);
 }
 
-void Runner::queueBatch(Batch* batch) {
+void Runner::queueBatch(Batch* batch, bool wakeWorker) {
   if (batch->ops.empty()) return;
   batch->seq = ++lastSeq_;
   for (auto& work : batch->works) work->queuedAs(batch->seq);
   queue_.push_back(std::move(*batch));
   *batch = Batch{};
   queued_.fetch_add(1, std::memory_order_release);
-  changed_.notify_all();
+  if (wakeWorker) changed_.notify_all();
 }
 
 Runner::Batch Runner::takeFront() {
@@ -212,7 +223,7 @@ void Runner::runBatch(Batch batch) {
   const loomResult_t result = launchGrouped(batch.ops, comm_, nullptr);
   std::exception_ptr error;
   if (result != loomSuccess) {
-    error = std::make_exception_ptr(std::runtime_error(std::string("loom: ") + loomGetLastError(comm_)));
+    error = std::make_exception_ptr(loomError(comm_));
   }
   for (size_t i = 0; i < batch.ops.size(); ++i) {
     std::exception_ptr own = error;

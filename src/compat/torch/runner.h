@@ -51,7 +51,10 @@ class Runner {
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
 
-  c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op);
+  // callerWaits: the caller returns only once op has run (torch 2's asyncOp false), so this
+  // thread runs it, and what was queued before it, unless the worker is running a batch then.
+  c10::intrusive_ptr<c10d::Work> enqueue(const std::shared_ptr<Runner>& self, int rank, LoomOp op,
+                                         bool callerWaits);
   // Operations issued in between run as one group. endCoalescing returns a Work that completes
   // with the group (every Work of a batch completes at once); null when none was issued.
   void startCoalescing();
@@ -73,7 +76,8 @@ class Runner {
     void add(LoomOp op, c10::intrusive_ptr<LoomWork> work);
   };
 
-  void queueBatch(Batch* batch);  // under mutex_; leaves *batch empty (nothing when it is)
+  // Under mutex_; leaves *batch empty (nothing when it is).
+  void queueBatch(Batch* batch, bool wakeWorker = true);
   Batch takeFront();              // under mutex_, !running_
   // Consumes the batch: its tensors and Works go before the caller takes mutex_ again, since
   // freeing a tensor Python knows takes the GIL, which a thread waiting on mutex_ may hold.
