@@ -18,8 +18,9 @@
 #   --part P         device (default): the steps above; torch: instead, build the backend
 #                    loom_torch with torch's extension tooling against python3's torch (the
 #                    GPU machine's is torch 2) and the bundle's libloom, and run its tests
-#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too),
-#                    then PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
+#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too)
+#                    and its CPU all_reduce against the C API (perf/torch_bench.py), then
+#                    PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
 #                    (tests/compat/nccl/frameworks_on_shim.py)
 #
 # Without a GPU every test prints `skipped: no CUDA device` and the benchmarks say so.
@@ -139,6 +140,10 @@ if [[ $part == torch ]]; then
   if [[ -f $work/stamp ]]; then
     run torch-backend env PYTHONPATH="$work/python" LOOM_TIMEOUT_MS=60000 timeout -k 10 300 "$python" \
       tests/compat/torch/torch_backend_test.py --ranks 1,2,3,4
+    # CPU tensors through the backend against Loom's C API in the same processes, on torch 2,
+    # whose blocking calls run on the caller's thread (issue 26: within 10 % from 1 MiB).
+    run torch-bench env PYTHONPATH="$work/python" timeout -k 10 180 "$python" perf/torch_bench.py \
+      --only allreduce --rounds 1 --out "$out/torch_bench.md"
   fi
   # PyTorch's own backend "nccl" and CuPy on Loom's libnccl.so.2, 2 ranks on the one GPU; then
   # what NCCL itself does with them (it refuses two ranks on one GPU).
