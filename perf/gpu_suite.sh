@@ -8,6 +8,7 @@
 # every output under OUT.
 #
 #   perf/gpu_suite.sh [--builddir DIR] [--out DIR] [--prebuilt DIR] [--bundle DIR] [--part P]
+#                     [--nccl-tests KIT]
 #
 #   --builddir DIR   build here (default build-gpu, release with tests)
 #   --bundle DIR     only build, then copy the stripped programs and libcudart into DIR, for a
@@ -18,10 +19,14 @@
 #   --part P         device (default): the steps above; torch: instead, build the backend
 #                    loom_torch with torch's extension tooling against python3's torch (the
 #                    GPU machine's is torch 2) and the bundle's libloom, and run its tests
-#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too)
-#                    and its CPU all_reduce against the C API (perf/torch_bench.py), then
-#                    PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
-#                    (tests/compat/nccl/frameworks_on_shim.py)
+#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too),
+#                    then PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
+#                    (tests/compat/nccl/frameworks_on_shim.py), NVIDIA's nccl-tests on it
+#                    (2 ranks, 8 B to 64 MiB: what device time allows) where their kit is,
+#                    and last the backend's CPU all_reduce against the C API (torch_bench.py)
+#   --nccl-tests KIT the kit perf/nccl_tests.sh build made (default build-nccl-tests; its
+#                    bin and debs are what must travel, about 27 MiB built for sm_90 only:
+#                    NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90")
 #
 # Without a GPU every test prints `skipped: no CUDA device` and the benchmarks say so.
 #
@@ -30,14 +35,14 @@
 #   there: perf/gpu_suite.sh --prebuilt build-gpubundle --out /tmp/g/r --tar $OUT/r.tgz
 #          with build-gpubundle carried. The whole suite took about 4 minutes on an H100.
 #          A carry holds 64 MiB with the tree: carry build-gpubundle/{perf,tests,tools,
-#          libcudart.so.13} for the device part, build-gpubundle/{lib,libcudart.so.13} for
-#          --part torch.
+#          libcudart.so.13} for the device part, build-gpubundle/{lib,libcudart.so.13} and
+#          build-nccl-tests/{bin,debs} for --part torch.
 #   Use a fresh --builddir for a bundle: it is configured without the libraries the GPU
 #   machine lacks (hwloc, UCX, verbs, MPI). NCCL there comes from its PyTorch.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
-builddir=build-gpu out=gpu-results prebuilt="" bundle="" tarfile="" part=device
+builddir=build-gpu out=gpu-results prebuilt="" bundle="" tarfile="" part=device nccl_tests=build-nccl-tests
 while (($#)); do
   case "$1" in
     --builddir) builddir=$2; shift ;;
@@ -46,6 +51,7 @@ while (($#)); do
     --bundle) bundle=$2; shift ;;
     --tar) tarfile=$2; shift ;;
     --part) part=$2; shift ;;
+    --nccl-tests) nccl_tests=$2; shift ;;
     *) echo "gpu_suite.sh: unknown argument $1" >&2; exit 2 ;;
   esac
   shift
@@ -140,16 +146,27 @@ if [[ $part == torch ]]; then
   if [[ -f $work/stamp ]]; then
     run torch-backend env PYTHONPATH="$work/python" LOOM_TIMEOUT_MS=60000 timeout -k 10 300 "$python" \
       tests/compat/torch/torch_backend_test.py --ranks 1,2,3,4
-    # CPU tensors through the backend against Loom's C API in the same processes, on torch 2,
-    # whose blocking calls run on the caller's thread (issue 26: within 10 % from 1 MiB).
-    run torch-bench env PYTHONPATH="$work/python" timeout -k 10 180 "$python" perf/torch_bench.py \
-      --only allreduce --rounds 1 --out "$out/torch_bench.md"
   fi
   # PyTorch's own backend "nccl" and CuPy on Loom's libnccl.so.2, 2 ranks on the one GPU; then
   # what NCCL itself does with them (it refuses two ranks on one GPU).
   run nccl-shim-frameworks timeout -k 10 300 "$python" tests/compat/nccl/frameworks_on_shim.py "$shim"
   run nccl-real-torch timeout -k 10 120 "$python" tests/compat/nccl/frameworks_on_shim.py "$shim" --only torch \
     --real
+  # NVIDIA's nccl-tests on the shim, where a kit was carried (perf/nccl_tests.sh build; its
+  # library left out to save carrying it twice: the bundle's is the same).
+  if [[ -d $nccl_tests/bin ]]; then
+    mkdir -p "$nccl_tests/lib"
+    [[ -f $nccl_tests/lib/libnccl.so.2 ]] || ln -sf "$shim/libnccl.so.2" "$nccl_tests/lib/libnccl.so.2"
+    run nccl-tests env MAX_BYTES=64M timeout -k 10 200 perf/nccl_tests.sh run "$nccl_tests" 2
+    cp -r "$nccl_tests/results" "$out/nccl-tests" 2>/dev/null
+  fi
+  if [[ -f $work/stamp ]]; then
+    # Last, being a CPU figure: CPU tensors through the backend against Loom's C API in the same
+    # processes, on torch 2, whose blocking calls run on the caller's thread (issue 26: within
+    # 10 % from 1 MiB).
+    run torch-bench env PYTHONPATH="$work/python" timeout -k 10 180 "$python" perf/torch_bench.py \
+      --only allreduce --rounds 1 --out "$out/torch_bench.md"
+  fi
   finish
 fi
 
