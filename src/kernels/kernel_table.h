@@ -13,12 +13,14 @@ struct KernelTable {
   using ReduceNFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count);
   using ScaleFn = void (*)(void* dst, const void* src, size_t count, int divisor);
   using ConvertFn = void (*)(void* dst, const void* src, size_t count);
+  using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
 
   ReduceFn reduce[loomNumTypes][loomNumOps];  // loomAvg's entries are the sum kernels
   ReduceNFn reduceN[loomNumTypes][loomNumOps];
   ScaleFn scale[loomNumTypes];
   ConvertFn fromFloat32[loomNumTypes];  // float16 and bfloat16 only (others null)
   ConvertFn toFloat32[loomNumTypes];    // float16 and bfloat16 only
+  CopyFn copyStreaming;                 // without the closing fence
 };
 
 // One per translation unit. The vector ones exist only where meson built them

@@ -144,27 +144,10 @@ void copy(void* dst, const void* src, size_t bytes) {
 }
 
 void copyStreaming(void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  active().table().copyStreaming(dst, src, bytes);
 #if defined(__SSE2__)
-  auto* d = static_cast<unsigned char*>(dst);
-  auto* s = static_cast<const unsigned char*>(src);
-  // Head up to 16-byte alignment of dst, then 64 bytes per pass, then the tail.
-  size_t head = std::min(bytes, static_cast<size_t>((16 - reinterpret_cast<uintptr_t>(d) % 16) % 16));
-  std::memcpy(d, s, head);
-  size_t i = head;
-  for (; i + 64 <= bytes; i += 64) {
-    __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i));
-    __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 16));
-    __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 32));
-    __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + i + 48));
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i), a);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 16), b);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 32), c);
-    _mm_stream_si128(reinterpret_cast<__m128i*>(d + i + 48), e);
-  }
-  std::memcpy(d + i, s + i, bytes - i);
   _mm_sfence();
-#else
-  std::memcpy(dst, src, bytes);
 #endif
 }
 

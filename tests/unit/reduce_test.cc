@@ -747,20 +747,28 @@ TEST(Isa, NamesAndForcing) {
 }  // namespace
 }  // namespace loom::kernels
 
-// The non-temporal copy handles every alignment of either side and every length.
-TEST(CopyStreaming, MatchesMemcpyAtEveryOffsetAndLength) {
-  std::vector<unsigned char> src(4096 + 64), dst(4096 + 64);
+// The non-temporal copy of every instruction set (16-, 32- and 64-byte stores) handles every
+// alignment of either side and every length.
+TEST(CopyStreaming, MatchesMemcpyAtEveryOffsetAndLengthOnEveryInstructionSet) {
+  using namespace loom::kernels;
+  std::vector<unsigned char> src(4096 + 128), dst(4096 + 128);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
-  for (size_t srcOff = 0; srcOff < 17; ++srcOff) {
-    for (size_t dstOff = 0; dstOff < 17; ++dstOff) {
-      for (size_t len : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{63}, size_t{64}, size_t{65}, size_t{1000},
-                         size_t{4000}}) {
-        std::fill(dst.begin(), dst.end(), 0xEE);
-        loom::kernels::copyStreaming(dst.data() + dstOff, src.data() + srcOff, len);
-        ASSERT_EQ(std::memcmp(dst.data() + dstOff, src.data() + srcOff, len), 0) << srcOff << " " << dstOff << " " << len;
-        for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xEE);
-        for (size_t i = dstOff + len; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
+  const std::vector<size_t> offsets = {0, 1, 2, 7, 8, 15, 16, 17, 31, 32, 33, 48, 63, 64, 65};
+  for (Isa isa : availableIsas()) {
+    ASSERT_TRUE(forceIsaForTesting(isa));
+    for (size_t srcOff : offsets) {
+      for (size_t dstOff : offsets) {
+        for (size_t len : {size_t{0}, size_t{1}, size_t{15}, size_t{16}, size_t{31}, size_t{32}, size_t{63}, size_t{64},
+                           size_t{65}, size_t{127}, size_t{128}, size_t{129}, size_t{1000}, size_t{4000}}) {
+          std::fill(dst.begin(), dst.end(), 0xEE);
+          copyStreaming(dst.data() + dstOff, src.data() + srcOff, len);
+          ASSERT_EQ(std::memcmp(dst.data() + dstOff, src.data() + srcOff, len), 0)
+              << isaName(isa) << " " << srcOff << " " << dstOff << " " << len;
+          for (size_t i = 0; i < dstOff; ++i) ASSERT_EQ(dst[i], 0xEE);
+          for (size_t i = dstOff + len; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0xEE);
+        }
       }
     }
   }
+  forceIsaForTesting(availableIsas().back());
 }
