@@ -22,7 +22,7 @@
 #                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too),
 #                    then PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
 #                    (tests/compat/nccl/frameworks_on_shim.py), NVIDIA's nccl-tests on it
-#                    (2 ranks, 8 B to 64 MiB: what device time allows) where their kit is,
+#                    (1 and 2 ranks, 8 B to 64 MiB: what device time allows) where their kit is,
 #                    and last the backend's CPU all_reduce against the C API (torch_bench.py)
 #   --nccl-tests KIT the kit perf/nccl_tests.sh build made (default build-nccl-tests; its
 #                    bin and debs are what must travel, about 27 MiB built for sm_90 only:
@@ -157,7 +157,7 @@ if [[ $part == torch ]]; then
   if [[ -d $nccl_tests/bin ]]; then
     mkdir -p "$nccl_tests/lib"
     [[ -f $nccl_tests/lib/libnccl.so.2 ]] || ln -sf "$shim/libnccl.so.2" "$nccl_tests/lib/libnccl.so.2"
-    run nccl-tests env MAX_BYTES=64M timeout -k 10 200 perf/nccl_tests.sh run "$nccl_tests" 2
+    run nccl-tests env MAX_BYTES=64M timeout -k 10 240 perf/nccl_tests.sh run "$nccl_tests" 1 2
     cp -r "$nccl_tests/results" "$out/nccl-tests" 2>/dev/null
   fi
   if [[ -f $work/stamp ]]; then
