@@ -2,9 +2,7 @@
 // call to that path's KernelTable.
 #include "kernels/reduce.h"
 
-#include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>

@@ -111,12 +111,12 @@ c10::intrusive_ptr<c10d::Work> Runner::enqueue(const std::shared_ptr<Runner>& se
     queueBatch(&held_);
     Batch batch;
     batch.add(std::move(op), work);
-    const uint64_t seq = lastSeq_ + 1;
     // An idle worker is left asleep: waking it for a call this thread runs next costs a wakeup
     // and, where no core is spare, the core the call's own thread needs. A worker that is
     // running takes the batch after its own if this thread cannot start it now.
     queueBatch(&batch, /*wakeWorker=*/!callerWaits);
     if (callerWaits) {
+      const uint64_t seq = lastSeq_;  // this batch's
       lock.unlock();
       runThrough(seq);
     }
