@@ -132,6 +132,9 @@ rm -rf "$out"/*.txt "$out"/*.err "$out"/*.cmd "$out"/foreign "$out"/best
   lscpu | grep -E '^(Model name|CPU\(s\)|Thread\(s\) per core|Socket\(s\)|L[23] cache):' \
     | sed 's/  */ /g'
   echo "Memory: $(free -g | awk '/^Mem:/ { print $2 }') GiB"
+  # loom-perf's and memcpy_bw's buffers come from the heap: on huge pages only where this says
+  # [always], and the limit and Loom move with it (docs/PERF.md, "Memory traffic").
+  echo "Transparent huge pages: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo '?')"
   echo "Kernel: $(uname -sr); Debian $(cat /etc/debian_version 2>/dev/null || echo '?')"
   echo "Open MPI: $(mpirun --version 2>/dev/null | head -1)"
   echo "torch: $($python -c 'import torch; print(torch.__version__)' 2>/dev/null)"
