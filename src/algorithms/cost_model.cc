@@ -431,8 +431,8 @@ double oneShotUs(size_t bytes, const CommProfile& p) {
 // - direct reads 10 GB/s: loom-perf --calibrate on this VM, exchanges of 1 to 4 MiB read
 //   straight from the sender, 8.6-10.0 GB/s (a FIFO hop measured 6.6-15.6 on the same VM:
 //   which of the two is faster depends on where the two cores share a cache).
-// - channels: LOOM_SOCKET_NSOCKS's default, 2, where sockets run (several hosts); on one
-//   host shared memory has one link per peer.
+// - channels: LOOM_SOCKET_NSOCKS's default, 2, where sockets run (several hosts), and
+//   LOOM_UCX_LINKS's, 2, where UCX does; on one host shared memory has one link per peer.
 CommProfile CommProfile::defaults(int nranks, int nhosts) {
   CommProfile p;
   p.nranks = nranks;

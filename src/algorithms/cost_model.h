@@ -34,7 +34,8 @@ struct CommProfile {
   double reduceGbps = 0;  // reduce kernel: reads two inputs, writes one; GB/s of output
   double copyGbps = 0;    // one core's memcpy, GB/s of bytes copied
   size_t sliceBytes = 512 << 10;  // LOOM_SLICE_BYTES
-  // Links per peer (LOOM_SOCKET_NSOCKS where sockets are in use, else 1). As in
+  // Links per peer (LOOM_SOCKET_NSOCKS where sockets are in use, LOOM_UCX_LINKS where UCX
+  // is, else 1). As in
   // collective.cc, a call spreads over them only when bytes >= channels * 2 * sliceBytes,
   // unless channelsFixed (LOOM_CHANNELS): then every call uses `channels`.
   int channels = 1;

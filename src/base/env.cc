@@ -94,8 +94,8 @@ const std::vector<Variable>& variables() {
        "0: built-in constants. LOOM_DEBUG=INFO names where each constant came from."},
       {"LOOM_CHANNELS", "0", kData,
        "Channels per call (1 to 64): each channel carries its share of the buffer over its own "
-       "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS; on a device communicator its own FIFOs, "
-       "worked by their own thread blocks). 0 (default): as many links as get two chunks each (on a "
+       "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS, UCX link c % LOOM_UCX_LINKS; on a "
+       "device communicator its own FIFOs, worked by their own thread blocks). 0 (default): as many links as get two chunks each (on a "
        "device one per half LOOM_DEVICE_SLICE_BYTES, as a channel there is one thread block), at least "
        "one; device communicators connect 32 channels per peer (8 under "
        "LOOM_DEVICE_EMULATION), fewer where the ranks' share of the device's resident thread blocks "
@@ -117,6 +117,11 @@ const std::vector<Variable>& variables() {
        "(LOOM_MACHINE_CALIBRATION), else 33554432."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
+      {"LOOM_UCX_LINKS", "2", kData,
+       "Links per pair of ranks over their UCX endpoint (LOOM_TRANSPORTS=ucx), each its own stream of "
+       "tagged messages; collectives spread their channels over them (1 to 16). Two let a pair have "
+       "a message of each channel in flight each way: over UCX's TCP, 1.1-1.4x the busbw of one from "
+       "1 to 64 MiB (docs/RESULTS.md)."},
       {"LOOM_SOCKET_SNDBUF", "262144", kData,
        "Send buffer of each TCP connection in bytes (SO_SNDBUF; the kernel doubles it and caps it at "
        "net.core.wmem_max). A bounded buffer keeps a sender from running megabytes ahead of its "
@@ -267,7 +272,7 @@ std::string markdown() {
       "Generated from the table in src/base/env.cc by `loom-info --env-markdown`; a test "
       "keeps this file equal to it. Values are read when a communicator is created. The "
       "variables that shape plans and links (LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_CHANNELS, "
-      "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_CHECK, "
+      "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_CHECK, "
       "LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES) are rank 0's for the whole "
       "communicator: a rank whose "
       "value differs warns and uses rank 0's, since ranks that planned differently would wait on "

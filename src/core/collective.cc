@@ -156,8 +156,9 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
               algorithmName(choice.algorithm), protocolName(choice.protocol), reasoning(call, choice).c_str(),
               args.channels, args.sliceBytes);
   } else {
-    LOOM_TRACE("%s: %s/%s (%s, predicted %.1f us)", call.info.describe().c_str(), algorithmName(choice.algorithm),
-               protocolName(choice.protocol), choice.why, choice.predictedUs);
+    LOOM_TRACE("%s: %s/%s (%s, predicted %.1f us), %d channel(s)", call.info.describe().c_str(),
+               algorithmName(choice.algorithm), protocolName(choice.protocol), choice.why, choice.predictedUs,
+               args.channels);
   }
   plan.beginCall(args.info);
   size_t first = plan.steps.size();

@@ -94,7 +94,7 @@ Status readDataPathSizes(CommConfig* c) {
 }
 
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
-// LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES,
+// LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES,
 // LOOM_DEVICE_SLICE_BYTES, and the sizes above.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
@@ -156,6 +156,9 @@ Status readDataPathSettings(CommConfig* c) {
   long long socketLinks = 0;
   LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks));
   c->socketLinks = static_cast<int>(socketLinks);
+  long long ucxLinks = 0;
+  LOOM_TRY(env::getInt("LOOM_UCX_LINKS", 1, 16, &ucxLinks));
+  c->ucxLinks = static_cast<int>(ucxLinks);
   long long emulation = 0, fifo = 0, deviceSlice = 0;
   LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION", 0, 1, &emulation));
   c->deviceEmulation = emulation != 0;
@@ -365,7 +368,7 @@ Status Communicator::finishInit() {
   if (needSocket && config_.ucx) {
 #if LOOM_HAVE_UCX
     std::unique_ptr<transport::UcxTransport> ucx;
-    LOOM_TRY(transport::UcxTransport::create(*bootstrap_, &ucx));
+    LOOM_TRY(transport::UcxTransport::create(*bootstrap_, config_.ucxLinks, &ucx));
     network = std::move(ucx);
 #endif
   } else if (needSocket) {

@@ -46,6 +46,7 @@ struct CommConfig {
   std::string sliceSource;      // which of those, or "built in" (this rank's, before rank 0's is taken)
   long long streamingMinBytes = -1;  // LOOM_STREAMING_MIN_BYTES (0: never; -1: unset)
   int socketLinks = 0;          // LOOM_SOCKET_NSOCKS
+  int ucxLinks = 0;             // LOOM_UCX_LINKS
   int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF, else socket.sndbuf (0: the kernel's autotuning)
   size_t shmFifoBytes = 0;      // LOOM_SHM_FIFO_BYTES, else shm.fifo_bytes, of the segments this rank creates
   long long shmDirectFromFile = -1;  // LOOM_TUNING_FILE's shm.direct_min_bytes (-1: none; ShmTransport)

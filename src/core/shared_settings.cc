@@ -17,6 +17,7 @@ struct Record {
   uint32_t protocols;
   int32_t channels;
   int32_t socketLinks;
+  int32_t ucxLinks;
   uint8_t shm, socket, ucx, networkAuto, topologyRing, check, deviceEmulation;
   int32_t deviceChannels;
   uint64_t sliceBytes;
@@ -33,6 +34,7 @@ Record recordOf(const CommConfig& c) {
   r.protocols = c.protocols.allowed;
   r.channels = c.channels;
   r.socketLinks = c.socketLinks;
+  r.ucxLinks = c.ucxLinks;
   r.shm = c.shm;
   r.socket = c.socket;
   r.ucx = c.ucx;
@@ -53,6 +55,7 @@ void apply(const Record& r, CommConfig* c) {
   c->protocols.allowed = r.protocols;
   c->channels = r.channels;
   c->socketLinks = r.socketLinks;
+  c->ucxLinks = r.ucxLinks;
   c->shm = r.shm != 0;
   c->socket = r.socket != 0;
   c->ucx = r.ucx != 0;
@@ -81,6 +84,7 @@ std::string namesOfDifferences(const Record& a, const Record& b) {
   note(a.sliceBytes != b.sliceBytes, "LOOM_CHUNK_SIZE");
   note(a.streamingMinBytes != b.streamingMinBytes, "LOOM_STREAMING_MIN_BYTES");
   note(a.socketLinks != b.socketLinks, "LOOM_SOCKET_NSOCKS");
+  note(a.ucxLinks != b.ucxLinks, "LOOM_UCX_LINKS");
   note(a.check != b.check, "LOOM_CHECK");
   note(a.deviceEmulation != b.deviceEmulation, "LOOM_DEVICE_EMULATION");
   note(a.deviceFifoBytes != b.deviceFifoBytes, "LOOM_DEVICE_FIFO_BYTES");

@@ -7,7 +7,7 @@
 //   kernel --slot--> out FIFO --proxy--> socket ==> socket --proxy--> in FIFO --slot--> kernel
 //
 // On the wire each slot is a frame {channel, SlotInfo, the slot's bytes}. Channels share a
-// socket link when there are more channels than links (c % LOOM_SOCKET_NSOCKS); a frame
+// link when there are more channels than links (c % LOOM_SOCKET_NSOCKS or LOOM_UCX_LINKS); a frame
 // waits on its link until its channel has room, which delays but cannot deadlock the others,
 // since no step of one channel waits for another channel (the algorithms keep channels
 // apart).

@@ -408,8 +408,9 @@ class UcxTransport::UcxLink : public Link {
   size_t stagedAt_ = 0;
 };
 
-UcxTransport::UcxTransport(std::unique_ptr<State> state) : state_(std::move(state)) {
-  links_.resize(state_->peers.size());
+UcxTransport::UcxTransport(std::unique_ptr<State> state, int linksPerPeer)
+    : state_(std::move(state)), linksPerPeer_(linksPerPeer) {
+  links_.resize(state_->peers.size() * static_cast<size_t>(linksPerPeer_));
 }
 
 UcxTransport::~UcxTransport() {
@@ -418,7 +419,7 @@ UcxTransport::~UcxTransport() {
   state_.reset();
 }
 
-Status UcxTransport::create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>* out) {
+Status UcxTransport::create(Bootstrap& bootstrap, int linksPerPeer, std::unique_ptr<UcxTransport>* out) {
   auto state = std::make_unique<State>();
   state->rank = bootstrap.rank();
   state->peers.resize(static_cast<size_t>(bootstrap.nranks()));
@@ -464,7 +465,7 @@ Status UcxTransport::create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>*
     state->addresses[r].assign(table.data() + longest * r, table.data() + longest * r + lengths[r]);
   }
   State* st = state.get();
-  out->reset(new UcxTransport(std::move(state)));
+  out->reset(new UcxTransport(std::move(state), linksPerPeer));
   st->betweenRuns = std::thread([st] { st->progressBetweenRuns(); });
   return Status::ok();
 }
@@ -497,7 +498,9 @@ Status UcxTransport::connectOut(const std::vector<int>& peers, const Deadline&) 
       connectFailureCause_ = peer;
       return error(loomRemoteError, "ucx transport: connecting to rank %d: %s", peer, ucs_status_string(status));
     }
-    links_[static_cast<size_t>(peer)] = std::make_unique<UcxLink>(*state_, peer, 0);
+    for (int index = 0; index < linksPerPeer_; ++index) {
+      links_[static_cast<size_t>(peer * linksPerPeer_ + index)] = std::make_unique<UcxLink>(*state_, peer, index);
+    }
   }
   return Status::ok();
 }
@@ -508,8 +511,10 @@ Status UcxTransport::acceptIn(const std::vector<int>& peers, const Deadline& dea
 }
 
 Link* UcxTransport::link(int peer, int index) {
-  if (index != 0 || peer < 0 || static_cast<size_t>(peer) >= links_.size()) return nullptr;
-  return links_[static_cast<size_t>(peer)].get();
+  if (index < 0 || index >= linksPerPeer_ || peer < 0 || static_cast<size_t>(peer) >= state_->peers.size()) {
+    return nullptr;
+  }
+  return links_[static_cast<size_t>(peer * linksPerPeer_ + index)].get();
 }
 
 // The cause reaches peers through the executor's notices over the bootstrap

@@ -3,6 +3,10 @@
 // executor first connects to it. UCX picks the wire per pair (RDMA verbs, shared memory, TCP:
 // UCX_TLS narrows it), and its rendezvous moves large messages without a copy.
 //
+// Each peer gets LOOM_UCX_LINKS links over its one endpoint, told apart by the tag, so that
+// the channels spread over them have a message each in flight at once (one link carries one
+// message at a time each way).
+//
 // A link is a byte stream built on UCX's tagged messages: each sendSome posts the caller's
 // whole range as one message (the Link contract keeps the range untouched until it is done,
 // so UCX reads it in place), tagged with the sender's rank and the link index; UCX delivers
@@ -39,14 +43,16 @@ namespace loom::transport {
 class UcxTransport : public Transport {
  public:
   // Makes the context and worker and allgathers the workers' addresses through `bootstrap`
-  // (every rank of the communicator calls it, whichever peers it will reach over UCX).
-  static Status create(Bootstrap& bootstrap, std::unique_ptr<UcxTransport>* out);
+  // (every rank of the communicator calls it, whichever peers it will reach over UCX);
+  // `linksPerPeer` links to each peer (the same on every rank).
+  static Status create(Bootstrap& bootstrap, int linksPerPeer, std::unique_ptr<UcxTransport>* out);
   ~UcxTransport() override;
 
   const char* name() const override { return "ucx"; }
   Status connectOut(const std::vector<int>& peers, const Deadline& deadline) override;
   Status acceptIn(const std::vector<int>& peers, const Deadline& deadline) override;
   int connectFailureCause() const override { return connectFailureCause_; }
+  int linksPerPeer() const override { return linksPerPeer_; }
   Link* link(int peer, int index) override;
   void closeAll(int causeRank) override;
   bool flushSome() override;
@@ -61,10 +67,11 @@ class UcxTransport : public Transport {
  private:
   class UcxLink;
   class UcxRegistration;
-  explicit UcxTransport(std::unique_ptr<State> state);
+  UcxTransport(std::unique_ptr<State> state, int linksPerPeer);
 
   std::unique_ptr<State> state_;
-  std::vector<std::unique_ptr<UcxLink>> links_;
+  int linksPerPeer_;
+  std::vector<std::unique_ptr<UcxLink>> links_;  // peer * linksPerPeer_ + index
   int connectFailureCause_ = -1;  // the peer an endpoint could not be made to
 };
 

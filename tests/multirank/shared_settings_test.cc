@@ -22,7 +22,7 @@ using Variables = std::vector<std::pair<const char*, const char*>>;
 const char* const kDataPathVariables[] = {"LOOM_TRANSPORTS",  "LOOM_ALGO",          "LOOM_PROTO",
                                           "LOOM_CHANNELS",    "LOOM_RING_ORDER",    "LOOM_CHUNK_SIZE",
                                           "LOOM_SOCKET_NSOCKS", "LOOM_CHECK",        "LOOM_STREAMING_MIN_BYTES",
-                                          "LOOM_TUNING_FILE"};
+                                          "LOOM_TUNING_FILE", "LOOM_UCX_LINKS"};
 
 // Named after the test process (children compute it too, hence getppid there).
 std::string logPath(const std::string& tag, int rank, pid_t testProcess = ::getpid()) {
@@ -104,6 +104,20 @@ TEST(SharedSettings, TransportsAndSocketConnectionsFollowRankZero) {
   EXPECT_EQ(readLog("socket", 0).find("differ"), std::string::npos);
   expectWarning(readLog("socket", 1), "LOOM_SOCKET_NSOCKS");
   expectWarning(readLog("socket", 2), "LOOM_TRANSPORTS, LOOM_SOCKET_NSOCKS");
+}
+
+// The same over UCX (its TCP, as between hosts), where rank 0's three links per peer carry a
+// channel each of the larger calls: the checks above see a stream mixed into another.
+TEST(SharedSettings, UcxLinksFollowRankZero) {
+  if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
+  runWithSettings("ucx", {{"LOOM_TRANSPORTS", "ucx"}, {"UCX_TLS", "tcp"}, {"LOOM_DEBUG", "TRACE"}},
+                  {{{"LOOM_UCX_LINKS", "3"}}, {{"LOOM_UCX_LINKS", "1"}}, {}});
+  const std::string logs[] = {readLog("ucx", 0), readLog("ucx", 1), readLog("ucx", 2)};
+  EXPECT_EQ(logs[0].find("differ"), std::string::npos);
+  expectWarning(logs[1], "LOOM_UCX_LINKS");
+  expectWarning(logs[2], "LOOM_UCX_LINKS");  // unset: the default, 2
+  for (const std::string& log : logs) EXPECT_NE(log.find("ucx (3 link(s) each) to ranks"), std::string::npos) << log;
+  EXPECT_NE(logs[0].find("3 channel(s)"), std::string::npos) << logs[0];
 }
 
 // The tuner's constants are rank 0's too: a rank whose own LOOM_TUNING_FILE says otherwise
