@@ -95,11 +95,11 @@ const std::vector<Variable>& variables() {
       {"LOOM_CHANNELS", "0", kData,
        "Channels per call (1 to 64): each channel carries its share of the buffer over its own "
        "link to each peer (TCP connection c % LOOM_SOCKET_NSOCKS, UCX link c % LOOM_UCX_LINKS; on a "
-       "device communicator its own FIFOs, worked by their own thread blocks). 0 (default): as many links as get two chunks each (on a "
-       "device one per half LOOM_DEVICE_SLICE_BYTES, as a channel there is one thread block), at least "
-       "one; device communicators connect 32 channels per peer (8 under "
-       "LOOM_DEVICE_EMULATION), fewer where the ranks' share of the device's resident thread blocks "
-       "holds fewer."},
+       "device communicator its own FIFOs, worked by their own thread blocks). 0 (default): as many "
+       "links as get two chunks each (on a device one per half LOOM_DEVICE_SLICE_BYTES, as a channel "
+       "there is one thread block), at least one; device communicators connect 32 channels per peer "
+       "(8 under LOOM_DEVICE_EMULATION), fewer where the ranks' share of the device's resident "
+       "thread blocks holds fewer."},
       {"LOOM_RING_ORDER", "topology", kData,
        "topology (default): rings and trees order the ranks so that neighbours share the widest path "
        "(NVLink, one PCIe switch, one NUMA domain) and each host's ranks stay together "
