@@ -71,7 +71,7 @@ struct Trial {
 // (commit 9ccaf31, "Remove assertion for checking WIREUP_MSGs when purging"). It fired once in
 // about 250 UCX trials here, in Loom's forced close; UCX's own error handling runs the same
 // purge, so no way of closing avoids it. There the trials make every link before the kill, so
-// they test Loom's handling of a dead peer and not that bug; docs/TRANSPORTS.md names it.
+// they test Loom's handling of a dead peer and not that bug; docs/ARCHITECTURE.md names it.
 bool ucxAbortsInWireup() {
 #if LOOM_TEST_HAVE_UCX
   unsigned major = 0, minor = 0, release = 0;

@@ -107,7 +107,8 @@ TEST(SharedSettings, TransportsAndSocketConnectionsFollowRankZero) {
 }
 
 // The same over UCX (its TCP, as between hosts), where rank 0's three links per peer carry a
-// channel each of the larger calls: the checks above see a stream mixed into another.
+// channel each of the larger calls: runWithSettings' checks would see one link's bytes land
+// in another's stream.
 TEST(SharedSettings, UcxLinksFollowRankZero) {
   if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
   runWithSettings("ucx", {{"LOOM_TRANSPORTS", "ucx"}, {"UCX_TLS", "tcp"}, {"LOOM_DEBUG", "TRACE"}},
