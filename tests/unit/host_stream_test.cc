@@ -28,7 +28,9 @@ TEST(HostStream, WorkRunsInOrderOneItemAtATime) {
     });
     // Synchronizing now and then, so that some items run on this thread and some on the
     // progress thread, beside items enqueued while another runs.
-    if (i % 10 == 9) ASSERT_TRUE(stream.synchronize().isOk());
+    if (i % 10 == 9) {
+      ASSERT_TRUE(stream.synchronize().isOk());
+    }
   }
   ASSERT_TRUE(stream.synchronize().isOk());
   EXPECT_FALSE(overlapped);
