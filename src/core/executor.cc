@@ -22,6 +22,17 @@ namespace loom {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using transport::StoreChooser;
+
+// A sampled write into the caller's buffer, for its chooser; a change of stores at TRACE.
+void recordStores(const Communicator& comm, StoreChooser& chooser, const char* writes, const StoreChooser::Choice& c,
+                  size_t bytes, Clock::time_point start) {
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
+  if (!chooser.record(c, bytes, static_cast<uint64_t>(ns))) return;
+  LOOM_TRACE("comm %016llx: %s of streaming calls use %s stores from now on (plain %.1f GB/s, non-temporal %.1f)",
+             static_cast<unsigned long long>(comm.commId()), writes, chooser.streaming() ? "non-temporal" : "plain",
+             chooser.recentGbps(false), chooser.recentGbps(true));
+}
 
 constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 
@@ -106,7 +117,7 @@ class Run {
   // cache by then, for a large call).
   void forwardPiece(StepState& reduce, size_t plan, size_t offset, const char* bytes, size_t size);
   // Whether the step writes past the cache: a large call (LOOM_STREAMING_MIN_BYTES), not an
-  // in-place reduction.
+  // in-place reduction. Its stores are then its communicator's choice (LOOM_OUTPUT_STORES).
   bool streams(const Plan& plan, size_t step) const;
   Status idle(bool spin);
   // Lets each transport move bytes it holds after reporting them sent (Transport::flushSome);
@@ -130,7 +141,7 @@ class Run {
   std::vector<PlanState> state_;
   std::vector<Queue> queues_;
   unsigned idlePasses_ = 0;
-  // Where a streaming reduction writes before its non-temporal copy out (cache-sized).
+  // Where a reduction writes before its non-temporal copy out (cache-sized).
   std::vector<char> streamScratch_;
 };
 
@@ -414,10 +425,13 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
     for (size_t done = 0; done < bytes;) {
       const size_t n = std::min(piece, bytes - done), off = st.reduced + done;
       char* dst = static_cast<char*>(s.dst) + off;
-      char* out = stream ? streamScratch_.data() : dst;
+      const StoreChooser::Choice stores = stream ? plan.comm->reductionStores().next(n) : StoreChooser::Choice{};
+      const Clock::time_point start = stores.timed ? Clock::now() : Clock::time_point{};
+      char* out = stores.streaming ? streamScratch_.data() : dst;
       kernels::reduce(out, static_cast<const char*>(s.src) + off, incoming + done, n / es, call.type, call.op);
       if (divide) kernels::scale(out, out, n / es, call.type, plan.comm->nranks());
-      if (stream) kernels::copyStreaming(dst, out, n);
+      if (stores.streaming) kernels::copyStreaming(dst, out, n);
+      if (stores.timed) recordStores(*plan.comm, plan.comm->reductionStores(), "reductions", stores, n, start);
       if (st.forward != Step::kNone) forwardPiece(st, q.plan, off, out, n);
       done += n;
     }
@@ -494,11 +508,15 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
       q.link->peek(&data, static_cast<size_t>(to - from), &done);
     }
     if (done > 0) {
-      if (stream) {
+      Communicator& comm = *ps.plan->comm;
+      const StoreChooser::Choice stores = stream ? comm.copyStores().next(done) : StoreChooser::Choice{};
+      const Clock::time_point start = stores.timed ? Clock::now() : Clock::time_point{};
+      if (stores.streaming) {
         kernels::copyStreaming(from, data, done);
       } else {
         kernels::copy(from, data, done);
       }
+      if (stores.timed) recordStores(comm, comm.copyStores(), "copies", stores, done, start);
       q.link->consume(done);
     } else {
       LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)

@@ -282,7 +282,7 @@ class ShmTransport::ShmLink : public Link {
   uint64_t postedCount_ = 0;
   std::optional<PostedSend> posted_;
   size_t declinedLeft_ = 0;  // bytes of a declined send still to write into the FIFO
-  FifoStoreChooser stores_;
+  StoreChooser stores_;
 
   // Reading.
   bool readPeerMemory_;    // until the kernel refuses, or the peer turns out foreign
@@ -308,14 +308,14 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
       inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
       directMinBytes_(directMinBytes),
       postLarge_(directMinBytes > 0),
-      stores_(settings.fifoStores),
+      stores_(StoreChooser::fifoRules(settings.fifoStores)),
       readPeerMemory_(directMinBytes > 0) {
   process_.identify(peerInfo.pid, peerInfo.pidNamespace);
   if (readPeerMemory_ && process_.foreign()) {
     LOOM_INFO("shm: rank %d runs in another pid namespace; its large sends come through the FIFO", peer_);
     readPeerMemory_ = false;
   }
-  const char* stores = fifoStoresName(settings.fifoStores);
+  const char* stores = storesName(settings.fifoStores);
   if (readPeerMemory_) {
     LOOM_INFO("shm: link with rank %d: FIFO of %zu bytes each way (%s stores); sends of %zu bytes or more "
               "are read by the receiver straight from the sender's memory (%s)",
@@ -382,7 +382,7 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   }
   size_t n = std::min(bytes, space);
   if (n == 0) return 0;
-  const FifoStoreChooser::Choice stores = stores_.next(n);
+  const StoreChooser::Choice stores = stores_.next(n);
   const uint64_t start = stores.timed ? nowNs(CLOCK_MONOTONIC) : 0;
   copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, stores.streaming);
   if (stores.timed && stores_.record(stores, n, nowNs(CLOCK_MONOTONIC) - start)) {
@@ -633,17 +633,7 @@ Status ShmTransport::readSettings(long long fileDirectMinBytes, Settings* out) {
   } else {
     return error(loomInvalidArgument, "LOOM_SHM_DIRECT=%s: expected none, threads or all", direct.c_str());
   }
-  const std::string stores = env::getOrDefault("LOOM_SHM_FIFO_STORES");
-  bool known = false;
-  for (FifoStores f : {FifoStores::kCached, FifoStores::kStreaming, FifoStores::kAuto}) {
-    if (stores == fifoStoresName(f)) {
-      out->fifoStores = f;
-      known = true;
-    }
-  }
-  if (!known) {
-    return error(loomInvalidArgument, "LOOM_SHM_FIFO_STORES=%s: expected cached, streaming or auto", stores.c_str());
-  }
+  LOOM_TRY(readStoresSetting("LOOM_SHM_FIFO_STORES", &out->fifoStores));
   out->dir = env::getOrDefault("LOOM_SHM_DIR");
   // "/loom-" and 32 hex digits follow in a segment's name.
   if (out->dir.size() + 38 > kMaxName) {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "bootstrap/bootstrap.h"
-#include "transport/fifo_stores.h"
+#include "transport/store_chooser.h"
 #include "transport/transport.h"
 
 namespace loom::transport {
@@ -80,7 +80,7 @@ class ShmTransport : public Transport {
     size_t directThreads = 0;
     size_t directProcesses = 0;
     bool directFromFile = false;  // a tuning file's shm.direct_min_bytes set them
-    FifoStores fifoStores;  // LOOM_SHM_FIFO_STORES
+    Stores fifoStores;  // LOOM_SHM_FIFO_STORES
     int failReadsWith = 0;  // failCrossMemoryReadsForTesting
     long long lingerMs;     // LOOM_TIMEOUT_MS: how long a closing creator waits for its peer
   };

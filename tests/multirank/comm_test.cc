@@ -57,6 +57,24 @@ TEST(CommTransports, OneNetworkTransportAndAutoAcrossHosts) {
   }, options);
 }
 
+// LOOM_OUTPUT_STORES takes cached, streaming or auto; anything else fails the communicator's
+// creation with the variable named.
+TEST(CommOutputStores, ThreeWordsAndTheVariableNamedOtherwise) {
+  for (const char* bad : {"nt", "Cached", "plain"}) {
+    loomtest::ScopedEnv env("LOOM_OUTPUT_STORES", bad);
+    loomComm_t comm = nullptr;
+    EXPECT_EQ(loomCommInitAll(&comm, 1, nullptr), loomInvalidArgument) << "'" << bad << "'";
+    const std::string message = loomGetLastError(nullptr);
+    EXPECT_NE(message.find("LOOM_OUTPUT_STORES"), std::string::npos) << message;
+  }
+  for (const char* good : {"cached", "streaming", "auto"}) {
+    loomtest::ScopedEnv env("LOOM_OUTPUT_STORES", good);
+    loomComm_t comm = nullptr;
+    ASSERT_EQ(loomCommInitAll(&comm, 1, nullptr), loomSuccess) << good << ": " << loomGetLastError(nullptr);
+    EXPECT_EQ(loomCommDestroy(comm), loomSuccess);
+  }
+}
+
 TEST_P(CommTest, SplitByParityWithReversedKeys) {
   auto [mode, nranks] = GetParam();
   loomtest::runRanks(nranks, mode, [nranks = nranks](loomComm_t comm, int rank) {

@@ -1,37 +1,52 @@
-#include "transport/fifo_stores.h"
+#include "transport/store_chooser.h"
 
 #include <algorithm>
+#include <string>
+
+#include "base/env.h"
 
 namespace loom::transport {
 
-const char* fifoStoresName(FifoStores stores) {
+const char* storesName(Stores stores) {
   switch (stores) {
-    case FifoStores::kCached: return "cached";
-    case FifoStores::kStreaming: return "streaming";
-    case FifoStores::kAuto: return "auto";
+    case Stores::kCached: return "cached";
+    case Stores::kStreaming: return "streaming";
+    case Stores::kAuto: return "auto";
   }
   return "?";
 }
 
-FifoStoreChooser::Choice FifoStoreChooser::next(size_t bytes) {
+Status readStoresSetting(const char* variable, Stores* out) {
+  const std::string word = env::getOrDefault(variable);
+  for (Stores s : {Stores::kCached, Stores::kStreaming, Stores::kAuto}) {
+    if (word == storesName(s)) {
+      *out = s;
+      return Status::ok();
+    }
+  }
+  return error(loomInvalidArgument, "%s=%s: expected cached, streaming or auto", variable, word.c_str());
+}
+
+StoreChooser::Choice StoreChooser::next(size_t bytes) {
   if (bytes < kStreamingMinBytes) return {false, false};
-  if (setting_ != FifoStores::kAuto || bytes < kSampledMinBytes) return {streaming_, false};
+  if (rules_.setting != Stores::kAuto || bytes < kSampledMinBytes) return {streaming_, false};
   if (++sized_ % kSampleEvery != 0) return {streaming_, false};
   const bool other = ++samples_ % kOtherEvery == 0;
   return {other != streaming_, true};
 }
 
-bool FifoStoreChooser::record(const Choice& choice, size_t bytes, uint64_t nanoseconds) {
+bool StoreChooser::record(const Choice& choice, size_t bytes, uint64_t nanoseconds) {
   const int kind = choice.streaming ? 1 : 0;
   samplesOf_[kind][count_[kind]++ % kWindow] =
       static_cast<double>(bytes) / static_cast<double>(nanoseconds > 0 ? nanoseconds : 1);
   if (count_[0] == 0 || count_[1] == 0) return false;
   const bool before = streaming_;
-  streaming_ = recentGbps(false) < kPlainShare * recentGbps(true);
+  const double share = streaming_ ? rules_.plainShare * rules_.margin : rules_.plainShare / rules_.margin;
+  streaming_ = recentGbps(false) < share * recentGbps(true);
   return streaming_ != before;
 }
 
-double FifoStoreChooser::recentGbps(bool streaming) const {
+double StoreChooser::recentGbps(bool streaming) const {
   const int kind = streaming ? 1 : 0;
   const int n = std::min(count_[kind], kWindow);
   if (n == 0) return 0;
