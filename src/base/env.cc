@@ -74,7 +74,7 @@ const std::vector<Variable>& variables() {
        "Default: all allowed. Read at communicator creation."},
       {"LOOM_PROTO", "", kData,
        "Which protocols may run: on host communicators simple (plain stores, results stay in the cache) and "
-       "streaming (results stored past the cache as LOOM_OUTPUT_STORES says, only for calls of "
+       "streaming (results stored past the cache, reductions' as LOOM_REDUCTION_STORES says, only for calls of "
        "LOOM_STREAMING_MIN_BYTES or more); on device "
        "communicators simple (large FIFO slots, a flag per slot) and ll (low latency: 8 data bytes and their "
        "flags in each 16-byte store). One name forces it where it exists, ^ excludes one. Default: all, the "
@@ -116,14 +116,14 @@ const std::vector<Variable>& variables() {
        "one host (it writes only lines it has just read); the tuner decides whether it runs. 0: "
        "never. Default: LOOM_TUNING_FILE's streaming.min_bytes, else the machine calibration's "
        "(LOOM_MACHINE_CALIBRATION), else 33554432."},
-      {"LOOM_OUTPUT_STORES", "auto", kData,
-       "How a host call on the streaming protocol writes its results into the receive buffer "
-       "(reductions and copies out of a link, 4 KiB or more): streaming: non-temporal stores; cached: "
-       "plain stores, which read each line first; auto (default): each communicator times one of every "
-       "32 writes of 16 KiB or more (one sample in 8 with the stores not in use), reductions and copies "
-       "apart, starting non-temporal, and turns to the other kind once the medians of the last 5 samples "
-       "say it writes a tenth faster. On the AMD EPYC VM plain reductions ran 1.25x faster inside a 2-rank allreduce, "
-       "where a lone core's streamed one is the faster (docs/RESULTS.md)."},
+      {"LOOM_REDUCTION_STORES", "auto", kData,
+       "How a host call on the streaming protocol writes what it reduces into the receive buffer (32 KiB "
+       "pieces): streaming: non-temporal stores, from a piece in the cache; cached: plain stores, which "
+       "read each line first; auto (default): each communicator times one of every 32 pieces (one sample "
+       "in 8 with the stores not in use), starting non-temporal, and turns to the other kind once the "
+       "medians of the last 5 samples say it writes a tenth faster. On the AMD EPYC VM plain reductions "
+       "ran 1.25x faster inside a 2-rank allreduce, where a lone core's streamed one is the faster "
+       "(docs/RESULTS.md). The protocol's copies out of a link always store non-temporally."},
       {"LOOM_SOCKET_NSOCKS", "2", kData,
        "TCP connections per pair of ranks; collectives spread their channels over them (1 to 16)."},
       {"LOOM_UCX_LINKS", "2", kData,

@@ -150,7 +150,7 @@ Status readDataPathSettings(CommConfig* c) {
   LOOM_TRY(readDataPathSizes(c));
   c->streamingMinBytes = -1;
   if (env::get("LOOM_STREAMING_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes));
-  LOOM_TRY(transport::readStoresSetting("LOOM_OUTPUT_STORES", &c->outputStores));
+  LOOM_TRY(transport::readStoresSetting("LOOM_REDUCTION_STORES", &c->reductionStores));
   long long calibration = 0;
   LOOM_TRY(env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibration));
   c->machineCalibration = calibration != 0;
@@ -235,8 +235,7 @@ Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal ca
       failureNotices_(*bootstrap_),
       cancel_(std::move(cancel)),
       config_(config),
-      reductionStores_(transport::StoreChooser::outputRules(config.outputStores)),
-      copyStores_(transport::StoreChooser::outputRules(config.outputStores)),
+      reductionStores_(transport::StoreChooser::reductionRules(config.reductionStores)),
       rank_(bootstrap_->rank()),
       nranks_(bootstrap_->nranks()) {}
 

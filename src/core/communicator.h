@@ -51,7 +51,7 @@ struct CommConfig {
   int socketSendBuffer = 0;     // LOOM_SOCKET_SNDBUF, else socket.sndbuf (0: the kernel's autotuning)
   size_t shmFifoBytes = 0;      // LOOM_SHM_FIFO_BYTES, else shm.fifo_bytes, of the segments this rank creates
   long long shmDirectFromFile = -1;  // LOOM_TUNING_FILE's shm.direct_min_bytes (-1: none; ShmTransport)
-  transport::Stores outputStores = transport::Stores::kAuto;  // LOOM_OUTPUT_STORES
+  transport::Stores reductionStores = transport::Stores::kAuto;  // LOOM_REDUCTION_STORES
   std::string linkSizeSources;  // the two above and where each came from, for the INFO line
   bool check = false;           // LOOM_CHECK
   bool deviceEmulation = false; // LOOM_DEVICE_EMULATION
@@ -143,11 +143,9 @@ class Communicator {
   // Run::forwardPiece), ever; read by tests (under executionLock, or after the calls).
   uint64_t forwardedBytes() const { return forwardedBytes_; }
   void addForwardedBytes(size_t bytes) { forwardedBytes_ += bytes; }
-  // How calls on the streaming protocol store their results into the caller's buffer
-  // (LOOM_OUTPUT_STORES): reductions and copies out of a link each time their own writes
-  // (under executionLock).
+  // How calls on the streaming protocol store what they reduce into the caller's buffer
+  // (LOOM_REDUCTION_STORES; under executionLock).
   transport::StoreChooser& reductionStores() { return reductionStores_; }
-  transport::StoreChooser& copyStores() { return copyStores_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
   // loomCommRegister / loomCommDeregister: the transport registers the region once where its
@@ -187,7 +185,6 @@ class Communicator {
   uint64_t forwardedBytes_ = 0;
   CommConfig config_;
   transport::StoreChooser reductionStores_;
-  transport::StoreChooser copyStores_;
   int rank_;
   int nranks_;
   int localRank_ = 0;

@@ -24,13 +24,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using transport::StoreChooser;
 
-// A sampled write into the caller's buffer, for its chooser; a change of stores at TRACE.
-void recordStores(const Communicator& comm, StoreChooser& chooser, const char* writes, const StoreChooser::Choice& c,
-                  size_t bytes, Clock::time_point start) {
+// A sampled reduction's time, for its communicator's chooser; a change of stores at TRACE.
+void recordReductionStores(Communicator& comm, const StoreChooser::Choice& c, size_t bytes, Clock::time_point start) {
+  StoreChooser& chooser = comm.reductionStores();
   const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
   if (!chooser.record(c, bytes, static_cast<uint64_t>(ns))) return;
-  LOOM_TRACE("comm %016llx: %s of streaming calls use %s stores from now on (plain %.1f GB/s, non-temporal %.1f)",
-             static_cast<unsigned long long>(comm.commId()), writes, chooser.streaming() ? "non-temporal" : "plain",
+  LOOM_TRACE("comm %016llx: reductions of streaming calls use %s stores from now on (plain %.1f GB/s, "
+             "non-temporal %.1f)",
+             static_cast<unsigned long long>(comm.commId()), chooser.streaming() ? "non-temporal" : "plain",
              chooser.recentGbps(false), chooser.recentGbps(true));
 }
 
@@ -117,7 +118,8 @@ class Run {
   // cache by then, for a large call).
   void forwardPiece(StepState& reduce, size_t plan, size_t offset, const char* bytes, size_t size);
   // Whether the step writes past the cache: a large call (LOOM_STREAMING_MIN_BYTES), not an
-  // in-place reduction. Its stores are then its communicator's choice (LOOM_OUTPUT_STORES).
+  // in-place reduction. A reduction's stores are then its communicator's choice
+  // (LOOM_REDUCTION_STORES); copies out of a link store non-temporally.
   bool streams(const Plan& plan, size_t step) const;
   Status idle(bool spin);
   // Lets each transport move bytes it holds after reporting them sent (Transport::flushSome);
@@ -431,7 +433,7 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
       kernels::reduce(out, static_cast<const char*>(s.src) + off, incoming + done, n / es, call.type, call.op);
       if (divide) kernels::scale(out, out, n / es, call.type, plan.comm->nranks());
       if (stores.streaming) kernels::copyStreaming(dst, out, n);
-      if (stores.timed) recordStores(*plan.comm, plan.comm->reductionStores(), "reductions", stores, n, start);
+      if (stores.timed) recordReductionStores(*plan.comm, stores, n, start);
       if (st.forward != Step::kNone) forwardPiece(st, q.plan, off, out, n);
       done += n;
     }
@@ -508,15 +510,11 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
       q.link->peek(&data, static_cast<size_t>(to - from), &done);
     }
     if (done > 0) {
-      Communicator& comm = *ps.plan->comm;
-      const StoreChooser::Choice stores = stream ? comm.copyStores().next(done) : StoreChooser::Choice{};
-      const Clock::time_point start = stores.timed ? Clock::now() : Clock::time_point{};
-      if (stores.streaming) {
+      if (stream) {
         kernels::copyStreaming(from, data, done);
       } else {
         kernels::copy(from, data, done);
       }
-      if (stores.timed) recordStores(comm, comm.copyStores(), "copies", stores, done, start);
       q.link->consume(done);
     } else {
       LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)

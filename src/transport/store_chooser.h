@@ -6,11 +6,14 @@
 //   reach each other's caches slowly (two CCDs or sockets, or a VM's slow phase; docs/
 //   RESULTS.md). A plain copy has to take every line back from the reader's cache, so it
 //   slows down with the distance, where a non-temporal copy does not.
-// - a call on the streaming protocol writing its results into the caller's buffer
-//   (LOOM_OUTPUT_STORES): non-temporal stores save the read of each destination line, plain
-//   ones cost that read but no trip past the cache. Which is faster depends on the machine
-//   and its phase (docs/RESULTS.md: plain reductions 1.25x faster inside a 2-rank allreduce
-//   on the AMD EPYC VM where a lone core's streamed reduction is the faster one).
+// - a call on the streaming protocol writing what it reduces into the caller's buffer
+//   (LOOM_REDUCTION_STORES): non-temporal stores save the read of each destination line,
+//   plain ones cost that read but no trip past the cache. Which is faster depends on the
+//   machine and its phase (docs/RESULTS.md: plain reductions 1.25x faster inside a 2-rank
+//   allreduce on the AMD EPYC VM, where a lone core's streamed reduction is the faster one).
+//   A writer's own timing misses what plain stores cost later, when the dirty lines go back
+//   to memory: for plain copies out of a FIFO it said 10-15 % faster where whole calls ran
+//   10-20 % slower, so those stay non-temporal, unmeasured.
 #pragma once
 
 #include <cstddef>
@@ -61,10 +64,10 @@ class StoreChooser {
   // at 0.5; 0.05 in the slow phase, its fastest tenth at 0.2. The reader's side, which a
   // writer's timing does not see, favours plain stores by more than the writer's copies show.
   static Rules fifoRules(Stores setting) { return {setting, 0.25, 1.0, false}; }
-  // Results in the caller's buffer: whichever kind writes a tenth faster, non-temporal first
-  // (the streaming protocol's own). Copies out of a FIFO timed within 5 % of each other both
-  // ways on the AMD EPYC VM, where without the margin the choice turned every few calls.
-  static Rules outputRules(Stores setting) { return {setting, 1.0, 1.1, true}; }
+  // A reduction's results in the caller's buffer: whichever kind writes a tenth faster,
+  // non-temporal first (the streaming protocol's own). Without the margin, medians within a
+  // few percent of each other turned the choice every few calls on the AMD EPYC VM.
+  static Rules reductionRules(Stores setting) { return {setting, 1.0, 1.1, true}; }
 
   explicit StoreChooser(Rules rules) : rules_(rules) {}
 

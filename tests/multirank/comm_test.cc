@@ -57,18 +57,18 @@ TEST(CommTransports, OneNetworkTransportAndAutoAcrossHosts) {
   }, options);
 }
 
-// LOOM_OUTPUT_STORES takes cached, streaming or auto; anything else fails the communicator's
+// LOOM_REDUCTION_STORES takes cached, streaming or auto; anything else fails the communicator's
 // creation with the variable named.
-TEST(CommOutputStores, ThreeWordsAndTheVariableNamedOtherwise) {
+TEST(CommReductionStores, ThreeWordsAndTheVariableNamedOtherwise) {
   for (const char* bad : {"nt", "Cached", "plain"}) {
-    loomtest::ScopedEnv env("LOOM_OUTPUT_STORES", bad);
+    loomtest::ScopedEnv env("LOOM_REDUCTION_STORES", bad);
     loomComm_t comm = nullptr;
     EXPECT_EQ(loomCommInitAll(&comm, 1, nullptr), loomInvalidArgument) << "'" << bad << "'";
     const std::string message = loomGetLastError(nullptr);
-    EXPECT_NE(message.find("LOOM_OUTPUT_STORES"), std::string::npos) << message;
+    EXPECT_NE(message.find("LOOM_REDUCTION_STORES"), std::string::npos) << message;
   }
   for (const char* good : {"cached", "streaming", "auto"}) {
-    loomtest::ScopedEnv env("LOOM_OUTPUT_STORES", good);
+    loomtest::ScopedEnv env("LOOM_REDUCTION_STORES", good);
     loomComm_t comm = nullptr;
     ASSERT_EQ(loomCommInitAll(&comm, 1, nullptr), loomSuccess) << good << ": " << loomGetLastError(nullptr);
     EXPECT_EQ(loomCommDestroy(comm), loomSuccess);

@@ -512,7 +512,7 @@ std::string mountTinyTmpfs(const std::string& dir) {
 // A ring allreduce over shared memory sends the bytes it reduces on to the next rank as it
 // reduces them, from the cache (executor.cc, Run::forwardPiece), where the rest goes later
 // from the receive buffer. Results stay exact in place and out of place, with the streaming
-// protocol's results stored non-temporally (from its scratch) and plainly (LOOM_OUTPUT_STORES),
+// protocol's reductions stored non-temporally (from its scratch) and plainly (LOOM_REDUCTION_STORES),
 // with an average divided piece by piece, and with a FIFO far smaller than a piece
 // (forwarding stops part-way), and with non-temporal stores into the FIFO; with the default
 // FIFO bytes are forwarded.
@@ -521,7 +521,7 @@ struct ForwardingSetting {
   const char* fifoBytes;       // LOOM_SHM_FIFO_BYTES
   const char* streamingBytes;  // LOOM_STREAMING_MIN_BYTES (with LOOM_PROTO=streaming)
   const char* fifoStores = "cached";  // LOOM_SHM_FIFO_STORES
-  const char* outputStores = "auto";  // LOOM_OUTPUT_STORES
+  const char* reductionStores = "auto";  // LOOM_REDUCTION_STORES
 };
 using ForwardingParam = std::tuple<Mode, int, ForwardingSetting>;
 class ShmForwarding : public ::testing::TestWithParam<ForwardingParam> {};
@@ -530,7 +530,7 @@ TEST_P(ShmForwarding, AllReduceResultsAreExactAndReducedBytesGoOnFromTheCache) {
   const auto& [mode, nranks, setting] = GetParam();
   ScopedEnv env;
   env.set("LOOM_TRANSPORTS", "shm").set("LOOM_ALGO", "ring").set("LOOM_CHUNK_SIZE", "65536");
-  env.set("LOOM_SHM_FIFO_STORES", setting.fifoStores).set("LOOM_OUTPUT_STORES", setting.outputStores);
+  env.set("LOOM_SHM_FIFO_STORES", setting.fifoStores).set("LOOM_REDUCTION_STORES", setting.reductionStores);
   if (setting.fifoBytes != nullptr) env.set("LOOM_SHM_FIFO_BYTES", setting.fifoBytes);
   if (setting.streamingBytes != nullptr) {
     env.set("LOOM_PROTO", "streaming").set("LOOM_STREAMING_MIN_BYTES", setting.streamingBytes);
@@ -568,7 +568,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values(ForwardingSetting{"default_fifo", nullptr, nullptr},
                                          ForwardingSetting{"fifo_4096", "4096", nullptr},
                                          ForwardingSetting{"streaming", nullptr, "4096", "cached", "streaming"},
-                                         ForwardingSetting{"streaming_plain_results", nullptr, "4096", "cached",
+                                         ForwardingSetting{"streaming_plain_reductions", nullptr, "4096", "cached",
                                                            "cached"},
                                          ForwardingSetting{"streaming_fifo_stores", nullptr, nullptr, "streaming"})),
     [](const ::testing::TestParamInfo<ForwardingParam>& info) {

@@ -1,5 +1,5 @@
-// StoreChooser: which stores a FIFO writer (LOOM_SHM_FIFO_STORES) and a call's results
-// (LOOM_OUTPUT_STORES) use, and how auto follows the speeds it records under each one's rules.
+// StoreChooser: which stores a FIFO writer (LOOM_SHM_FIFO_STORES) and a call's reductions
+// (LOOM_REDUCTION_STORES) use, and how auto follows the speeds it records under each one's rules.
 #include "transport/store_chooser.h"
 
 #include <gtest/gtest.h>
@@ -27,15 +27,15 @@ void feed(StoreChooser& chooser, double plainGbps, double streamingGbps, int sam
 
 TEST(FifoStores, FixedSettingsAreNeverTimedAndSmallWritesStayPlain) {
   StoreChooser cached(StoreChooser::fifoRules(Stores::kCached)), streaming(StoreChooser::fifoRules(Stores::kStreaming));
-  StoreChooser outputCached(StoreChooser::outputRules(Stores::kCached));
+  StoreChooser reductionCached(StoreChooser::reductionRules(Stores::kCached));
   for (size_t bytes : {size_t{64}, size_t{4095}, size_t{4096}, kLarge, size_t{1} << 20}) {
     for (int i = 0; i < 100; ++i) {
       EXPECT_FALSE(cached.next(bytes).streaming) << bytes;
       EXPECT_FALSE(cached.next(bytes).timed) << bytes;
       EXPECT_EQ(streaming.next(bytes).streaming, bytes >= StoreChooser::kStreamingMinBytes) << bytes;
       EXPECT_FALSE(streaming.next(bytes).timed) << bytes;
-      EXPECT_FALSE(outputCached.next(bytes).streaming) << bytes;
-      EXPECT_FALSE(outputCached.next(bytes).timed) << bytes;
+      EXPECT_FALSE(reductionCached.next(bytes).streaming) << bytes;
+      EXPECT_FALSE(reductionCached.next(bytes).timed) << bytes;
     }
   }
 }
@@ -87,9 +87,9 @@ TEST(FifoStores, AutoTakesNonTemporalStoresWherePlainOnesCopySlowlyAndComesBack)
   EXPECT_FALSE(chooser.streaming());
 }
 
-TEST(OutputStores, AutoStartsNonTemporalAndFollowsWhicheverKindWritesFaster) {
+TEST(ReductionStores, AutoStartsNonTemporalAndFollowsWhicheverKindWritesFaster) {
   const int other = static_cast<int>(StoreChooser::kOtherEvery);
-  StoreChooser chooser(StoreChooser::outputRules(Stores::kAuto));
+  StoreChooser chooser(StoreChooser::reductionRules(Stores::kAuto));
   EXPECT_TRUE(chooser.streaming()) << "the streaming protocol's own stores until both kinds were timed";
   EXPECT_TRUE(chooser.next(StoreChooser::kStreamingMinBytes).streaming);
   EXPECT_FALSE(chooser.next(StoreChooser::kStreamingMinBytes - 1).streaming) << "small writes stay plain";
