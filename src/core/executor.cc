@@ -24,11 +24,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using transport::StoreChooser;
 
-// A sampled reduction's time, for its communicator's chooser; a change of stores at TRACE.
-void recordReductionStores(Communicator& comm, const StoreChooser::Choice& c, size_t bytes, Clock::time_point start) {
+// A sampled reduction that has just ended, for its communicator's chooser; a change of
+// stores at TRACE.
+void reductionEnded(Communicator& comm, const StoreChooser::Choice& c, size_t bytes) {
   StoreChooser& chooser = comm.reductionStores();
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start).count();
-  if (!chooser.record(c, bytes, static_cast<uint64_t>(ns))) return;
+  if (!chooser.ended(c, bytes)) return;
   LOOM_TRACE("comm %016llx: reductions of streaming calls use %s stores from now on (plain %.1f GB/s, "
              "non-temporal %.1f)",
              static_cast<unsigned long long>(comm.commId()), chooser.streaming() ? "non-temporal" : "plain",
@@ -428,12 +428,11 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
       const size_t n = std::min(piece, bytes - done), off = st.reduced + done;
       char* dst = static_cast<char*>(s.dst) + off;
       const StoreChooser::Choice stores = stream ? plan.comm->reductionStores().next(n) : StoreChooser::Choice{};
-      const Clock::time_point start = stores.timed ? Clock::now() : Clock::time_point{};
       char* out = stores.streaming ? streamScratch_.data() : dst;
       kernels::reduce(out, static_cast<const char*>(s.src) + off, incoming + done, n / es, call.type, call.op);
       if (divide) kernels::scale(out, out, n / es, call.type, plan.comm->nranks());
       if (stores.streaming) kernels::copyStreaming(dst, out, n);
-      if (stores.timed) recordReductionStores(*plan.comm, stores, n, start);
+      if (stores.timed) reductionEnded(*plan.comm, stores, n);
       if (st.forward != Step::kNone) forwardPiece(st, q.plan, off, out, n);
       done += n;
     }

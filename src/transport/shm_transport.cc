@@ -383,9 +383,8 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   size_t n = std::min(bytes, space);
   if (n == 0) return 0;
   const StoreChooser::Choice stores = stores_.next(n);
-  const uint64_t start = stores.timed ? nowNs(CLOCK_MONOTONIC) : 0;
   copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, stores.streaming);
-  if (stores.timed && stores_.record(stores, n, nowNs(CLOCK_MONOTONIC) - start)) {
+  if (stores.timed && stores_.ended(stores, n)) {
     LOOM_TRACE("shm: link with rank %d: %s stores into the FIFO from now on (plain copies %.1f GB/s, "
                "non-temporal %.1f)",
                peer_, stores_.streaming() ? "non-temporal" : "plain", stores_.recentGbps(false),

@@ -32,7 +32,13 @@ StoreChooser::Choice StoreChooser::next(size_t bytes) {
   if (rules_.setting != Stores::kAuto || bytes < kSampledMinBytes) return {streaming_, false};
   if (++sized_ % kSampleEvery != 0) return {streaming_, false};
   const bool other = ++samples_ % kOtherEvery == 0;
-  return {other != streaming_, true};
+  return {other != streaming_, true, std::chrono::steady_clock::now()};
+}
+
+bool StoreChooser::ended(const Choice& choice, size_t bytes) {
+  const auto elapsed = std::chrono::steady_clock::now() - choice.start;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  return record(choice, bytes, static_cast<uint64_t>(ns));
 }
 
 bool StoreChooser::record(const Choice& choice, size_t bytes, uint64_t nanoseconds) {

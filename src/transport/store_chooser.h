@@ -16,6 +16,7 @@
 //   10-20 % slower, so those stay non-temporal, unmeasured.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -71,12 +72,16 @@ class StoreChooser {
 
   explicit StoreChooser(Rules rules) : rules_(rules) {}
 
-  // Whether a write of `bytes` uses non-temporal stores, and whether to time it (record()).
+  // Whether a write of `bytes` uses non-temporal stores, and whether it is timed: then it
+  // starts now, and ended() takes its time once it is done.
   struct Choice {
-    bool streaming;
-    bool timed;
+    bool streaming = false;
+    bool timed = false;
+    std::chrono::steady_clock::time_point start{};
   };
   Choice next(size_t bytes);
+  // A timed write (Choice::timed) that has just ended; true when it changed the choice.
+  bool ended(const Choice& choice, size_t bytes);
   // A timed write's duration; true when it changed the choice.
   bool record(const Choice& choice, size_t bytes, uint64_t nanoseconds);
   // What auto chose so far (the setting itself otherwise).

@@ -111,4 +111,15 @@ TEST(ReductionStores, AutoStartsNonTemporalAndFollowsWhicheverKindWritesFaster) 
   EXPECT_TRUE(chooser.streaming()) << "plain 8 % faster does not turn it";
 }
 
+// ended() times a sampled write from its next(): the kind it was gets a speed.
+TEST(StoreChooser, EndedTimesTheWriteSinceItsChoice) {
+  StoreChooser chooser(StoreChooser::reductionRules(Stores::kAuto));
+  StoreChooser::Choice c;
+  while (!(c = chooser.next(kLarge)).timed) {
+  }
+  EXPECT_FALSE(chooser.ended(c, kLarge)) << "one kind timed only: no change";
+  EXPECT_GT(chooser.recentGbps(c.streaming), 0);
+  EXPECT_EQ(chooser.recentGbps(!c.streaming), 0);
+}
+
 }  // namespace
