@@ -10,7 +10,7 @@
 #   perf/compare.sh [--collectives allreduce,broadcast] [--ranks N] [--sweep "-b 8 -e 128M -f 2"]
 #                   [--transports shm,tcp] [--runs R] [--min-time S] [--markdown FILE]
 #                   [--plot FILE.svg] [--out DIR] [--builddir DIR] [--pin LIST]
-#                   [--wait-idle S] [--retries K] [--no-install]
+#                   [--wait-idle S] [--retries K] [--loom-args ARGS] [--no-install]
 #
 #   --collectives L  allreduce, broadcast or both (default both)
 #   --ranks N        ranks of every program (default 2)
@@ -38,6 +38,8 @@
 #                    machine to use under 10% of the cpus (default 0: do not wait)
 #   --retries K      run a program again, up to K more times, when other processes used over
 #                    10% of the cpus while it ran (perf/foreign_load.py; default 2)
+#   --loom-args ARGS more loom-perf flags, e.g. "-R 2" (buffers from loomMemAlloc: the mapped
+#                    allreduce between processes; docs/PERF.md)
 #   --no-install     do not apt-get what is missing (python3-torch, openmpi-bin, libopenmpi-dev)
 set -euo pipefail
 
@@ -55,6 +57,7 @@ builddir=build-perf
 pin=all
 wait_idle=0
 retries=2
+loom_args=""
 install=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -71,6 +74,7 @@ while [ $# -gt 0 ]; do
     --pin) pin="$2"; shift 2 ;;
     --wait-idle) wait_idle="$2"; shift 2 ;;
     --retries) retries="$2"; shift 2 ;;
+    --loom-args) loom_args="$2"; shift 2 ;;
     --no-install) install=0; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "compare.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -164,7 +168,7 @@ order=()
 for coll in ${collectives//,/ }; do
   for t in ${transports//,/ }; do
     cmd[$coll.$t.loom]="env LOOM_TRANSPORTS=${loom_transport[$t]} $builddir/tools/loomrun/loomrun"
-    cmd[$coll.$t.loom]+=" -n $ranks --timeout 900 $loom_bin $coll $timing $loom_pin"
+    cmd[$coll.$t.loom]+=" -n $ranks --timeout 900 $loom_bin $coll $timing $loom_pin $loom_args"
     order+=("$coll.$t.loom")
     cmd[$coll.$t.mpi]="$mpirun ${mpi_transport[$t]} $peers/mpi_collective $coll $timing"
     order+=("$coll.$t.mpi")

@@ -165,6 +165,16 @@ loomResult_t loomCommRegister(loomComm_t comm, void* buff, size_t size, void** h
 /* Local: ends a registration; waits for a call of comm that is moving bytes to finish. */
 loomResult_t loomCommDeregister(loomComm_t comm, void* handle);
 
+/* Host memory for buffers that the other processes on this host can map: a large allreduce
+ * on a communicator whose ranks share this host reads and writes such buffers straight on
+ * every rank, without copying through shared memory (docs/ARCHITECTURE.md, "The mapped
+ * allreduce"); ranks that are threads of one process get that with any buffer. *ptr is
+ * page-aligned and zeroed, `size` rounded up to whole pages. Like MAP_SHARED memory, it stays
+ * shared with a child forked after the allocation. loomMemFree(NULL) does nothing; any
+ * other pointer must come from loomMemAlloc and not be freed twice. Thread-safe. */
+loomResult_t loomMemAlloc(void** ptr, size_t size);
+loomResult_t loomMemFree(void* ptr);
+
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
 loomResult_t loomCommDevice(const loomComm_t comm, int* device);

@@ -25,19 +25,32 @@ using Clock = std::chrono::steady_clock;
 // --min-time never lengthens a timed loop past this many iterations.
 constexpr long kMaxIters = 1L << 24;
 
-struct FreeDeleter {
-  void operator()(unsigned char* p) const { std::free(p); }
+// Frees what allocateTouched returned: loomMemAlloc's (-R 2) or the heap's.
+struct HostFree {
+  bool loomMemory = false;
+  void operator()(unsigned char* p) const {
+    if (loomMemory) {
+      loomMemFree(p);
+    } else {
+      std::free(p);
+    }
+  }
 };
-using HostBuffer = std::unique_ptr<unsigned char[], FreeDeleter>;
+using HostBuffer = std::unique_ptr<unsigned char[], HostFree>;
 
 // Page-aligned, and written once here so that its pages belong to the NUMA node of the
 // thread that uses them.
-HostBuffer allocateTouched(size_t bytes) {
+HostBuffer allocateTouched(size_t bytes, bool loomMemory) {
   const size_t rounded = std::max<size_t>(4096, (bytes + 4095) / 4096 * 4096);
-  auto* p = static_cast<unsigned char*>(std::aligned_alloc(4096, rounded));
-  if (p == nullptr) fatal("cannot allocate %zu bytes of host memory", rounded);
+  void* p = nullptr;
+  if (loomMemory) {
+    if (loomMemAlloc(&p, rounded) != loomSuccess) fatal("loomMemAlloc of %zu bytes failed", rounded);
+  } else {
+    p = std::aligned_alloc(4096, rounded);
+    if (p == nullptr) fatal("cannot allocate %zu bytes of host memory", rounded);
+  }
   std::memset(p, 0, rounded);
-  return HostBuffer(p);
+  return HostBuffer(static_cast<unsigned char*>(p), HostFree{loomMemory});
 }
 
 struct StreamDeleter {
@@ -134,8 +147,10 @@ Sweep::Sweep(const Options& o, const ThreadRanks& t, Report* report)
     if (!o.cuda && !o.nullStream) require(loomStreamCreate(&stream), t.comms[k], "loomStreamCreate");
     std::unique_ptr<DeviceRank> device;
     if (o.cuda) device = std::make_unique<DeviceRank>(t.devices[k], bytes);
-    ranks_.push_back({t.comms[k], t.control[k], t.ranks[k], OwnedStream(stream), allocateTouched(bytes),
-                      allocateTouched(bytes), std::move(device), {}});
+    // Device buffers' host images stay on the heap: only their bytes are copied.
+    const bool loomMemory = o.loomMemory && !o.cuda;
+    ranks_.push_back({t.comms[k], t.control[k], t.ranks[k], OwnedStream(stream),
+                      allocateTouched(bytes, loomMemory), allocateTouched(bytes, loomMemory), std::move(device), {}});
     if (!o.registerBuffers || bytes == 0) continue;
     RankState& r = ranks_.back();
     unsigned char* send = r.device ? r.device->send() : r.send.get();

@@ -59,8 +59,10 @@ const char kUsage[] =
     "  -G,--cudagraph N     --device cuda: capture the -n timed calls in a CUDA graph and\n"
     "                       launch it N times (default 0: no graph)\n"
     "  -J,--json FILE       write the results as JSON\n"
-    "  -R,--local_register 0|1  register the send and receive buffers with each communicator\n"
-    "                       (loomCommRegister; UCX then maps them once; default 0)\n"
+    "  -R,--local_register 0|1|2  1: register the send and receive buffers with each\n"
+    "                       communicator (loomCommRegister; UCX then maps them once); 2: also\n"
+    "                       take host buffers from loomMemAlloc, which peer processes on the\n"
+    "                       host map (the mapped allreduce; default 0)\n"
     "Loom's own:\n"
     "  --device host|cuda   where the buffers live (default host); cuda: rank k of a process\n"
     "                       uses device (local rank * t * g + k) % device count, as nccl-tests\n"
@@ -247,8 +249,9 @@ int parseOptions(int argc, char** argv, Options* out) {
         o.jsonPath = optarg;
         break;
       case 'R':
-        if (!parseInt(optarg, 0, 1, &flag)) return bad("-R %s: need 0 or 1", optarg);
+        if (!parseInt(optarg, 0, 2, &flag)) return bad("-R %s: need 0, 1 or 2", optarg);
         o.registerBuffers = flag != 0;
+        o.loomMemory = flag == 2;
         break;
       case 'p':  // ranks of one process are always created in parallel
         break;

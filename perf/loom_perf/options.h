@@ -46,7 +46,8 @@ struct Options {
   int timeoutSeconds = 0;              // -T: deadline of every wait (0: Loom's default)
   int graphLaunches = 0;               // -G: capture -n calls in a CUDA graph, launch it N times
   std::string jsonPath;                // -J / --json
-  bool registerBuffers = false;        // -R 1: loomCommRegister the send and receive buffers
+  bool registerBuffers = false;        // -R 1, 2: loomCommRegister the send and receive buffers
+  bool loomMemory = false;             // -R 2: host buffers from loomMemAlloc
 
   // Loom's own.
   bool cuda = false;                   // --device cuda|host: buffers in device memory

@@ -87,6 +87,9 @@ struct Step {
     kRecvReduce,  // dst = src op (bytes from peer); src may equal dst
     kCopy,        // dst = src, local
     kOneShot,     // dst = op over every rank's src, through the one-shot board (local)
+    // An allreduce straight between the ranks' buffers where all can reach each other's
+    // (core/mapped_allreduce.h); when it does, the call's other steps are not run (local).
+    kMapped,
   };
   static constexpr int kNone = -1;
 
@@ -105,7 +108,7 @@ struct Step {
   // lines the peer read stay shared between the two cores' caches, and every one of them
   // then costs the sender's read-modify-write an invalidation (docs/RESULTS.md).
   bool viaFifo = false;
-  uint64_t round = 0;      // kOneShot: the board round, taken when the plan starts running
+  uint64_t round = 0;      // kOneShot, kMapped: the (first) board round, taken when the plan starts running
 };
 
 // A step over the link to `peer` (channel picks among the peer's links).

@@ -116,6 +116,14 @@ const std::vector<Variable>& variables() {
        "one host (it writes only lines it has just read); the tuner decides whether it runs. 0: "
        "never. Default: LOOM_TUNING_FILE's streaming.min_bytes, else the machine calibration's "
        "(LOOM_MACHINE_CALIBRATION), else 33554432."},
+      {"LOOM_MAPPED_MIN_BYTES", "1048576", kData,
+       "Host allreduces of at least this many bytes on a communicator whose ranks all share one host "
+       "(and shared memory) first try the mapped allreduce: each rank reduces its slice of every rank's "
+       "send buffer straight and writes it into every rank's receive buffer, with nothing through a FIFO. "
+       "It runs where every rank can reach every other's buffers: ranks that are threads of one process, "
+       "or processes whose buffers came from loomMemAlloc; otherwise the call runs its plan, having "
+       "spent three board rounds finding that out. Not where LOOM_ALGO names a single allreduce "
+       "algorithm. 0: never (docs/ARCHITECTURE.md, 'The mapped allreduce')."},
       {"LOOM_REDUCTION_STORES", "auto", kData,
        "How a host call on the streaming protocol writes what it reduces into the receive buffer (32 KiB "
        "pieces): streaming: non-temporal stores, from a piece in the cache; cached: plain stores, which "
@@ -281,7 +289,8 @@ std::string markdown() {
       "Generated from the table in src/base/env.cc by `loom-info --env-markdown`; a test "
       "keeps this file equal to it. Values are read when a communicator is created. The "
       "variables that shape plans and links (LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_CHANNELS, "
-      "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_CHECK, "
+      "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_MAPPED_MIN_BYTES, LOOM_SOCKET_NSOCKS, "
+      "LOOM_UCX_LINKS, LOOM_CHECK, "
       "LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES) are rank 0's for the whole "
       "communicator: a rank whose "
       "value differs warns and uses rank 0's, since ranks that planned differently would wait on "

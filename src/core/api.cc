@@ -364,6 +364,21 @@ LOOM_API loomResult_t loomCommDeregister(loomComm_t handle, void* registration) 
                   [&](Communicator& comm) -> Status { return comm.removeRegistration(registration); });
 }
 
+LOOM_API loomResult_t loomMemAlloc(void** ptr, size_t size) {
+  auto run = [&]() -> Status {
+    if (ptr == nullptr) return loom::error(loomInvalidArgument, "ptr is NULL");
+    *ptr = nullptr;
+    if (size == 0) return loom::error(loomInvalidArgument, "size is 0");
+    return Registry::instance().mappedAllocations().allocate(size, ptr);
+  };
+  return report(run(), nullptr, "loomMemAlloc");
+}
+
+LOOM_API loomResult_t loomMemFree(void* ptr) {
+  if (ptr == nullptr) return loomSuccess;
+  return report(Registry::instance().mappedAllocations().release(ptr), nullptr, "loomMemFree");
+}
+
 namespace {
 template <typename Getter>
 loomResult_t commQuery(loomComm_t handle, int* out, const char* call, Getter get) {

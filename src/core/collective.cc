@@ -64,6 +64,23 @@ int deviceChannels(Communicator& comm, Algorithm algorithm) {
                         comm.config().deviceChannels);
 }
 
+// Whether a host allreduce goes to the mapped allreduce first (core/mapped_allreduce.h): the
+// same answer on every rank, from the call and the shared settings only.
+bool triesMapped(Communicator& comm, const Plan& plan, const CollectiveCall& call, size_t bytes) {
+  const CommConfig& config = comm.config();
+  return call.info.kind == CallInfo::Kind::kAllReduce && !plan.deviceMemory && comm.board() != nullptr &&
+         comm.nranks() > 1 && config.mappedMinBytes > 0 && bytes >= config.mappedMinBytes &&
+         !config.algorithms.forced(CallInfo::Kind::kAllReduce);
+}
+
+Step mappedStep(const CollectiveCall& call, size_t bytes) {
+  Step step{Step::Kind::kMapped};
+  step.src = call.send;
+  step.dst = call.recv;
+  step.bytes = bytes;
+  return step;
+}
+
 }  // namespace
 
 void bufferElems(CallInfo::Kind kind, size_t count, int rank, int root, int nranks, size_t* sendElems,
@@ -171,8 +188,13 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
     plan.add(step);
     return;
   }
+  const int mapped = triesMapped(comm, plan, call, bytes) ? plan.add(mappedStep(call, bytes)) : Step::kNone;
   build(choice.algorithm, args, plan);
   markHeaders(plan, first, links, false);
+  // The plan's steps wait for the mapped step, which marks them done where it moved the bytes.
+  for (size_t k = first; mapped != Step::kNone && k < plan.steps.size(); ++k) {
+    if (static_cast<int>(k) != mapped && plan.steps[k].after == Step::kNone) plan.steps[k].after = mapped;
+  }
 }
 
 }  // namespace loom

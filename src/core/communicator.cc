@@ -94,8 +94,8 @@ Status readDataPathSizes(CommConfig* c) {
 }
 
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
-// LOOM_STREAMING_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES,
-// LOOM_DEVICE_SLICE_BYTES, and the sizes above.
+// LOOM_STREAMING_MIN_BYTES, LOOM_MAPPED_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_DEVICE_EMULATION,
+// LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES, and the sizes above.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = c->ucx = c->networkAuto = false;
@@ -151,6 +151,9 @@ Status readDataPathSettings(CommConfig* c) {
   c->streamingMinBytes = -1;
   if (env::get("LOOM_STREAMING_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes));
   LOOM_TRY(transport::readStoresSetting("LOOM_REDUCTION_STORES", &c->reductionStores));
+  long long mappedMin = 0;
+  LOOM_TRY(env::getInt("LOOM_MAPPED_MIN_BYTES", 0, 1LL << 50, &mappedMin));
+  c->mappedMinBytes = static_cast<size_t>(mappedMin);
   long long calibration = 0;
   LOOM_TRY(env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibration));
   c->machineCalibration = calibration != 0;
@@ -236,6 +239,7 @@ Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal ca
       cancel_(std::move(cancel)),
       config_(config),
       reductionStores_(transport::StoreChooser::reductionRules(config.reductionStores)),
+      mappedPeers_(config.reductionStores),
       rank_(bootstrap_->rank()),
       nranks_(bootstrap_->nranks()) {}
 

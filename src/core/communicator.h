@@ -18,6 +18,7 @@
 #include "bootstrap/unique_id.h"
 #include "core/call_log.h"
 #include "core/failure_notices.h"
+#include "core/mapped_allreduce.h"
 #include "transport/shm_board.h"
 #include "transport/store_chooser.h"
 #include "transport/transport.h"
@@ -52,6 +53,7 @@ struct CommConfig {
   size_t shmFifoBytes = 0;      // LOOM_SHM_FIFO_BYTES, else shm.fifo_bytes, of the segments this rank creates
   long long shmDirectFromFile = -1;  // LOOM_TUNING_FILE's shm.direct_min_bytes (-1: none; ShmTransport)
   transport::Stores reductionStores = transport::Stores::kAuto;  // LOOM_REDUCTION_STORES
+  size_t mappedMinBytes = 0;    // LOOM_MAPPED_MIN_BYTES (0: never)
   std::string linkSizeSources;  // the two above and where each came from, for the INFO line
   bool check = false;           // LOOM_CHECK
   bool deviceEmulation = false; // LOOM_DEVICE_EMULATION
@@ -146,6 +148,8 @@ class Communicator {
   // How calls on the streaming protocol store what they reduce into the caller's buffer
   // (LOOM_REDUCTION_STORES; under executionLock).
   transport::StoreChooser& reductionStores() { return reductionStores_; }
+  // The peers' buffers the mapped allreduce reached, kept between calls (under executionLock).
+  MappedPeers& mappedPeers() { return mappedPeers_; }
   // True the first time a call kind runs with an algorithm (its choice is logged at INFO).
   bool firstUseOf(CallInfo::Kind kind, Algorithm algorithm);
   // loomCommRegister / loomCommDeregister: the transport registers the region once where its
@@ -185,6 +189,7 @@ class Communicator {
   uint64_t forwardedBytes_ = 0;
   CommConfig config_;
   transport::StoreChooser reductionStores_;
+  MappedPeers mappedPeers_;
   int rank_;
   int nranks_;
   int localRank_ = 0;

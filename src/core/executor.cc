@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/spin_lock.h"
 #include "core/communicator.h"
+#include "core/mapped_allreduce.h"
 #include "core/one_shot.h"
 #include "core/wait_policy.h"
 #include "kernels/reduce.h"
@@ -71,6 +72,10 @@ struct StepState {
   int forward = Step::kNone;
   size_t forwardQueue = 0;
   uint8_t header[kHeaderBytes];
+  // kMapped: how far it got, and whether the ranks' buffers were mapped (its call's other
+  // steps are then done without running).
+  MappedPhase mappedPhase = MappedPhase::kStart;
+  bool mapped = false;
 };
 
 // Steps that share a link and direction (or a plan's local steps), in plan order.
@@ -106,6 +111,9 @@ class Run {
   Status advance(Queue& q, bool* progressed);
   Status advanceStep(Queue& q, int index, bool* progressed);
   Status advanceOneShot(Queue& q, int index, bool* progressed);
+  Status advanceMapped(Queue& q, int index, bool* progressed);
+  // A board step (kOneShot, kMapped) as the board's calls take it.
+  OneShot boardCall(size_t plan, int index);
   Status advanceSpan(Queue& q, bool* progressed);
   Status advanceRecvReduce(Queue& q, int index, bool* progressed);
   // Pairs each kRecvReduce with the send of the plan that forwards its dst (waits for it,
@@ -157,6 +165,9 @@ std::string Run::describe(const Queue& q, int index) const {
   if (s.kind == Step::Kind::kOneShot) {
     return format("%s: waiting for every rank's part on the shared-memory board", what.c_str());
   }
+  if (s.kind == Step::Kind::kMapped) {
+    return format("%s: waiting for every rank on the shared-memory board (mapped allreduce)", what.c_str());
+  }
   if (call.kind == CallInfo::Kind::kSend) {
     return format("%s %s rank %d (%zu of %zu bytes %s)", send ? "loomSend" : "loomRecv", send ? "to" : "from", s.peer,
                   st.moved, s.bytes, send ? "sent" : "received");
@@ -170,8 +181,12 @@ Status Run::go() {
     state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now()});
     // Board rounds are taken when a plan runs, not when it is built: a plan that never runs
     // (LOOM_CHECK stopped it) must not shift this rank's rounds against the others'.
-    for (Step& s : p.steps)
+    for (Step& s : p.steps) {
       if (s.kind == Step::Kind::kOneShot) s.round = p.comm->board()->nextRound();
+      if (s.kind != Step::Kind::kMapped) continue;
+      s.round = p.comm->board()->nextRound();
+      for (uint64_t more = 1; more < kMappedRounds; ++more) p.comm->board()->nextRound();
+    }
     if (p.announceSeq != 0) announceCall(*p.comm, p.announceSeq, p.calls[p.announceCall]);
   }
   LOOM_TRY(connect());
@@ -357,6 +372,7 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
     return Status::ok();
   }
   if (s.kind == Step::Kind::kOneShot) return advanceOneShot(q, index, moved);
+  if (s.kind == Step::Kind::kMapped) return advanceMapped(q, index, moved);
   transport::Link& link = *q.link;
   size_t done = 0;
   if (s.header && st.headerMoved < kHeaderBytes) {
@@ -390,6 +406,7 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
       break;
     case Step::Kind::kCopy:
     case Step::Kind::kOneShot:
+    case Step::Kind::kMapped:
       break;  // handled above
   }
   if (st.moved == s.bytes) finish();
@@ -536,12 +553,18 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
 }
 
 // Post this rank's part on the board once, then finish when every rank's part is there.
+OneShot Run::boardCall(size_t plan, int index) {
+  PlanState& ps = state_[plan];
+  const Step& s = ps.plan->steps[static_cast<size_t>(index)];
+  return {&ps.plan->callOfStep(static_cast<size_t>(index)), s.src, s.dst, s.bytes, s.round,
+          ps.steps[static_cast<size_t>(index)].header};
+}
+
 Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   PlanState& ps = state_[q.plan];
   Plan& plan = *ps.plan;
-  const Step& s = plan.steps[static_cast<size_t>(index)];
   StepState& st = ps.steps[static_cast<size_t>(index)];
-  OneShot op{&plan.callOfStep(static_cast<size_t>(index)), s.src, s.dst, s.bytes, s.round, st.header};
+  const OneShot op = boardCall(q.plan, index);
   if (st.headerMoved == 0) {
     postOneShot(*plan.comm, op, 0);  // the plan announced its first call when it started
     st.headerMoved = kHeaderBytes;
@@ -551,6 +574,26 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
   LOOM_TRY(finishOneShot(*plan.comm, op, checkPeers, &st.done));
   *moved = *moved || st.done;
+  return Status::ok();
+}
+
+// The mapped allreduce's rounds; once every rank's buffers were mapped, the steps of its call
+// that would have moved the bytes otherwise are done.
+Status Run::advanceMapped(Queue& q, int index, bool* moved) {
+  PlanState& ps = state_[q.plan];
+  Plan& plan = *ps.plan;
+  StepState& st = ps.steps[static_cast<size_t>(index)];
+  const MappedPhase before = st.mappedPhase;
+  bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
+  LOOM_TRY(plan.comm->mappedPeers().advance(*plan.comm, boardCall(q.plan, index), checkPeers, &st.mappedPhase,
+                                            &st.mapped));
+  *moved = st.mappedPhase != before;
+  if (st.mappedPhase != MappedPhase::kFinished) return Status::ok();
+  st.done = true;
+  if (!st.mapped) return Status::ok();
+  for (size_t k = 0; k < plan.steps.size(); ++k) {
+    if (plan.callOf[k] == plan.callOf[static_cast<size_t>(index)]) ps.steps[k].done = true;
+  }
   return Status::ok();
 }
 

@@ -12,6 +12,7 @@ namespace loom {
 
 class Communicator;
 
+// A call on the board (the mapped allreduce's too: core/mapped_allreduce.h).
 struct OneShot {
   const CallInfo* call;
   const void* src;

@@ -1,5 +1,6 @@
 // The one place Loom keeps process-wide mutable state: the live communicators, host streams
-// and DDP reducers (so a destroyed or made-up handle is an error, not a crash), the bootstrap
+// and DDP reducers (so a destroyed or made-up handle is an error, not a crash), loomMemAlloc's
+// allocations, the bootstrap
 // roots loomGetUniqueId started, the host's topology and calibration, and the emulated
 // device's blocks.
 // Thread-safe. The log's sink is the one object kept elsewhere (base/log.cc): the ground
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "algorithms/calibration_cache.h"
+#include "base/mapped_memory.h"
 #include "base/slot_pool.h"
 #include "base/spin_lock.h"
 #include "base/status.h"
@@ -47,6 +49,7 @@ class Registry {
   HandleSet& comms() { return comms_; }
   HandleSet& streams() { return streams_; }
   HandleSet& reducers() { return reducers_; }
+  MappedAllocations& mappedAllocations() { return mappedAllocations_; }
 
   // Keeps a root running until it finishes.
   void keepRoot(std::unique_ptr<BootstrapRoot> root);
@@ -80,6 +83,7 @@ class Registry {
   HandleSet comms_;
   HandleSet streams_;
   HandleSet reducers_;
+  MappedAllocations mappedAllocations_;
   std::vector<std::unique_ptr<BootstrapRoot>> roots_;
   std::mutex graphsMutex_;
   std::map<std::string, std::pair<std::unique_ptr<topo::Graph>, topo::Source>> graphs_;

@@ -22,6 +22,7 @@ struct Record {
   int32_t deviceChannels;
   uint64_t sliceBytes;
   int64_t streamingMinBytes;  // -1: unset
+  uint64_t mappedMinBytes;
   uint64_t deviceFifoBytes;
   uint64_t deviceSliceBytes;
 };
@@ -45,6 +46,7 @@ Record recordOf(const CommConfig& c) {
   r.deviceChannels = c.deviceChannels;
   r.sliceBytes = c.sliceBytes;
   r.streamingMinBytes = c.streamingMinBytes;
+  r.mappedMinBytes = c.mappedMinBytes;
   r.deviceFifoBytes = c.deviceFifoBytes;
   r.deviceSliceBytes = c.deviceSliceBytes;
   return r;
@@ -66,6 +68,7 @@ void apply(const Record& r, CommConfig* c) {
   c->deviceChannels = r.deviceChannels;
   c->sliceBytes = static_cast<size_t>(r.sliceBytes);
   c->streamingMinBytes = r.streamingMinBytes;
+  c->mappedMinBytes = static_cast<size_t>(r.mappedMinBytes);
   c->deviceFifoBytes = static_cast<size_t>(r.deviceFifoBytes);
   c->deviceSliceBytes = static_cast<size_t>(r.deviceSliceBytes);
 }
@@ -83,6 +86,7 @@ std::string namesOfDifferences(const Record& a, const Record& b) {
   note(a.topologyRing != b.topologyRing, "LOOM_RING_ORDER");
   note(a.sliceBytes != b.sliceBytes, "LOOM_CHUNK_SIZE");
   note(a.streamingMinBytes != b.streamingMinBytes, "LOOM_STREAMING_MIN_BYTES");
+  note(a.mappedMinBytes != b.mappedMinBytes, "LOOM_MAPPED_MIN_BYTES");
   note(a.socketLinks != b.socketLinks, "LOOM_SOCKET_NSOCKS");
   note(a.ucxLinks != b.ucxLinks, "LOOM_UCX_LINKS");
   note(a.check != b.check, "LOOM_CHECK");

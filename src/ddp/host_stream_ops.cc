@@ -1,5 +1,5 @@
 // StreamOps for host communicators: the host kernels, run at once or queued on a host stream.
-#include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <functional>
 
@@ -13,6 +13,9 @@
 namespace loom::ddp {
 namespace {
 
+// A bucket is freed once, by its owner: release() cannot fail here.
+void freeMapped(void* p) { (void)Registry::instance().mappedAllocations().release(p); }
+
 class HostStreamOps : public StreamOps {
  public:
   HostStreamOps(loomStream_t handle, HostStream* stream) : handle_(handle), stream_(stream) {}
@@ -20,12 +23,12 @@ class HostStreamOps : public StreamOps {
   loomStream_t stream() const override { return handle_; }
 
   Status allocate(size_t bytes, Memory* out) override {
-    // Cache-line aligned, like the transports' buffers; never zero bytes (a null pointer
-    // would read as "no buffer" to the collectives).
-    const size_t rounded = (bytes + 63) / 64 * 64 + 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (p == nullptr) return error(loomSystemError, "cannot allocate %zu bytes of host memory", bytes);
-    *out = Memory(p, &std::free);
+    // loomMemAlloc's memory: ranks that are processes of one host then allreduce the buckets
+    // straight between their buffers (core/mapped_allreduce.h). Never zero bytes (a null
+    // pointer would read as "no buffer" to the collectives).
+    void* p = nullptr;
+    LOOM_TRY(Registry::instance().mappedAllocations().allocate(std::max<size_t>(bytes, 1), &p));
+    *out = Memory(p, &freeMapped);
     return Status::ok();
   }
 

@@ -46,8 +46,8 @@ Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std:
   for (size_t k = 0; k < nsteps; ++k) {
     const Step& s = plan.steps[k];
     const CallInfo& call = plan.callOfStep(k);
-    if (s.kind == Step::Kind::kOneShot) {
-      return error(loomInternalError, "%s: a one-shot step reached a device plan (the board is host memory)",
+    if (s.kind == Step::Kind::kOneShot || s.kind == Step::Kind::kMapped) {
+      return error(loomInternalError, "%s: a board step reached a device plan (the board is host memory)",
                    call.describe().c_str());
     }
     DeviceStep& d = steps[k];

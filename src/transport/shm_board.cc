@@ -87,10 +87,10 @@ Status ShmBoard::checkAlive() {
     const int cause = recordedCause(q);
     markFailed(cause >= 0 ? cause : q);
     if (cause >= 0) {
-      return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce, after it failed because rank %d failed",
-                   q, p.pid(), cause);
+      return error(loomRemoteError, "rank %d (pid %d) exited while the ranks met on the shared-memory board, after it "
+                   "failed because rank %d failed", q, p.pid(), cause);
     }
-    return error(loomRemoteError, "rank %d (pid %d) exited during a one-shot allreduce", q, p.pid());
+    return error(loomRemoteError, "rank %d (pid %d) exited while the ranks met on the shared-memory board", q, p.pid());
   }
   return Status::ok();
 }

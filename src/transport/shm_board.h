@@ -64,6 +64,8 @@ class ShmBoard {
   // Copies rank q's header into out when its current announcement is `seq`.
   bool announced(int q, uint64_t seq, uint8_t* out) const;
   int nranks() const { return nranks_; }
+  // Rank q's process as this rank sees it (q != this rank).
+  const PeerProcess& peer(int q) const { return peers_[static_cast<size_t>(q)]; }
 
  private:
   // Round, header and the first 32 bytes of data share one cache line: a reader of a small

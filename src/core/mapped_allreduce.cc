@@ -1,0 +1,184 @@
+// The mapped allreduce's step on the shared-memory board (mapped_allreduce.h).
+#include "core/mapped_allreduce.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/log.h"
+#include "core/communicator.h"
+#include "core/registry.h"
+#include "kernels/reduce.h"
+#include "transport/shm_board.h"
+
+namespace loom {
+namespace {
+
+// Where one buffer is, as its owner posts it: the address (enough for threads of its process)
+// and, inside a loomMemAlloc allocation, which one (serial 0: none).
+struct BufferRef {
+  uint64_t address;
+  uint64_t serial;
+  uint64_t segmentBytes;
+  uint64_t offset;
+  int32_t fd;
+  int32_t unused;
+};
+struct Descriptor {
+  BufferRef send, recv;
+};
+
+BufferRef refOf(const void* p, size_t bytes) {
+  BufferRef ref{};
+  ref.address = reinterpret_cast<uintptr_t>(p);
+  MappedRange range;
+  if (Registry::instance().mappedAllocations().find(p, bytes, &range)) {
+    ref.serial = range.serial;
+    ref.segmentBytes = range.segmentBytes;
+    ref.offset = range.offset;
+    ref.fd = range.fd;
+  }
+  return ref;
+}
+
+// Whether every rank has posted `round`; a rank whose process exited is loomRemoteError.
+Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bool* all) {
+  *all = false;
+  for (int q = 0; q < board.nranks(); ++q) {
+    if (!board.posted(q, round)) return checkPeers ? board.checkAlive() : Status::ok();
+  }
+  *all = true;
+  return Status::ok();
+}
+
+// Reduced a piece at a time: every rank's inputs of one piece and the result stay in the
+// cache while the result is copied into each rank's output.
+constexpr size_t kPieceBytes = 32 << 10;
+// Mappings kept per peer: buffers a program reuses stay mapped; one that allocates anew
+// for every call keeps at most this many of its old allocations alive here.
+constexpr size_t kMappingsPerPeer = 16;
+
+}  // namespace
+
+MappedPeers::MappedPeers(transport::Stores stores)
+    : stores_(transport::StoreChooser::reductionRules(stores)), scratch_(kPieceBytes) {}
+
+char* MappedPeers::resolve(Communicator& comm, int q, const void* posted) {
+  BufferRef ref;
+  std::memcpy(&ref, posted, sizeof(ref));
+  const transport::PeerProcess& peer = comm.board()->peer(q);
+  if (q == comm.rank() || peer.sameProcess()) return reinterpret_cast<char*>(static_cast<uintptr_t>(ref.address));
+  if (ref.serial == 0 || peer.foreign()) return nullptr;
+  const std::pair<int, uint64_t> key{q, ref.serial};
+  auto it = mappings_.find(key);
+  if (it == mappings_.end()) {
+    Mapping mapping;
+    const MappedRange range{ref.fd, ref.serial, static_cast<size_t>(ref.segmentBytes), static_cast<size_t>(ref.offset)};
+    Status s = mapPeerAllocation(peer.pid(), range, &mapping);
+    if (!s.isOk()) {
+      unmappedWhy_ = format("rank %d's loomMemAlloc buffer cannot be mapped on rank %d: %s", q, comm.rank(),
+                            s.message().c_str());
+      LOOM_TRACE("comm %016llx: %s", static_cast<unsigned long long>(comm.commId()), unmappedWhy_.c_str());
+      return nullptr;
+    }
+    if (std::count_if(useOrder_.begin(), useOrder_.end(), [&](const auto& k) { return k.first == q; }) >=
+        static_cast<long>(kMappingsPerPeer)) {
+      auto oldest = std::find_if(useOrder_.begin(), useOrder_.end(), [&](const auto& k) { return k.first == q; });
+      mappings_.erase(*oldest);
+      useOrder_.erase(oldest);
+    }
+    it = mappings_.emplace(key, std::move(mapping)).first;
+  } else {
+    useOrder_.erase(std::find(useOrder_.begin(), useOrder_.end(), key));
+  }
+  useOrder_.push_back(key);
+  return it->second.data() + ref.offset;
+}
+
+void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
+  const int n = comm.nranks(), r = comm.rank();
+  const loomDataType_t type = op.call->type;
+  const size_t es = typeSize(type), count = op.bytes / es;
+  // Slices start on cache lines, so ranks writing neighbouring slices of one buffer never
+  // write the same line.
+  const size_t unit = 64 / es;
+  const size_t per = ((count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + unit - 1) / unit * unit;
+  const size_t lo = std::min(count, per * static_cast<size_t>(r)), hi = std::min(count, lo + per);
+  const size_t pieceElems = kPieceBytes / es;
+  std::vector<const void*> srcs(static_cast<size_t>(n));
+  for (size_t e = lo; e < hi; e += pieceElems) {
+    const size_t m = std::min(pieceElems, hi - e), offset = e * es, bytes = m * es;
+    for (int i = 0; i < n; ++i) srcs[static_cast<size_t>(i)] = sends_[static_cast<size_t>(i)] + offset;
+    // Past the cache (a call on the streaming protocol) the stores are the chooser's; a
+    // smaller call's result stays in the caches its ranks read it from.
+    const transport::StoreChooser::Choice stores = op.call->streaming ? stores_.next(bytes)
+                                                                        : transport::StoreChooser::Choice{};
+    char* own = recvs_[static_cast<size_t>(r)] + offset;
+    char* result = stores.streaming ? scratch_.data() : own;
+    kernels::reduceN(result, srcs.data(), n, m, type, op.call->op);
+    if (op.call->op == loomAvg) kernels::scale(result, result, m, type, n);
+    for (int j = 0; j < n; ++j) {
+      char* out = recvs_[static_cast<size_t>(j)] + offset;
+      if (stores.streaming) {
+        kernels::copyStreaming(out, result, bytes);
+      } else if (j != r) {
+        kernels::copy(out, result, bytes);
+      }
+    }
+    if (stores.timed) stores_.ended(stores, bytes);
+  }
+}
+
+Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase,
+                            bool* mapped) {
+  transport::ShmBoard& board = *comm.board();
+  const int n = board.nranks();
+  bool all = false;
+  if (*phase == MappedPhase::kStart) {
+    encodeCallInfo(*op.call, op.header);
+    const Descriptor own{refOf(op.src, op.bytes), refOf(op.dst, op.bytes)};
+    board.post(op.round, op.header, &own, sizeof(own));
+    *phase = MappedPhase::kPosted;
+  }
+  if (*phase == MappedPhase::kPosted) {
+    LOOM_TRY(allPosted(board, op.round, checkPeers, &all));
+    if (!all) return Status::ok();
+    uint8_t verdict = 1;
+    sends_.assign(static_cast<size_t>(n), nullptr);
+    recvs_.assign(static_cast<size_t>(n), nullptr);
+    for (int q = 0; q < n; ++q) {
+      const uint8_t* header = board.header(q, op.round);
+      if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, q));
+      const char* posted = static_cast<const char*>(board.data(q, op.round));
+      sends_[static_cast<size_t>(q)] = resolve(comm, q, posted + offsetof(Descriptor, send));
+      recvs_[static_cast<size_t>(q)] = resolve(comm, q, posted + offsetof(Descriptor, recv));
+      if (sends_[static_cast<size_t>(q)] == nullptr || recvs_[static_cast<size_t>(q)] == nullptr) verdict = 0;
+    }
+    board.post(op.round + 1, op.header, &verdict, 1);
+    *phase = MappedPhase::kJudged;
+  }
+  if (*phase == MappedPhase::kJudged) {
+    LOOM_TRY(allPosted(board, op.round + 1, checkPeers, &all));
+    if (!all) return Status::ok();
+    *mapped = true;
+    for (int q = 0; q < n; ++q) *mapped = *mapped && *static_cast<const uint8_t*>(board.data(q, op.round + 1)) == 1;
+    if (*mapped) {
+      reduceSlice(comm, op);
+      if (mappedCalls_++ == 0) {
+        LOOM_INFO("comm %016llx: %s ran mapped: every rank reached every rank's buffers; later calls log nothing",
+                  static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str());
+      }
+    } else if (!toldUnmapped_) {
+      toldUnmapped_ = true;
+      LOOM_INFO("comm %016llx: %s ran its plan: some rank could not map another's buffers (%s); later calls log "
+                "nothing", static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str(),
+                unmappedWhy_.empty() ? "processes reach only loomMemAlloc's" : unmappedWhy_.c_str());
+    }
+    board.post(op.round + 2, op.header, nullptr, 0);
+    *phase = MappedPhase::kWritten;
+  }
+  LOOM_TRY(allPosted(board, op.round + 2, checkPeers, &all));
+  if (all) *phase = MappedPhase::kFinished;
+  return Status::ok();
+}
+
+}  // namespace loom

@@ -1,0 +1,73 @@
+// The mapped allreduce: a large allreduce straight between the ranks' buffers, where every
+// rank of a one-host communicator can reach every other's: ranks that are threads of one
+// process (any buffer), or processes whose buffers came from loomMemAlloc (base/
+// mapped_memory.h). Rank r reduces the r-th slice of every input and writes it into every
+// rank's output, so each rank reads and writes its own slice of each buffer once: two bytes
+// of memory traffic per byte of busbw and nothing through a FIFO, where the ring's FIFO
+// carries two more (docs/PERF.md).
+//
+// It is one step (Step::Kind::kMapped) in front of the call's plan, on the shared-memory
+// board, over three rounds:
+//
+//   round k     every rank posts its call and where its send and receive buffers are
+//   round k+1   every rank posts whether it could map every peer's buffers
+//               all could:  rank r writes out_j[slice r] = op over i of in_i[slice r], all j
+//   round k+2   every rank posts that it is done; the step ends once all have
+//
+// Every rank sees the same verdicts, so all take the same way: with all of them yes, the
+// call's other steps are marked done unrun; with any no, they run (the plan the tuner chose)
+// and the step moved nothing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "algorithms/plan.h"
+#include "base/mapped_memory.h"
+#include "base/status.h"
+#include "core/one_shot.h"
+#include "transport/store_chooser.h"
+
+namespace loom {
+
+class Communicator;
+
+// Board rounds the step takes.
+constexpr uint64_t kMappedRounds = 3;
+
+// Where the mapped step is: what it posted last.
+enum class MappedPhase : uint8_t { kStart, kPosted, kJudged, kWritten, kFinished };
+
+// A communicator's peers' buffers as this rank maps them, kept across calls (under the
+// communicator's executionLock).
+class MappedPeers {
+ public:
+  explicit MappedPeers(transport::Stores stores);
+  // Advances the step of `op` (round: the first of its kMappedRounds) as far as it can
+  // without waiting; *mapped once the verdicts said
+  // every rank's buffers are mapped (the call's other steps are then not to run), *phase
+  // kFinished at its end. `checkPeers`: also ask whether a missing rank's process exited.
+  Status advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase, bool* mapped);
+  // Calls that ran mapped, ever (for tests and logs).
+  uint64_t mappedCalls() const { return mappedCalls_; }
+
+ private:
+  // A peer buffer's address here, or nullptr (with the reason logged) when it cannot be mapped.
+  char* resolve(Communicator& comm, int q, const void* ref);
+  void reduceSlice(Communicator& comm, const OneShot& op);
+
+  std::map<std::pair<int, uint64_t>, Mapping> mappings_;  // (rank, allocation serial)
+  std::vector<std::pair<int, uint64_t>> useOrder_;          // least recently used first
+  std::vector<const char*> sends_;  // every rank's buffers, as this rank reaches them
+  std::vector<char*> recvs_;
+  transport::StoreChooser stores_;
+  std::vector<char> scratch_;
+  uint64_t mappedCalls_ = 0;
+  bool toldUnmapped_ = false;  // the first call that ran its plan was logged
+  std::string unmappedWhy_;    // this rank's last failure to map a peer's allocation
+};
+
+}  // namespace loom

@@ -1,0 +1,263 @@
+// The mapped allreduce (core/mapped_allreduce.h): results against the reference for every
+// type and op, in place and out of place, on 2-4 ranks as threads and as processes, with
+// buffers from loomMemAlloc, from the heap and mixed; it runs mapped exactly where every
+// rank reaches every other's buffers and otherwise the call's plan gives the same result;
+// mismatched calls and a dead peer are errors, not hangs; loomMemAlloc's own errors.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/communicator.h"
+#include "multirank/collective_reference.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::Collective;
+using loomtest::CollectiveCase;
+using loomtest::CollectiveRun;
+using loomtest::Mode;
+using loomtest::ScopedEnv;
+
+// Calls from this size try the mapped allreduce; the cases are larger than the one-shot
+// board's calls (32 KiB) and cover a few pieces per slice.
+constexpr const char* kMinBytes = "4096";
+constexpr size_t kCaseBytes = 64 << 10;
+
+uint64_t mappedCalls(loomComm_t comm) {
+  return reinterpret_cast<loom::Communicator*>(comm)->mappedPeers().mappedCalls();
+}
+
+// A loomMemAlloc buffer holding a copy of `image` (nothing for an empty image).
+class LoomBuffer {
+ public:
+  explicit LoomBuffer(const std::vector<unsigned char>& image) : bytes_(image.size()) {
+    if (bytes_ == 0) return;
+    EXPECT_EQ(loomMemAlloc(&data_, bytes_), loomSuccess);
+    if (data_ != nullptr) std::memcpy(data_, image.data(), bytes_);
+  }
+  ~LoomBuffer() { EXPECT_EQ(loomMemFree(data_), loomSuccess); }
+  LoomBuffer(const LoomBuffer&) = delete;
+  LoomBuffer& operator=(const LoomBuffer&) = delete;
+  void* data() const { return data_; }
+  void copyTo(std::vector<unsigned char>* image) const {
+    if (bytes_ > 0 && data_ != nullptr) std::memcpy(image->data(), data_, bytes_);
+  }
+
+ private:
+  size_t bytes_;
+  void* data_ = nullptr;
+};
+
+// Runs one case on this rank, its buffers from loomMemAlloc or the heap; "" when right.
+std::string runCase(const CollectiveCase& c, loomComm_t comm, int rank, int nranks, bool loomMemory,
+                    loomStream_t stream = nullptr) {
+  CollectiveRun run(c, rank, nranks);
+  loomResult_t r;
+  if (loomMemory) {
+    LoomBuffer send(run.sendBuffer()), recv(run.recvBuffer());
+    r = run.launchMirrored(comm, stream, send.data(), recv.data());
+    if (r == loomSuccess && stream != nullptr) r = loomStreamSynchronize(stream);
+    send.copyTo(&run.sendBuffer());
+    recv.copyTo(&run.recvBuffer());
+  } else {
+    r = run.launch(comm, stream);
+    if (r == loomSuccess && stream != nullptr) r = loomStreamSynchronize(stream);
+  }
+  if (r != loomSuccess) return c.describe() + ": " + loomGetErrorString(r) + ": " + loomGetLastError(comm);
+  std::string wrong = run.check();
+  return wrong.empty() ? "" : c.describe() + ": " + wrong;
+}
+
+// Every type and op once, each at least kCaseBytes with an odd count (slices of unequal
+// length), in place and out of place in turn; one float32 sum of 4 MiB and more.
+std::vector<CollectiveCase> mappedCases() {
+  std::vector<CollectiveCase> cases;
+  uint64_t seed = 11;
+  for (loomDataType_t type : loomtest::kAllTypes) {
+    for (loomRedOp_t op : loomtest::kAllOps) {
+      CollectiveCase c;
+      c.type = type;
+      c.op = op;
+      c.count = kCaseBytes / loomtest::typeSize(type) + 2 * cases.size() + 1;
+      c.inPlace = cases.size() % 2 == 1;
+      c.seed = seed++;
+      cases.push_back(c);
+    }
+  }
+  CollectiveCase large;
+  large.count = (1 << 20) + 3;
+  large.seed = seed;
+  cases.push_back(large);
+  return cases;
+}
+
+enum class Memory { kHeap, kLoom, kMixed };  // kMixed: rank 0's buffers from loomMemAlloc
+
+struct Config {
+  Mode mode;
+  int nranks;
+  Memory memory;
+};
+
+std::string configName(const Config& c) {
+  const char* memory = c.memory == Memory::kHeap ? "heap" : c.memory == Memory::kLoom ? "loommem" : "mixed";
+  return loomtest::modeName(c.mode) + std::to_string(c.nranks) + "_" + memory;
+}
+
+class MappedAllReduce : public testing::TestWithParam<Config> {};
+
+TEST_P(MappedAllReduce, MatchesTheReferenceAndRunsMappedWhereEveryRankReachesEveryBuffer) {
+  const Config config = GetParam();
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  const std::vector<CollectiveCase> cases = mappedCases();
+  // Threads reach each other's buffers whatever they are; processes only loomMemAlloc's.
+  const bool mapped = config.mode == Mode::kThreads || config.memory == Memory::kLoom;
+  loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
+    const bool loomMemory = config.memory == Memory::kLoom || (config.memory == Memory::kMixed && rank == 0);
+    for (const CollectiveCase& c : cases) {
+      const std::string wrong = runCase(c, comm, rank, config.nranks, loomMemory);
+      ASSERT_EQ(wrong, "") << "rank " << rank;
+    }
+    // Below LOOM_MAPPED_MIN_BYTES the plan runs without asking.
+    CollectiveCase small;
+    small.count = 7;
+    ASSERT_EQ(runCase(small, comm, rank, config.nranks, loomMemory), "") << "rank " << rank;
+    EXPECT_EQ(mappedCalls(comm), mapped ? cases.size() : 0u) << "rank " << rank;
+  });
+}
+
+std::vector<Config> configs() {
+  std::vector<Config> out;
+  for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
+    for (int n : {2, 3, 4}) out.push_back({mode, n, Memory::kLoom});
+    out.push_back({mode, 2, Memory::kHeap});
+    out.push_back({mode, 3, Memory::kMixed});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Memory, MappedAllReduce, testing::ValuesIn(configs()),
+                         [](const auto& info) { return configName(info.param); });
+
+class MappedAllReduceModes : public testing::TestWithParam<Mode> {};
+
+TEST_P(MappedAllReduceModes, RunsOnHostStreamsAndInGroups) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  loomtest::runRanks(2, GetParam(), [&](loomComm_t comm, int rank) {
+    loomStream_t stream = nullptr;
+    LOOM_ASSERT_OK(loomStreamCreate(&stream), comm);
+    CollectiveCase c;
+    c.count = 70001;
+    EXPECT_EQ(runCase(c, comm, rank, 2, true, stream), "") << "rank " << rank;
+    // Two in one group: each takes its own board rounds, in call order.
+    CollectiveCase a = c, b = c;
+    b.type = loomInt32;
+    b.op = loomMax;
+    b.seed = 5;
+    CollectiveRun runA(a, rank, 2), runB(b, rank, 2);
+    LoomBuffer sendA(runA.sendBuffer()), recvA(runA.recvBuffer()), sendB(runB.sendBuffer()), recvB(runB.recvBuffer());
+    LOOM_ASSERT_OK(loomGroupStart(), comm);
+    LOOM_EXPECT_OK(runA.launchMirrored(comm, nullptr, sendA.data(), recvA.data()), comm);
+    LOOM_EXPECT_OK(runB.launchMirrored(comm, nullptr, sendB.data(), recvB.data()), comm);
+    LOOM_ASSERT_OK(loomGroupEnd(), comm);
+    recvA.copyTo(&runA.recvBuffer());
+    recvB.copyTo(&runB.recvBuffer());
+    EXPECT_EQ(runA.check(), "") << "rank " << rank;
+    EXPECT_EQ(runB.check(), "") << "rank " << rank;
+    EXPECT_EQ(mappedCalls(comm), 3u) << "rank " << rank;
+    LOOM_EXPECT_OK(loomStreamDestroy(stream), comm);
+  });
+}
+
+TEST_P(MappedAllReduceModes, NotWhereLoomAlgoNamesOneAlgorithm) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  env.set("LOOM_ALGO", "ring");
+  loomtest::runRanks(2, GetParam(), [&](loomComm_t comm, int rank) {
+    CollectiveCase c;
+    c.count = 70001;
+    EXPECT_EQ(runCase(c, comm, rank, 2, true), "") << "rank " << rank;
+    EXPECT_EQ(mappedCalls(comm), 0u) << "rank " << rank;
+  });
+}
+
+TEST_P(MappedAllReduceModes, MismatchedCountsAreAnErrorOnEveryRank) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  loomtest::runRanks(2, GetParam(), [&](loomComm_t comm, int rank) {
+    const size_t count = rank == 0 ? 65537 : 65539;
+    void* send = nullptr;
+    void* recv = nullptr;
+    ASSERT_EQ(loomMemAlloc(&send, count * 4), loomSuccess);
+    ASSERT_EQ(loomMemAlloc(&recv, count * 4), loomSuccess);
+    loomResult_t r = loomAllReduce(send, recv, count, loomFloat32, loomSum, comm, nullptr);
+    EXPECT_EQ(r, loomInvalidUsage) << "rank " << rank << ": " << loomGetLastError(comm);
+    EXPECT_NE(std::string(loomGetLastError(comm)).find("count"), std::string::npos) << loomGetLastError(comm);
+    EXPECT_EQ(loomMemFree(send), loomSuccess);
+    EXPECT_EQ(loomMemFree(recv), loomSuccess);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MappedAllReduceModes, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
+// Fresh allocations on every call: the peers' mappings of old ones are let go (at most a
+// few per peer are kept), and every call still maps the new ones.
+TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  constexpr int kCalls = 40;
+  loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    for (int i = 0; i < kCalls; ++i) {
+      CollectiveCase c;
+      c.count = 20000 + static_cast<size_t>(i);
+      c.seed = static_cast<uint64_t>(i) + 1;
+      ASSERT_EQ(runCase(c, comm, rank, 2, true), "") << "rank " << rank << ", call " << i;
+    }
+    EXPECT_EQ(mappedCalls(comm), static_cast<uint64_t>(kCalls)) << "rank " << rank;
+  });
+}
+
+TEST(MappedAllReduceProcesses, APeerThatExitedIsARemoteError) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  loomtest::RankOptions options;
+  options.timeoutMs = 30000;
+  loomtest::runRanks(
+      2, Mode::kProcesses,
+      [&](loomComm_t comm, int rank) {
+        std::vector<unsigned char> image(1 << 20);
+        LoomBuffer buffer(image);
+        const size_t count = image.size() / 4;
+        // One call together first: the links exist, so the next call waits on the board.
+        LOOM_ASSERT_OK(loomAllReduce(buffer.data(), buffer.data(), count, loomFloat32, loomSum, comm, nullptr), comm);
+        ASSERT_EQ(mappedCalls(comm), 1u);
+        if (rank == 1) ::_exit(0);  // leaves without a word, as a crash would
+        loomResult_t r = loomAllReduce(buffer.data(), buffer.data(), count, loomFloat32, loomSum, comm, nullptr);
+        EXPECT_EQ(r, loomRemoteError) << loomGetLastError(comm);
+        EXPECT_NE(std::string(loomGetLastError(comm)).find("rank 1"), std::string::npos) << loomGetLastError(comm);
+      },
+      options);
+}
+
+TEST(LoomMemAlloc, GivesZeroedPagesAndRefusesBadArguments) {
+  void* p = nullptr;
+  EXPECT_EQ(loomMemAlloc(nullptr, 64), loomInvalidArgument);
+  EXPECT_EQ(loomMemAlloc(&p, 0), loomInvalidArgument);
+  EXPECT_EQ(p, nullptr);
+  ASSERT_EQ(loomMemAlloc(&p, 5000), loomSuccess);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE)), 0u);
+  const auto* bytes = static_cast<unsigned char*>(p);
+  for (size_t i = 0; i < 8192; ++i) ASSERT_EQ(bytes[i], 0) << "byte " << i;  // rounded up to whole pages
+  std::memset(p, 0xab, 8192);
+  int onStack = 0;
+  EXPECT_EQ(loomMemFree(&onStack), loomInvalidArgument);
+  EXPECT_EQ(loomMemFree(static_cast<char*>(p) + 64), loomInvalidArgument);  // not the start
+  EXPECT_EQ(loomMemFree(p), loomSuccess);
+  EXPECT_EQ(loomMemFree(p), loomInvalidArgument);  // twice
+  EXPECT_EQ(loomMemFree(nullptr), loomSuccess);
+}
+
+}  // namespace
