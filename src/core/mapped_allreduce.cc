@@ -50,8 +50,7 @@ Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bo
   return Status::ok();
 }
 
-// Reduced a piece at a time: every rank's inputs of one piece and the result stay in the
-// cache while the result is copied into each rank's output.
+// The chooser of stores samples a piece at a time.
 constexpr size_t kPieceBytes = 32 << 10;
 // Mappings kept per peer: buffers a program reuses stay mapped; one that allocates anew
 // for every call keeps at most this many of its old allocations alive here.
@@ -60,7 +59,7 @@ constexpr size_t kMappingsPerPeer = 16;
 }  // namespace
 
 MappedPeers::MappedPeers(transport::Stores stores)
-    : stores_(transport::StoreChooser::reductionRules(stores)), scratch_(kPieceBytes) {}
+    : stores_(transport::StoreChooser::reductionRules(stores)) {}
 
 char* MappedPeers::resolve(Communicator& comm, int q, const void* posted) {
   BufferRef ref;
@@ -103,29 +102,27 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
   const size_t unit = 64 / es;
   const size_t per = ((count + static_cast<size_t>(n) - 1) / static_cast<size_t>(n) + unit - 1) / unit * unit;
   const size_t lo = std::min(count, per * static_cast<size_t>(r)), hi = std::min(count, lo + per);
-  const size_t pieceElems = kPieceBytes / es;
+  // Out of place past the cache (LOOM_STREAMING_MIN_BYTES) the stores are the chooser's:
+  // plain ones read every output line first. In place the outputs are the lines just read,
+  // and a smaller call's result stays in the caches its ranks read it from.
+  const size_t streamingMin = comm.profile().streamingMinBytes;
+  const bool pastCache = op.src != op.dst && streamingMin > 0 && op.bytes >= streamingMin;
+  const int divisor = op.call->op == loomAvg ? n : 1;
   std::vector<const void*> srcs(static_cast<size_t>(n));
-  for (size_t e = lo; e < hi; e += pieceElems) {
-    const size_t m = std::min(pieceElems, hi - e), offset = e * es, bytes = m * es;
-    for (int i = 0; i < n; ++i) srcs[static_cast<size_t>(i)] = sends_[static_cast<size_t>(i)] + offset;
-    // Past the cache (a call on the streaming protocol) the stores are the chooser's; a
-    // smaller call's result stays in the caches its ranks read it from.
-    const transport::StoreChooser::Choice stores = op.call->streaming ? stores_.next(bytes)
-                                                                        : transport::StoreChooser::Choice{};
-    char* own = recvs_[static_cast<size_t>(r)] + offset;
-    char* result = stores.streaming ? scratch_.data() : own;
-    kernels::reduceN(result, srcs.data(), n, m, type, op.call->op);
-    if (op.call->op == loomAvg) kernels::scale(result, result, m, type, n);
-    for (int j = 0; j < n; ++j) {
-      char* out = recvs_[static_cast<size_t>(j)] + offset;
-      if (stores.streaming) {
-        kernels::copyStreaming(out, result, bytes);
-      } else if (j != r) {
-        kernels::copy(out, result, bytes);
-      }
+  std::vector<void*> dsts(static_cast<size_t>(n));
+  bool streamed = false;
+  for (size_t e = lo; e < hi; e += kPieceBytes / es) {
+    const size_t m = std::min(kPieceBytes / es, hi - e), offset = e * es;
+    for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+      srcs[i] = sends_[i] + offset;
+      dsts[i] = recvs_[i] + offset;
     }
-    if (stores.timed) stores_.ended(stores, bytes);
+    const transport::StoreChooser::Choice stores = pastCache ? stores_.next(m * es) : transport::StoreChooser::Choice{};
+    kernels::reduceNTo(dsts.data(), n, srcs.data(), n, m, type, op.call->op, divisor, stores.streaming);
+    streamed = streamed || stores.streaming;
+    if (stores.timed) stores_.ended(stores, m * es);
   }
+  if (streamed) kernels::storeFence();
 }
 
 Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase,

@@ -64,7 +64,6 @@ class MappedPeers {
   std::vector<const char*> sends_;  // every rank's buffers, as this rank reaches them
   std::vector<char*> recvs_;
   transport::StoreChooser stores_;
-  std::vector<char> scratch_;
   uint64_t mappedCalls_ = 0;
   bool toldUnmapped_ = false;  // the first call that ran its plan was logged
   std::string unmappedWhy_;    // this rank's last failure to map a peer's allocation

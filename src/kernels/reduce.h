@@ -42,6 +42,14 @@ void reduce(void* dst, const void* a, const void* b, size_t count, loomDataType_
 void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
              loomRedOp_t op);
 
+// reduceN's result, divided by `divisor` as scale() divides (1: not divided), written into
+// every one of ndsts outputs: non-temporally where `streaming` (no fence: storeFence after the
+// last). It goes a 1 KiB tile at a time, so the inputs are read and the outputs written at
+// once: reducing a 32 KiB piece and then copying it out ran at half the speed to memory on
+// the AMD EPYC VM (one core's reads and writes do not overlap across the two phases). An
+// output may be exactly equal to an input; otherwise none may overlap an input or another.
+void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
+               loomRedOp_t op, int divisor, bool streaming);
 // dst[i] = src[i] / divisor: the end of an average. divisor >= 1. Integers truncate toward
 // zero (C division); float32/float64 divide in their own precision; float16/bfloat16 divide
 // in float32 and round once. dst may equal src.
@@ -62,6 +70,8 @@ void copy(void* dst, const void* src, size_t bytes);
 // will not be read again soon. Ends with a store fence, so the bytes are visible to other
 // threads once it returns. dst must not overlap src.
 void copyStreaming(void* dst, const void* src, size_t bytes);
+// Orders every earlier store (non-temporal ones too) before every later one.
+void storeFence();
 
 // The instruction-set paths. Every path is compiled from the same templates (reduce_loops.h)
 // with different target flags, and gives the same bits.

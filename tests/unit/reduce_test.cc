@@ -465,6 +465,67 @@ TEST_P(ReduceNTest, MatchesLeftFoldForOneTwoThreeAndEightInputs) {
   }
 }
 
+class ReduceNToTest : public testing::TestWithParam<IsaTypeOp> {};
+
+// reduceN's result (divided by nsrcs for avg, as scale divides) in every output, plain and
+// non-temporal, with the first output the first input (in place) or apart, at offsets that
+// leave the buffers unaligned; nothing written outside them.
+TEST_P(ReduceNToTest, WritesReduceNsResultIntoEveryOutput) {
+  const auto [isa, typeIndex, op] = GetParam();
+  LOOM_USE_ISA_OR_SKIP(isa);
+  const TypeInfo& t = kTypes[typeIndex];
+  for (int nsrcs : {1, 2, 3}) {
+    for (size_t count : {1, 255, 1025, 4097}) {
+      std::vector<std::vector<uint8_t>> in;
+      for (int k = 0; k < nsrcs; ++k) in.push_back(randomInput(t, op, count, 30 + k));
+      std::vector<const void*> ptrs;
+      for (auto& v : in) ptrs.push_back(v.data());
+      std::vector<uint8_t> want(count * t.size);
+      reduceN(want.data(), ptrs.data(), nsrcs, count, t.type, op);
+      const int divisor = op == loomAvg ? nsrcs : 1;
+      if (divisor > 1) scale(want.data(), want.data(), count, t.type, divisor);
+      for (bool streaming : {false, true}) {
+        for (bool inPlace : {false, true}) {
+          std::vector<GuardedBuffer> srcs, outs;
+          for (size_t k = 0; k < in.size(); ++k) srcs.emplace_back(in[k], 1 + k);
+          for (size_t j = 0; j < 3; ++j) outs.emplace_back(std::vector<uint8_t>(count * t.size, 0x5A), 3 + j);
+          std::vector<const void*> from;
+          for (auto& b : srcs) from.push_back(b.data());
+          std::vector<void*> to{inPlace ? srcs[0].data() : outs[0].data(), outs[1].data(), outs[2].data()};
+          reduceNTo(to.data(), 3, from.data(), nsrcs, count, t.type, op, divisor, streaming);
+          storeFence();
+          const std::string where = std::string(t.name) + " " + opName(op) + " nsrcs=" + std::to_string(nsrcs) +
+                                    " count=" + std::to_string(count) + (streaming ? " streaming" : " plain") +
+                                    (inPlace ? " in place" : " apart") + " isa=" + isaName();
+          EXPECT_EQ(firstDifference(t, inPlace ? srcs[0].contents() : outs[0].contents(), want), "") << where;
+          EXPECT_EQ(firstDifference(t, outs[1].contents(), want), "") << where;
+          EXPECT_EQ(firstDifference(t, outs[2].contents(), want), "") << where;
+          for (auto& b : srcs) EXPECT_TRUE(b.guardsIntact()) << "write out of bounds: " << where;
+          for (auto& b : outs) EXPECT_TRUE(b.guardsIntact()) << "write out of bounds: " << where;
+        }
+      }
+    }
+  }
+}
+
+// More inputs than one pass of the kernel takes (64): integer sums and maxima, exact in any
+// grouping, agree with reduceN.
+TEST(ReduceNTo, FoldsMoreThanSixtyFourInputs) {
+  constexpr int kInputs = 70;
+  constexpr size_t kCount = 1000;
+  for (loomRedOp_t op : {loomSum, loomMax}) {
+    std::vector<std::vector<uint8_t>> in;
+    std::vector<const void*> ptrs;
+    for (int k = 0; k < kInputs; ++k) in.push_back(randomBits(kCount * 4, 500 + static_cast<uint64_t>(k)));
+    for (auto& v : in) ptrs.push_back(v.data());
+    std::vector<uint8_t> want(kCount * 4), got(kCount * 4);
+    reduceN(want.data(), ptrs.data(), kInputs, kCount, loomInt32, op);
+    void* to[] = {got.data()};
+    reduceNTo(to, 1, ptrs.data(), kInputs, kCount, loomInt32, op, 1, false);
+    EXPECT_EQ(firstDifference(info(loomInt32), got, want), "") << opName(op);
+  }
+}
+
 std::vector<IsaTypeOp> allIsaTypeOps() {
   std::vector<IsaTypeOp> all;
   for (Isa isa : kIsas)
@@ -475,6 +536,7 @@ std::vector<IsaTypeOp> allIsaTypeOps() {
 
 INSTANTIATE_TEST_SUITE_P(All, ReduceTest, testing::ValuesIn(allIsaTypeOps()), isaTypeOpName);
 INSTANTIATE_TEST_SUITE_P(All, ReduceNTest, testing::ValuesIn(allIsaTypeOps()), isaTypeOpName);
+INSTANTIATE_TEST_SUITE_P(All, ReduceNToTest, testing::ValuesIn(allIsaTypeOps()), isaTypeOpName);
 
 using IsaType = std::tuple<Isa, int>;
 
