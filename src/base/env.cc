@@ -116,14 +116,15 @@ const std::vector<Variable>& variables() {
        "one host (it writes only lines it has just read); the tuner decides whether it runs. 0: "
        "never. Default: LOOM_TUNING_FILE's streaming.min_bytes, else the machine calibration's "
        "(LOOM_MACHINE_CALIBRATION), else 33554432."},
-      {"LOOM_MAPPED_MIN_BYTES", "1048576", kData,
+      {"LOOM_MAPPED_MIN_BYTES", "", kData,
        "Host allreduces of at least this many bytes on a communicator whose ranks all share one host "
        "(and shared memory) first try the mapped allreduce: each rank reduces its slice of every rank's "
        "send buffer straight and writes it into every rank's receive buffer, with nothing through a FIFO. "
        "It runs where every rank can reach every other's buffers: ranks that are threads of one process, "
        "or processes whose buffers came from loomMemAlloc; otherwise the call runs its plan, having "
-       "spent three board rounds finding that out. Not where LOOM_ALGO names a single allreduce "
-       "algorithm. 0: never (docs/ARCHITECTURE.md, 'The mapped allreduce')."},
+       "spent a board round finding that out. Not where LOOM_ALGO names a single allreduce "
+       "algorithm. 0: never. Default: 65536 where every rank is a thread of one process (their buffers are "
+       "always reachable), else 1048576 (docs/ARCHITECTURE.md, 'The mapped allreduce')."},
       {"LOOM_REDUCTION_STORES", "auto", kData,
        "How a host call on the streaming protocol writes what it reduces into the receive buffer (32 KiB "
        "pieces): streaming: non-temporal stores, from a piece in the cache; cached: plain stores, which "

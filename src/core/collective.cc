@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "core/communicator.h"
 #include "core/device_comm.h"
+#include "core/mapped_allreduce.h"
 #include "core/one_shot.h"
 
 namespace loom {
@@ -68,9 +69,14 @@ int deviceChannels(Communicator& comm, Algorithm algorithm) {
 // same answer on every rank, from the call and the shared settings only.
 bool triesMapped(Communicator& comm, const Plan& plan, const CollectiveCall& call, size_t bytes) {
   const CommConfig& config = comm.config();
-  return call.info.kind == CallInfo::Kind::kAllReduce && !plan.deviceMemory && comm.board() != nullptr &&
-         comm.nranks() > 1 && config.mappedMinBytes > 0 && bytes >= config.mappedMinBytes &&
-         !config.algorithms.forced(CallInfo::Kind::kAllReduce);
+  if (call.info.kind != CallInfo::Kind::kAllReduce || plan.deviceMemory || comm.board() == nullptr ||
+      comm.nranks() < 2 || config.algorithms.forced(CallInfo::Kind::kAllReduce)) {
+    return false;
+  }
+  const long long minBytes = config.mappedMinBytes >= 0     ? config.mappedMinBytes
+                             : comm.board()->oneProcess() ? kMappedMinBytesThreads
+                                                          : kMappedMinBytesProcesses;
+  return minBytes > 0 && bytes >= static_cast<size_t>(minBytes);
 }
 
 Step mappedStep(const CollectiveCall& call, size_t bytes) {

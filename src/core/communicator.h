@@ -53,7 +53,7 @@ struct CommConfig {
   size_t shmFifoBytes = 0;      // LOOM_SHM_FIFO_BYTES, else shm.fifo_bytes, of the segments this rank creates
   long long shmDirectFromFile = -1;  // LOOM_TUNING_FILE's shm.direct_min_bytes (-1: none; ShmTransport)
   transport::Stores reductionStores = transport::Stores::kAuto;  // LOOM_REDUCTION_STORES
-  size_t mappedMinBytes = 0;    // LOOM_MAPPED_MIN_BYTES (0: never)
+  long long mappedMinBytes = -1;  // LOOM_MAPPED_MIN_BYTES (0: never; -1: unset, kMappedMinBytes*)
   std::string linkSizeSources;  // the two above and where each came from, for the INFO line
   bool check = false;           // LOOM_CHECK
   bool deviceEmulation = false; // LOOM_DEVICE_EMULATION

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/log.h"
+#include "base/spin_lock.h"
 #include "core/communicator.h"
 #include "core/registry.h"
 #include "kernels/reduce.h"
@@ -25,6 +26,11 @@ struct BufferRef {
 };
 struct Descriptor {
   BufferRef send, recv;
+  // Whether every peer can reach both buffers as far as their owner knows: threads of its
+  // process, or loomMemAlloc buffers and a shared pid namespace. Where one rank's say no, all
+  // ranks run the plan after this one round.
+  uint32_t reachable;
+  uint32_t unused;
 };
 
 BufferRef refOf(const void* p, size_t bytes) {
@@ -50,6 +56,8 @@ Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bo
   return Status::ok();
 }
 
+// Looks at the board for round k before the step returns to the executor (see advance).
+constexpr int kLooksBeforeReturning = 256;
 // The chooser of stores samples a piece at a time.
 constexpr size_t kPieceBytes = 32 << 10;
 // Mappings kept per peer: buffers a program reuses stay mapped; one that allocates anew
@@ -125,6 +133,14 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
   if (streamed) kernels::storeFence();
 }
 
+void MappedPeers::ranPlan(Communicator& comm, const OneShot& op) {
+  if (toldUnmapped_) return;
+  toldUnmapped_ = true;
+  LOOM_INFO("comm %016llx: %s ran its plan: some rank's buffers were out of another's reach (%s); later calls log "
+            "nothing", static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str(),
+            unmappedWhy_.empty() ? "processes reach only loomMemAlloc's" : unmappedWhy_.c_str());
+}
+
 Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase,
                             bool* mapped) {
   transport::ShmBoard& board = *comm.board();
@@ -132,19 +148,43 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
   bool all = false;
   if (*phase == MappedPhase::kStart) {
     encodeCallInfo(*op.call, op.header);
-    const Descriptor own{refOf(op.src, op.bytes), refOf(op.dst, op.bytes)};
+    Descriptor own{refOf(op.src, op.bytes), refOf(op.dst, op.bytes), 1, 0};
+    for (int q = 0; q < n; ++q) {
+      if (q == comm.rank() || board.peer(q).sameProcess()) continue;
+      if (own.send.serial == 0 || own.recv.serial == 0 || board.peer(q).foreign()) own.reachable = 0;
+    }
     board.post(op.round, op.header, &own, sizeof(own));
     *phase = MappedPhase::kPosted;
   }
   if (*phase == MappedPhase::kPosted) {
+    // The peers post within a microsecond or two of this rank where they run: look again a
+    // while before going back to the executor, whose idle pass gives up the core (a system
+    // call that cost about 1.5 us of a 64 KiB call that runs its plan).
     LOOM_TRY(allPosted(board, op.round, checkPeers, &all));
+    for (int look = 0; look < kLooksBeforeReturning && !all; ++look) {
+      cpuRelax();
+      LOOM_TRY(allPosted(board, op.round, false, &all));
+    }
     if (!all) return Status::ok();
+    bool reachable = true;
+    for (int q = 0; q < n; ++q) {
+      const uint8_t* header = board.header(q, op.round);
+      if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, q));
+      Descriptor d;
+      std::memcpy(&d, board.data(q, op.round), sizeof(d));
+      reachable = reachable && d.reachable != 0;
+    }
+    // The rounds this call took and skips are never posted: every rank has read this one
+    // before it posts a later round, which is all the board's two slots need.
+    if (!reachable) {
+      ranPlan(comm, op);
+      *phase = MappedPhase::kFinished;
+      return Status::ok();
+    }
     uint8_t verdict = 1;
     sends_.assign(static_cast<size_t>(n), nullptr);
     recvs_.assign(static_cast<size_t>(n), nullptr);
     for (int q = 0; q < n; ++q) {
-      const uint8_t* header = board.header(q, op.round);
-      if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, q));
       const char* posted = static_cast<const char*>(board.data(q, op.round));
       sends_[static_cast<size_t>(q)] = resolve(comm, q, posted + offsetof(Descriptor, send));
       recvs_[static_cast<size_t>(q)] = resolve(comm, q, posted + offsetof(Descriptor, recv));
@@ -164,11 +204,8 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
         LOOM_INFO("comm %016llx: %s ran mapped: every rank reached every rank's buffers; later calls log nothing",
                   static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str());
       }
-    } else if (!toldUnmapped_) {
-      toldUnmapped_ = true;
-      LOOM_INFO("comm %016llx: %s ran its plan: some rank could not map another's buffers (%s); later calls log "
-                "nothing", static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str(),
-                unmappedWhy_.empty() ? "processes reach only loomMemAlloc's" : unmappedWhy_.c_str());
+    } else {
+      ranPlan(comm, op);
     }
     board.post(op.round + 2, op.header, nullptr, 0);
     *phase = MappedPhase::kWritten;

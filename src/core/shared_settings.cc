@@ -22,7 +22,7 @@ struct Record {
   int32_t deviceChannels;
   uint64_t sliceBytes;
   int64_t streamingMinBytes;  // -1: unset
-  uint64_t mappedMinBytes;
+  int64_t mappedMinBytes;  // -1: unset
   uint64_t deviceFifoBytes;
   uint64_t deviceSliceBytes;
 };
@@ -68,7 +68,7 @@ void apply(const Record& r, CommConfig* c) {
   c->deviceChannels = r.deviceChannels;
   c->sliceBytes = static_cast<size_t>(r.sliceBytes);
   c->streamingMinBytes = r.streamingMinBytes;
-  c->mappedMinBytes = static_cast<size_t>(r.mappedMinBytes);
+  c->mappedMinBytes = r.mappedMinBytes;
   c->deviceFifoBytes = static_cast<size_t>(r.deviceFifoBytes);
   c->deviceSliceBytes = static_cast<size_t>(r.deviceSliceBytes);
 }

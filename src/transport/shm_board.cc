@@ -37,7 +37,10 @@ Status ShmBoard::create(Bootstrap& bootstrap, const std::string& dir, std::uniqu
   LOOM_TRY(bootstrap.barrier());
   if (rank == 0) board->segment_.unlink();
   for (int q = 0; q < n; ++q) {
-    if (q != rank) board->peers_[static_cast<size_t>(q)].identify(board->area(q).pid, board->area(q).pidNamespace);
+    if (q == rank) continue;
+    PeerProcess& peer = board->peers_[static_cast<size_t>(q)];
+    peer.identify(board->area(q).pid, board->area(q).pidNamespace);
+    board->oneProcess_ = board->oneProcess_ && peer.sameProcess();
   }
   *out = std::move(board);
   return Status::ok();

@@ -66,6 +66,8 @@ class ShmBoard {
   int nranks() const { return nranks_; }
   // Rank q's process as this rank sees it (q != this rank).
   const PeerProcess& peer(int q) const { return peers_[static_cast<size_t>(q)]; }
+  // Every rank is a thread of this process (the same answer on every rank).
+  bool oneProcess() const { return oneProcess_; }
 
  private:
   // Round, header and the first 32 bytes of data share one cache line: a reader of a small
@@ -100,6 +102,7 @@ class ShmBoard {
   int nranks_;
   uint64_t rounds_ = 0;
   std::vector<PeerProcess> peers_;
+  bool oneProcess_ = true;
 };
 
 }  // namespace loom::transport
