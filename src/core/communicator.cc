@@ -152,7 +152,9 @@ Status readDataPathSettings(CommConfig* c) {
   if (env::get("LOOM_STREAMING_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes));
   LOOM_TRY(transport::readStoresSetting("LOOM_REDUCTION_STORES", &c->reductionStores));
   c->mappedMinBytes = -1;
-  if (env::get("LOOM_MAPPED_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_MAPPED_MIN_BYTES", 0, 1LL << 50, &c->mappedMinBytes));
+  if (env::get("LOOM_MAPPED_MIN_BYTES")) {
+    LOOM_TRY(env::getInt("LOOM_MAPPED_MIN_BYTES", 0, 1LL << 50, &c->mappedMinBytes));
+  }
   long long calibration = 0;
   LOOM_TRY(env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibration));
   c->machineCalibration = calibration != 0;
