@@ -14,6 +14,8 @@ struct KernelTable {
   using ScaleFn = void (*)(void* dst, const void* src, size_t count, int divisor);
   using ConvertFn = void (*)(void* dst, const void* src, size_t count);
   using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
+  using ReduceToFn = void (*)(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count,
+                              bool streaming);
 
   ReduceFn reduce[loomNumTypes][loomNumOps];  // loomAvg's entries are the sum kernels
   ReduceNFn reduceN[loomNumTypes][loomNumOps];
@@ -21,6 +23,10 @@ struct KernelTable {
   ConvertFn fromFloat32[loomNumTypes];  // float16 and bfloat16 only (others null)
   ConvertFn toFloat32[loomNumTypes];    // float16 and bfloat16 only
   CopyFn copyStreaming;                 // without the closing fence
+  // reduceNTo's vector loop: whole vectors of kStreamBytes (the stream width), outputs
+  // equally aligned; null for float16 and bfloat16 (those go through reduceN a tile at a time).
+  ReduceToFn reduceTo[loomNumTypes][loomNumOps];
+  size_t streamBytes;
 };
 
 // One per translation unit. The vector ones exist only where meson built them

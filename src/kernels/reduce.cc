@@ -118,17 +118,18 @@ void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDa
   active().table().reduceN[type][op](dst, srcs, nsrcs, count);
 }
 
-void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
-               loomRedOp_t op, int divisor, bool streaming) {
-  if (!valid(type) || !valid(op) || nsrcs < 1 || ndsts < 1 || count == 0) return;
-  const KernelTable& table = active().table();
+namespace {
+
+// reduceNTo a tile at a time (see reduce.h): any type, divisor, number of inputs, alignment.
+void reduceNToByTiles(const KernelTable& table, void* const* dsts, int ndsts, const void* const* srcs, int nsrcs,
+                      size_t first, size_t count, loomDataType_t type, loomRedOp_t op, int divisor, bool streaming) {
   const size_t es = elementSize(type), tileElems = kTileBytes / es;
   alignas(64) unsigned char tile[kTileBytes];
   constexpr int kMaxSrcs = 64;
   const void* at[kMaxSrcs];
-  for (size_t base = 0; base < count; base += tileElems) {
-    const size_t n = std::min(tileElems, count - base), offset = base * es, bytes = n * es;
-    // Inputs beyond kMaxSrcs fold in a second pass over the tile (ranks of one host rarely
+  for (size_t base = first; base < first + count; base += tileElems) {
+    const size_t n = std::min(tileElems, first + count - base), offset = base * es, bytes = n * es;
+    // Inputs beyond kMaxSrcs fold in further passes over the tile (ranks of one host rarely
     // number more).
     for (int folded = 0; folded < nsrcs;) {
       int k = 0;
@@ -150,6 +151,39 @@ void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs,
       }
     }
   }
+}
+
+}  // namespace
+
+void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
+               loomRedOp_t op, int divisor, bool streaming) {
+  if (!valid(type) || !valid(op) || nsrcs < 1 || ndsts < 1 || count == 0) return;
+  const KernelTable& table = active().table();
+  const size_t es = elementSize(type), vector = table.streamBytes;
+  // The vector loop where it can run: two inputs or more, no division, outputs aligned alike
+  // from some whole element on (the ones before and the last partial vector go by tiles).
+  const uintptr_t misalign = reinterpret_cast<uintptr_t>(dsts[0]) % vector;
+  bool vectors = table.reduceTo[type][op] != nullptr && divisor == 1 && nsrcs >= 2 && misalign % es == 0;
+  for (int j = 1; j < ndsts && vectors; ++j) vectors = reinterpret_cast<uintptr_t>(dsts[j]) % vector == misalign;
+  if (!vectors) return reduceNToByTiles(table, dsts, ndsts, srcs, nsrcs, 0, count, type, op, divisor, streaming);
+  const size_t head = std::min(count, (vector - misalign) % vector / es);
+  const size_t lanes = vector / es, middle = (count - head) / lanes * lanes;
+  reduceNToByTiles(table, dsts, ndsts, srcs, nsrcs, 0, head, type, op, divisor, streaming);
+  if (middle > 0) {
+    // The vector loop takes its buffers where its first whole vector starts.
+    constexpr int kMaxPointers = 64;
+    if (nsrcs <= kMaxPointers && ndsts <= kMaxPointers) {
+      const void* from[kMaxPointers];
+      void* to[kMaxPointers];
+      for (int k = 0; k < nsrcs; ++k) from[k] = static_cast<const unsigned char*>(srcs[k]) + head * es;
+      for (int j = 0; j < ndsts; ++j) to[j] = static_cast<unsigned char*>(dsts[j]) + head * es;
+      table.reduceTo[type][op](to, ndsts, from, nsrcs, middle / lanes * lanes, streaming);
+    } else {
+      reduceNToByTiles(table, dsts, ndsts, srcs, nsrcs, head, middle, type, op, divisor, streaming);
+    }
+  }
+  reduceNToByTiles(table, dsts, ndsts, srcs, nsrcs, head + middle, count - head - middle, type, op, divisor,
+                   streaming);
 }
 
 void scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor) {

@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <tuple>
@@ -506,6 +508,53 @@ TEST_P(ReduceNToTest, WritesReduceNsResultIntoEveryOutput) {
       }
     }
   }
+}
+
+// Outputs aligned alike take the vector loop (reduceNTo's middle, with tiles before and
+// after): the same bits as reduceN, in every output, and nothing written around them, for
+// every type and op on every path.
+TEST(ReduceNTo, OutputsAlignedAlikeMatchReduceN) {
+  constexpr size_t kPad = 128;
+  const std::vector<Isa> isas = availableIsas();
+  for (Isa isa : isas) {
+    ASSERT_TRUE(forceIsaForTesting(isa));
+    for (const TypeInfo& t : kTypes) {
+      for (loomRedOp_t op : {loomSum, loomProd, loomMax, loomMin}) {
+        for (size_t count : {1, 15, 16, 17, 100, 4099}) {
+          for (size_t shift : {size_t{0}, t.size, 3 * t.size}) {
+            const auto a = randomInput(t, op, count, 7), b = randomInput(t, op, count, 8), c = randomInput(t, op, count, 9);
+            const void* srcs[] = {a.data(), b.data(), c.data()};
+            std::vector<uint8_t> want(count * t.size);
+            reduceN(want.data(), srcs, 3, count, t.type, op);
+            for (bool streaming : {false, true}) {
+              std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> outs;
+              void* to[2];
+              for (int j = 0; j < 2; ++j) {
+                outs.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(64, count * t.size + 2 * kPad)), &std::free);
+                std::memset(outs.back().get(), 0xA5, count * t.size + 2 * kPad);
+                to[j] = outs.back().get() + kPad + shift;
+              }
+              reduceNTo(to, 2, srcs, 3, count, t.type, op, 1, streaming);
+              storeFence();
+              const std::string where = std::string(t.name) + " " + opName(op) + " count=" + std::to_string(count) +
+                                        " shift=" + std::to_string(shift) + (streaming ? " streaming" : " plain") +
+                                        " isa=" + isaName(isa);
+              for (int j = 0; j < 2; ++j) {
+                const uint8_t* base = outs[static_cast<size_t>(j)].get();
+                std::vector<uint8_t> got(base + kPad + shift, base + kPad + shift + count * t.size);
+                EXPECT_EQ(firstDifference(t, got, want), "") << where << " output " << j;
+                for (size_t i = 0; i < kPad + shift; ++i) ASSERT_EQ(base[i], 0xA5) << where << " before output " << j;
+                for (size_t i = kPad + shift + count * t.size; i < count * t.size + 2 * kPad; ++i) {
+                  ASSERT_EQ(base[i], 0xA5) << where << " after output " << j;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  forceIsaForTesting(isas.back());
 }
 
 // More inputs than one pass of the kernel takes (64): integer sums and maxima, exact in any
