@@ -44,10 +44,12 @@ void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDa
 
 // reduceN's result, divided by `divisor` as scale() divides (1: not divided), written into
 // every one of ndsts outputs: non-temporally where `streaming` (no fence: storeFence after the
-// last). It goes a 1 KiB tile at a time, so the inputs are read and the outputs written at
-// once: reducing a 32 KiB piece and then copying it out ran at half the speed to memory on
-// the AMD EPYC VM (one core's reads and writes do not overlap across the two phases). An
-// output may be exactly equal to an input; otherwise none may overlap an input or another.
+// last). Each result vector goes into every output as it is computed (a 1 KiB tile at a time
+// for float16, bfloat16, a divisor, or outputs aligned differently), so the inputs are read
+// and the outputs written at once: reducing a 32 KiB piece and then copying it out ran at half
+// the speed to memory on the AMD EPYC VM (one core's reads and writes do not overlap across
+// the two phases). An output may be exactly equal to an input; otherwise none may overlap an
+// input or another.
 void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
                loomRedOp_t op, int divisor, bool streaming);
 // dst[i] = src[i] / divisor: the end of an average. divisor >= 1. Integers truncate toward

@@ -522,7 +522,8 @@ TEST(ReduceNTo, OutputsAlignedAlikeMatchReduceN) {
       for (loomRedOp_t op : {loomSum, loomProd, loomMax, loomMin}) {
         for (size_t count : {1, 15, 16, 17, 100, 4099}) {
           for (size_t shift : {size_t{0}, t.size, 3 * t.size}) {
-            const auto a = randomInput(t, op, count, 7), b = randomInput(t, op, count, 8), c = randomInput(t, op, count, 9);
+            const auto a = randomInput(t, op, count, 7), b = randomInput(t, op, count, 8);
+            const auto c = randomInput(t, op, count, 9);
             const void* srcs[] = {a.data(), b.data(), c.data()};
             std::vector<uint8_t> want(count * t.size);
             reduceN(want.data(), srcs, 3, count, t.type, op);
