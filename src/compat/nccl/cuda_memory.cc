@@ -3,8 +3,6 @@
 
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-
 namespace loom::nccl {
 
 int currentDevice() {
@@ -26,10 +24,7 @@ Status allocate(void** ptr, size_t size) {
 }
 
 Status release(void* ptr) {
-  if (currentDevice() < 0) {
-    std::free(ptr);
-    return Status::ok();
-  }
+  if (currentDevice() < 0) return releaseHost(ptr);
   const cudaError_t err = cudaFree(ptr);
   if (err == cudaSuccess) return Status::ok();
   cudaGetLastError();

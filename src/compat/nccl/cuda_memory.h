@@ -12,12 +12,14 @@ namespace loom::nccl {
 // (host memory) where CUDA finds none. Leaves no sticky CUDA error behind.
 int currentDevice();
 
-// ncclMemAlloc / ncclMemFree: device memory where a device exists, else page-aligned host
-// memory.
+// ncclMemAlloc / ncclMemFree: device memory where a device exists, else host memory from
+// loomMemAlloc.
 Status allocate(void** ptr, size_t size);
 Status release(void* ptr);
 
-// Page-aligned host memory, rounded up to whole pages (host_memory.cc; free() releases it).
+// Host memory from loomMemAlloc, page-aligned and rounded up to whole pages (host_memory.cc);
+// releaseHost frees it (loomInvalidArgument for any other pointer).
 Status allocateHost(void** ptr, size_t size);
+Status releaseHost(void* ptr);
 
 }  // namespace loom::nccl

@@ -1,17 +1,15 @@
-// Page-aligned host memory: what ncclMemAlloc gives where there is no device.
-#include <cstdint>
-#include <cstdlib>
-
+// Host memory: what ncclMemAlloc gives where there is no device. loomMemAlloc's, so that a
+// host communicator's ranks in several processes reach each other's buffers (the mapped
+// allreduce, docs/ARCHITECTURE.md), as NCCL's registered buffers let its kernels do.
 #include "compat/nccl/cuda_memory.h"
+#include "core/registry.h"
 
 namespace loom::nccl {
 
 Status allocateHost(void** ptr, size_t size) {
-  constexpr size_t kPage = 4096;
-  if (size > SIZE_MAX - kPage) return error(loomInvalidArgument, "size %zu is too large", size);
-  *ptr = std::aligned_alloc(kPage, (size + kPage - 1) / kPage * kPage);
-  if (*ptr == nullptr) return error(loomSystemError, "no host memory for %zu bytes", size);
-  return Status::ok();
+  return Registry::instance().mappedAllocations().allocate(size, ptr);
 }
+
+Status releaseHost(void* ptr) { return Registry::instance().mappedAllocations().release(ptr); }
 
 }  // namespace loom::nccl
