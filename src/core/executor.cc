@@ -166,7 +166,10 @@ std::string Run::describe(const Queue& q, int index) const {
     return format("%s: waiting for every rank's part on the shared-memory board", what.c_str());
   }
   if (s.kind == Step::Kind::kMapped) {
-    return format("%s: waiting for every rank on the shared-memory board (mapped allreduce)", what.c_str());
+    return format("%s: waiting on the shared-memory board for %s (mapped allreduce, round %d of %d)", what.c_str(),
+                  MappedPeers::missingRanks(*plan.comm, s.round, st.mappedPhase).c_str(),
+                  st.mappedPhase == MappedPhase::kJudged ? 2 : st.mappedPhase == MappedPhase::kWritten ? 3 : 1,
+                  static_cast<int>(kMappedRounds));
   }
   if (call.kind == CallInfo::Kind::kSend) {
     return format("%s %s rank %d (%zu of %zu bytes %s)", send ? "loomSend" : "loomRecv", send ? "to" : "from", s.peer,

@@ -27,7 +27,7 @@ struct BufferRef {
 struct Descriptor {
   BufferRef send, recv;
   // Whether every peer can reach both buffers as far as their owner knows: threads of its
-  // process, or loomMemAlloc buffers and a shared pid namespace. Where one rank's say no, all
+  // process, or loomMemAlloc buffers and a shared pid namespace. Where one rank says no, all
   // ranks run the plan after this one round.
   uint32_t reachable;
   uint32_t unused;
@@ -131,6 +131,15 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
     if (stores.timed) stores_.ended(stores, m * es);
   }
   if (streamed) kernels::storeFence();
+}
+
+std::string MappedPeers::missingRanks(Communicator& comm, uint64_t round, MappedPhase phase) {
+  const uint64_t waited = round + (phase == MappedPhase::kJudged ? 1 : phase == MappedPhase::kWritten ? 2 : 0);
+  std::string ranks;
+  for (int q = 0; q < comm.nranks(); ++q) {
+    if (!comm.board()->posted(q, waited)) ranks += format("%srank %d", ranks.empty() ? "" : ", ", q);
+  }
+  return ranks.empty() ? std::string("no rank") : ranks;
 }
 
 void MappedPeers::ranPlan(Communicator& comm, const OneShot& op) {

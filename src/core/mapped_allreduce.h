@@ -61,6 +61,9 @@ class MappedPeers {
   // every rank's buffers are mapped (the call's other steps are then not to run), *phase
   // kFinished at its end. `checkPeers`: also ask whether a missing rank's process exited.
   Status advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase, bool* mapped);
+  // "rank 1, rank 3": the ranks that have not posted the round the step waits for in `phase`
+  // (`round`: its first), for a timeout's message.
+  static std::string missingRanks(Communicator& comm, uint64_t round, MappedPhase phase);
   // Calls that ran mapped, ever (for tests and logs).
   uint64_t mappedCalls() const { return mappedCalls_; }
 

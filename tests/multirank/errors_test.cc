@@ -145,6 +145,8 @@ TEST_P(Runtime, SilentPeerIsATimeoutNamingIt) {
 
 // A collective's timeout names the call by its number, the peer and how far it got.
 TEST_P(Runtime, CollectiveTimeoutNamesCallPeerAndProgress) {
+  // The plan's link steps time out here, not the mapped allreduce's board (its own test).
+  loomtest::ScopedEnv plan("LOOM_MAPPED_MIN_BYTES", "0");
   loomtest::RankOptions options;
   options.timeoutMs = 1000;
   loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
@@ -168,6 +170,7 @@ TEST_P(Runtime, CollectiveTimeoutNamesCallPeerAndProgress) {
 // On a stream the call returns at once and the deadline ends the stream's work instead:
 // loomStreamSynchronize returns the same loomTimeout, naming the call, the peer and the bytes.
 TEST_P(Runtime, StreamSynchronizeEndsAtTheDeadlineNamingCallAndPeer) {
+  loomtest::ScopedEnv plan("LOOM_MAPPED_MIN_BYTES", "0");
   loomtest::RankOptions options;
   options.timeoutMs = 1000;
   loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {

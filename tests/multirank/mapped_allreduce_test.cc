@@ -6,9 +6,11 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/communicator.h"
@@ -199,6 +201,30 @@ TEST_P(MappedAllReduceModes, MismatchedCountsAreAnErrorOnEveryRank) {
     EXPECT_EQ(loomMemFree(send), loomSuccess);
     EXPECT_EQ(loomMemFree(recv), loomSuccess);
   });
+}
+
+// A rank alive but silent: the deadline ends the call, naming it, the board round and the rank.
+TEST_P(MappedAllReduceModes, ATimeoutNamesTheRankTheBoardWaitsFor) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  loomtest::RankOptions options;
+  options.timeoutMs = 1000;
+  loomtest::runRanks(
+      2, GetParam(),
+      [&](loomComm_t comm, int rank) {
+        std::vector<float> a(100000, 1.0f), b(100000, 0.0f);
+        LOOM_EXPECT_OK(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), comm);
+        if (rank == 1) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+          return;
+        }
+        EXPECT_EQ(loomAllReduce(a.data(), b.data(), a.size(), loomFloat32, loomSum, comm, nullptr), loomTimeout);
+        const std::string m = loomGetLastError(comm);
+        EXPECT_NE(m.find("call #2 loomAllReduce(count 100000, float32, sum): waiting on the shared-memory board for "
+                         "rank 1 (mapped allreduce, round 1 of 3) timed out after 1000 ms"),
+                  std::string::npos)
+            << m;
+      },
+      options);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, MappedAllReduceModes, testing::Values(Mode::kThreads, Mode::kProcesses),
