@@ -530,9 +530,11 @@ TEST(ReduceNTo, OutputsAlignedAlikeMatchReduceN) {
             for (bool streaming : {false, true}) {
               std::vector<std::unique_ptr<uint8_t, decltype(&std::free)>> outs;
               void* to[2];
+              // aligned_alloc takes whole multiples of the alignment.
+              const size_t total = (count * t.size + 2 * kPad + 63) / 64 * 64;
               for (int j = 0; j < 2; ++j) {
-                outs.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(64, count * t.size + 2 * kPad)), &std::free);
-                std::memset(outs.back().get(), 0xA5, count * t.size + 2 * kPad);
+                outs.emplace_back(static_cast<uint8_t*>(std::aligned_alloc(64, total)), &std::free);
+                std::memset(outs.back().get(), 0xA5, total);
                 to[j] = outs.back().get() + kPad + shift;
               }
               reduceNTo(to, 2, srcs, 3, count, t.type, op, 1, streaming);
@@ -545,7 +547,7 @@ TEST(ReduceNTo, OutputsAlignedAlikeMatchReduceN) {
                 std::vector<uint8_t> got(base + kPad + shift, base + kPad + shift + count * t.size);
                 EXPECT_EQ(firstDifference(t, got, want), "") << where << " output " << j;
                 for (size_t i = 0; i < kPad + shift; ++i) ASSERT_EQ(base[i], 0xA5) << where << " before output " << j;
-                for (size_t i = kPad + shift + count * t.size; i < count * t.size + 2 * kPad; ++i) {
+                for (size_t i = kPad + shift + count * t.size; i < total; ++i) {
                   ASSERT_EQ(base[i], 0xA5) << where << " after output " << j;
                 }
               }
