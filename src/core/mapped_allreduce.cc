@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "base/spin_lock.h"
+#include "base/tsan_handoff.h"
 #include "core/communicator.h"
 #include "core/registry.h"
 #include "kernels/reduce.h"
@@ -116,17 +117,17 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
   const size_t streamingMin = comm.profile().streamingMinBytes;
   const bool pastCache = op.src != op.dst && streamingMin > 0 && op.bytes >= streamingMin;
   const int divisor = op.call->op == loomAvg ? n : 1;
-  std::vector<const void*> srcs(static_cast<size_t>(n));
-  std::vector<void*> dsts(static_cast<size_t>(n));
+  pieceSends_.resize(static_cast<size_t>(n));
+  pieceRecvs_.resize(static_cast<size_t>(n));
   bool streamed = false;
   for (size_t e = lo; e < hi; e += kPieceBytes / es) {
     const size_t m = std::min(kPieceBytes / es, hi - e), offset = e * es;
     for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
-      srcs[i] = sends_[i] + offset;
-      dsts[i] = recvs_[i] + offset;
+      pieceSends_[i] = sends_[i] + offset;
+      pieceRecvs_[i] = recvs_[i] + offset;
     }
     const transport::StoreChooser::Choice stores = pastCache ? stores_.next(m * es) : transport::StoreChooser::Choice{};
-    kernels::reduceNTo(dsts.data(), n, srcs.data(), n, m, type, op.call->op, divisor, stores.streaming);
+    kernels::reduceNTo(pieceRecvs_.data(), n, pieceSends_.data(), n, m, type, op.call->op, divisor, stores.streaming);
     streamed = streamed || stores.streaming;
     if (stores.timed) stores_.ended(stores, m * es);
   }
@@ -162,6 +163,10 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
       if (q == comm.rank() || board.peer(q).sameProcess()) continue;
       if (own.send.serial == 0 || own.recv.serial == 0 || board.peer(q).foreign()) own.reachable = 0;
     }
+    // The board's release and acquire are at other addresses in every thread: TSan learns of
+    // the hand-off of each buffer from its address (base/tsan_handoff.h), here and below.
+    tsanRelease(op.src);
+    tsanRelease(op.dst);
     board.post(op.round, op.header, &own, sizeof(own));
     *phase = MappedPhase::kPosted;
   }
@@ -208,7 +213,15 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     *mapped = true;
     for (int q = 0; q < n; ++q) *mapped = *mapped && *static_cast<const uint8_t*>(board.data(q, op.round + 1)) == 1;
     if (*mapped) {
+      for (int q = 0; q < n; ++q) {
+        tsanAcquire(sends_[static_cast<size_t>(q)]);
+        tsanAcquire(recvs_[static_cast<size_t>(q)]);
+      }
       reduceSlice(comm, op);
+      for (int q = 0; q < n; ++q) {
+        tsanRelease(sends_[static_cast<size_t>(q)]);
+        tsanRelease(recvs_[static_cast<size_t>(q)]);
+      }
       if (mappedCalls_++ == 0) {
         LOOM_INFO("comm %016llx: %s ran mapped: every rank reached every rank's buffers; later calls log nothing",
                   static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str());
@@ -220,7 +233,11 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     *phase = MappedPhase::kWritten;
   }
   LOOM_TRY(allPosted(board, op.round + 2, checkPeers, &all));
-  if (all) *phase = MappedPhase::kFinished;
+  if (all) {
+    tsanAcquire(op.src);
+    tsanAcquire(op.dst);
+    *phase = MappedPhase::kFinished;
+  }
   return Status::ok();
 }
 

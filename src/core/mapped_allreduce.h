@@ -78,6 +78,8 @@ class MappedPeers {
   std::vector<std::pair<int, uint64_t>> useOrder_;          // least recently used first
   std::vector<const char*> sends_;  // every rank's buffers, as this rank reaches them
   std::vector<char*> recvs_;
+  std::vector<const void*> pieceSends_;  // reduceSlice's piece of each, kept to not allocate per call
+  std::vector<void*> pieceRecvs_;
   transport::StoreChooser stores_;
   uint64_t mappedCalls_ = 0;
   bool toldUnmapped_ = false;  // the first call that ran its plan was logged

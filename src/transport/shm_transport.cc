@@ -18,19 +18,10 @@
 #include "base/env.h"
 #include "base/log.h"
 #include "base/peer_process.h"
+#include "base/tsan_handoff.h"
 #include "kernels/reduce.h"
 #include "transport/shm_segment.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define LOOM_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define LOOM_TSAN 1
-#endif
-#endif
-#ifdef LOOM_TSAN
-#include <sanitizer/tsan_interface.h>
-#endif
 
 namespace loom::transport {
 namespace {
@@ -145,24 +136,6 @@ void copyOutOfRing(const uint8_t* ring, size_t mask, uint64_t at, uint8_t* dst, 
   size_t first = std::min(n, mask + 1 - start);
   std::memcpy(dst, ring + start, first);
   std::memcpy(dst + first, ring, n - first);
-}
-
-// Between threads of one process the reader copies straight out of the writer's buffer,
-// but the two see the segment's atomics at different addresses (two mappings of one
-// file), which ThreadSanitizer cannot relate; these tell it that the buffer changes hands.
-void tsanRelease(const void* p) {
-#ifdef LOOM_TSAN
-  __tsan_release(const_cast<void*>(p));
-#else
-  (void)p;
-#endif
-}
-void tsanAcquire(const void* p) {
-#ifdef LOOM_TSAN
-  __tsan_acquire(const_cast<void*>(p));
-#else
-  (void)p;
-#endif
 }
 
 // Nanoseconds from `clock`: CLOCK_MONOTONIC_COARSE costs a few nanoseconds to read (ticks of a
