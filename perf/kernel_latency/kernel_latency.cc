@@ -10,10 +10,14 @@
 // timings. Then the host's side of a loop: the CPU µs of each CUDA runtime call a device
 // communicator's launch path makes (device_comm.cc, cuda_runtime.cc), and of a launch from one
 // thread and from two threads at once on streams of their own (thread ranks share a context
-// and its launch path). Without a CUDA device it says so and exits 0.
+// and its launch path). Last, two kernels on streams of their own meeting through device
+// words (exchange.h), as two thread ranks' kernels meet in an 8-byte allreduce: µs per
+// exchange with the launches from one host thread and from two, in loops, in a graph per
+// thread and in one graph holding both. Without a CUDA device it says so and exits 0.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +30,7 @@
 
 #include "device/plan_format.h"
 #include "device/plan_kernel.h"
+#include "exchange.h"
 #include "probes.h"
 
 namespace {
@@ -172,6 +177,144 @@ void measureHost(const loom::probe::ProbeMemory& memory, void* deviceBuffer, cud
   std::printf("%-58s %10.2f\n", "the same, 2 threads at once (each thread's)", std::max(perThread[0], perThread[1]));
 }
 
+// Median over 5 rounds of µs per exchange: a round enqueues `kernels` of each side's kernels,
+// kernel(side, i) the i-th, both sides from this thread in turn or each from a thread of its
+// own started together; each side is timed on its stream and the slower counts.
+double timeExchange(cudaStream_t streams[2], bool twoThreads, int kernels,
+                    const std::function<void(int side, int i)>& kernel) {
+  cudaEvent_t start[2], stop[2];
+  for (int side = 0; side < 2; ++side) {
+    check("cudaEventCreate", cudaEventCreate(&start[side]));
+    check("cudaEventCreate", cudaEventCreate(&stop[side]));
+  }
+  auto enqueueSide = [&](int side) {
+    check("cudaEventRecord", cudaEventRecord(start[side], streams[side]));
+    for (int i = 0; i < kernels; ++i) kernel(side, i);
+    check("cudaEventRecord", cudaEventRecord(stop[side], streams[side]));
+  };
+  std::vector<double> samples;
+  for (int rep = 0; rep < 6; ++rep) {  // the first a warm-up
+    if (twoThreads) {
+      std::atomic<int> ready{0};
+      std::vector<std::thread> threads;
+      for (int side = 0; side < 2; ++side) {
+        threads.emplace_back([&, side] {
+          ready.fetch_add(1);
+          while (ready.load() < 2) {
+          }
+          enqueueSide(side);
+        });
+      }
+      for (std::thread& t : threads) t.join();
+    } else {
+      for (int side = 0; side < 2; ++side) {
+        check("cudaEventRecord", cudaEventRecord(start[side], streams[side]));
+      }
+      for (int i = 0; i < kernels; ++i) {
+        kernel(0, i);
+        kernel(1, i);
+      }
+      for (int side = 0; side < 2; ++side) check("cudaEventRecord", cudaEventRecord(stop[side], streams[side]));
+    }
+    double slower = 0;
+    for (int side = 0; side < 2; ++side) {
+      check("cudaEventSynchronize", cudaEventSynchronize(stop[side]));
+      float ms = 0;
+      check("cudaEventElapsedTime", cudaEventElapsedTime(&ms, start[side], stop[side]));
+      slower = std::max(slower, static_cast<double>(ms));
+    }
+    if (rep > 0) samples.push_back(slower * 1e3 / kernels);
+  }
+  for (int side = 0; side < 2; ++side) {
+    cudaEventDestroy(start[side]);
+    cudaEventDestroy(stop[side]);
+  }
+  std::sort(samples.begin(), samples.end());
+  return samples[samples.size() / 2];
+}
+
+// Two kernels meeting on this GPU (exchange.h), launched each way; "stalled" where a kernel
+// waited kExchangeGiveUpSeconds for the other (the two did not run side by side).
+void measureExchange(const Options& o) {
+  std::printf("\n%-58s %10s\n", "# two kernels meeting (exchange.h)", "µs");
+  void* wordMemory = nullptr;
+  check("cudaMalloc", cudaMalloc(&wordMemory, 256));
+  auto* words = static_cast<uint64_t*>(wordMemory);
+  void* stalledMemory = nullptr;
+  check("cudaHostAlloc", cudaHostAlloc(&stalledMemory, 64, cudaHostAllocMapped));
+  auto* stalledHost = static_cast<uint32_t*>(stalledMemory);
+  void* stalledOnDevice = nullptr;
+  check("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&stalledOnDevice, stalledHost, 0));
+  const loom::probe::ExchangeMemory memory{words, static_cast<uint32_t*>(stalledOnDevice)};
+  cudaStream_t streams[2];
+  for (cudaStream_t& s : streams) check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  auto launch = [&](int side, cudaStream_t s) {
+    check("launch", static_cast<cudaError_t>(loom::probe::launchExchange(memory, side, s)));
+  };
+  auto row = [&](const char* name, double us) {
+    check("cudaDeviceSynchronize", cudaDeviceSynchronize());
+    if (*static_cast<volatile uint32_t*>(stalledHost) != 0) {
+      std::printf("%-58s %10s\n", name, "stalled");
+    } else {
+      std::printf("%-58s %10.2f\n", name, us);
+    }
+    check("cudaMemset", cudaMemset(words, 0, 256));
+    check("cudaDeviceSynchronize", cudaDeviceSynchronize());
+    *static_cast<volatile uint32_t*>(stalledHost) = 0;
+  };
+  auto loopKernel = [&](int side, int) { launch(side, streams[side]); };
+  row("loop, both streams from 1 thread", timeExchange(streams, false, o.loop, loopKernel));
+  row("loop, a thread per stream", timeExchange(streams, true, o.loop, loopKernel));
+
+  // A graph of graphKernels kernels per side, captured on its own stream, replayed by a thread
+  // per side: how thread ranks replay theirs.
+  cudaGraphExec_t own[2];
+  for (int side = 0; side < 2; ++side) {
+    cudaGraph_t graph;
+    check("cudaStreamBeginCapture", cudaStreamBeginCapture(streams[side], cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < o.graphKernels; ++i) launch(side, streams[side]);
+    check("cudaStreamEndCapture", cudaStreamEndCapture(streams[side], &graph));
+    check("cudaGraphInstantiate", cudaGraphInstantiate(&own[side], graph, 0));
+    cudaGraphDestroy(graph);
+  }
+  auto replayOwn = [&](int side, int) { check("cudaGraphLaunch", cudaGraphLaunch(own[side], streams[side])); };
+  row("a graph per stream, replayed by a thread each",
+      timeExchange(streams, true, o.replays, replayOwn) / o.graphKernels);
+  row("a graph per stream, both replayed by 1 thread",
+      timeExchange(streams, false, o.replays, replayOwn) / o.graphKernels);
+  for (cudaGraphExec_t e : own) cudaGraphExecDestroy(e);
+
+  // One graph holding both sides (the second stream forked from the first and joined back):
+  // no host between the two at all.
+  cudaEvent_t fork, join;
+  check("cudaEventCreate", cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  check("cudaEventCreate", cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  cudaGraph_t graph;
+  check("cudaStreamBeginCapture", cudaStreamBeginCapture(streams[0], cudaStreamCaptureModeThreadLocal));
+  check("cudaEventRecord", cudaEventRecord(fork, streams[0]));
+  check("cudaStreamWaitEvent", cudaStreamWaitEvent(streams[1], fork, 0));
+  for (int i = 0; i < o.graphKernels; ++i) {
+    launch(0, streams[0]);
+    launch(1, streams[1]);
+  }
+  check("cudaEventRecord", cudaEventRecord(join, streams[1]));
+  check("cudaStreamWaitEvent", cudaStreamWaitEvent(streams[0], join, 0));
+  check("cudaStreamEndCapture", cudaStreamEndCapture(streams[0], &graph));
+  cudaGraphExec_t both;
+  check("cudaGraphInstantiate", cudaGraphInstantiate(&both, graph, 0));
+  cudaGraphDestroy(graph);
+  row("one graph holding both streams",
+      timeKernels([&] {
+        for (int r = 0; r < o.replays; ++r) check("cudaGraphLaunch", cudaGraphLaunch(both, streams[0]));
+      }, o.graphKernels * o.replays, streams[0]));
+  cudaGraphExecDestroy(both);
+  cudaEventDestroy(fork);
+  cudaEventDestroy(join);
+  for (cudaStream_t s : streams) cudaStreamDestroy(s);
+  cudaFreeHost(stalledHost);
+  cudaFree(words);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -248,6 +391,7 @@ int main(int argc, char** argv) {
           o, s);
 
   measureHost(memory, device, s, o);
+  measureExchange(o);
 
   check("final synchronize", cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
