@@ -48,8 +48,10 @@ Status noSpace(const std::string& dir, size_t bytes, const char* purpose) {
                purpose, bytes, dir.c_str(), freeBytes(dir), dir.c_str());
 }
 
+// Populated at once: a page first touched mid-call costs that call a fault (docs/ARCHITECTURE.md,
+// "Shared-memory transport").
 Status mapShared(int fd, size_t bytes, const std::string& name, void** out) {
-  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   if (p == MAP_FAILED) {
     int err = errno;
     return systemError(format("mmap of shared memory %s", name.c_str()).c_str(), err);
