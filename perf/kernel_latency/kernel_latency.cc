@@ -247,7 +247,9 @@ void measureExchange(const Options& o) {
   check("cudaHostGetDevicePointer", cudaHostGetDevicePointer(&stalledOnDevice, stalledHost, 0));
   const loom::probe::ExchangeMemory memory{words, static_cast<uint32_t*>(stalledOnDevice)};
   cudaStream_t streams[2];
-  for (cudaStream_t& s : streams) check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  for (cudaStream_t& s : streams) {
+    check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  }
   auto launch = [&](int side, cudaStream_t s) {
     check("launch", static_cast<cudaError_t>(loom::probe::launchExchange(memory, side, s)));
   };

@@ -38,6 +38,11 @@ try:
 except ImportError as e:
     print(f"skipped: torch is not importable by {sys.executable} ({e})")
     sys.exit(77)
+
+# Torch 2.4 and later ask TCPStore for libuv unless USE_LIBUV=0, and Debian's torch 2.x has no
+# libuv (init_process_group fails: "use_libuv was requested but PyTorch was build without libuv
+# support"); the older store serves these tests on every torch.
+os.environ.setdefault("USE_LIBUV", "0")
 try:
     import loom_torch  # noqa: F401  (registers the backend)
 except ImportError as e:
