@@ -26,7 +26,8 @@
 #include "multirank/harness.h"
 
 #if defined(__SANITIZE_ADDRESS__)
-#include <sanitizer/allocator_interface.h>
+// The sanitizer runtime's (GCC ships no sanitizer/allocator_interface.h to declare it).
+extern "C" size_t __sanitizer_get_current_allocated_bytes();
 #endif
 
 namespace {
