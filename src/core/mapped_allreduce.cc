@@ -119,6 +119,10 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
   const int divisor = op.call->op == loomAvg ? n : 1;
   pieceSends_.resize(static_cast<size_t>(n));
   pieceRecvs_.resize(static_cast<size_t>(n));
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    tsanAcquire(sends_[i]);
+    tsanAcquire(recvs_[i]);
+  }
   bool streamed = false;
   for (size_t e = lo; e < hi; e += kPieceBytes / es) {
     const size_t m = std::min(kPieceBytes / es, hi - e), offset = e * es;
@@ -132,6 +136,10 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
     if (stores.timed) stores_.ended(stores, m * es);
   }
   if (streamed) kernels::storeFence();
+  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
+    tsanRelease(sends_[i]);
+    tsanRelease(recvs_[i]);
+  }
 }
 
 std::string MappedPeers::missingRanks(Communicator& comm, uint64_t round, MappedPhase phase) {
@@ -213,15 +221,7 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     *mapped = true;
     for (int q = 0; q < n; ++q) *mapped = *mapped && *static_cast<const uint8_t*>(board.data(q, op.round + 1)) == 1;
     if (*mapped) {
-      for (int q = 0; q < n; ++q) {
-        tsanAcquire(sends_[static_cast<size_t>(q)]);
-        tsanAcquire(recvs_[static_cast<size_t>(q)]);
-      }
       reduceSlice(comm, op);
-      for (int q = 0; q < n; ++q) {
-        tsanRelease(sends_[static_cast<size_t>(q)]);
-        tsanRelease(recvs_[static_cast<size_t>(q)]);
-      }
       if (mappedCalls_++ == 0) {
         LOOM_INFO("comm %016llx: %s ran mapped: every rank reached every rank's buffers; later calls log nothing",
                   static_cast<unsigned long long>(comm.commId()), op.call->describe().c_str());
