@@ -54,7 +54,12 @@ typedef enum {
   loomFloat32 = 7, loomFloat = 7,
   loomFloat64 = 8, loomDouble = 8,
   loomBfloat16 = 9,
-  loomNumTypes = 10
+  /* 8-bit floats (OCP FP8): e4m3 has no infinity (max 448), e5m2 has (max finite 57344).
+     Reductions compute in float32 and round once to nearest-even, saturating to the largest
+     finite value as NCCL does. */
+  loomFloat8e4m3 = 10,
+  loomFloat8e5m2 = 11,
+  loomNumTypes = 12
 } loomDataType_t;
 
 /* Reduction operations: NCCL's values. */

@@ -26,7 +26,8 @@ struct TypeName {
 };
 constexpr TypeName kTypes[] = {{"i8", loomInt8},     {"u8", loomUint8},    {"i32", loomInt32},   {"u32", loomUint32},
                                {"i64", loomInt64},   {"u64", loomUint64},  {"f16", loomFloat16}, {"f32", loomFloat32},
-                               {"f64", loomFloat64}, {"bf16", loomBfloat16}};
+                               {"f64", loomFloat64}, {"bf16", loomBfloat16}, {"f8e4m3", loomFloat8e4m3},
+                               {"f8e5m2", loomFloat8e5m2}};
 
 [[noreturn]] void die(const char* what, cudaError_t e) {
   std::fprintf(stderr, "loom-kernel-bw: %s: %s\n", what, cudaGetErrorString(e));

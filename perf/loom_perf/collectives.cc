@@ -95,28 +95,28 @@ loomResult_t launch(const Call& k, loomComm_t comm, loomStream_t stream) {
 
 // ---- The data check --------------------------------------------------------------------
 //
-// Every value is a small integer, chosen per op so that each partial result is exact in
-// every type (int8's 127 and bf16's 8-bit mantissa are the tightest): the expected result is
-// computed in double and must match bit for bit, except avg on floating types, where one
-// rounding of the division is allowed.
+// Every value is a small integer, chosen per op so that each partial result is exact in the
+// type (exactIntegers: int8's 127, fp8's 16 and 8): the expected result is computed in double
+// and must match bit for bit, except avg on floating types, where one rounding of the division
+// is allowed.
 namespace {
 
 double input(const CheckCase& c, int rank, size_t i) {
   const size_t shifted = i + static_cast<size_t>(c.rep);
-  const size_t r = static_cast<size_t>(rank);
-  if (!takesOp(c.call.collective)) return static_cast<double>((shifted + 3 * r) % 127);
+  const size_t r = static_cast<size_t>(rank), exact = static_cast<size_t>(exactIntegers(c.call.type));
+  if (!takesOp(c.call.collective)) return static_cast<double>((shifted + 3 * r) % exact);
   switch (c.call.op) {
     case loomSum:
     case loomAvg: {
-      // nranks * (modulus - 1) <= 127.
-      const size_t modulus = std::clamp<size_t>(127 / static_cast<size_t>(c.nranks) + 1, 2, 61);
+      // nranks * (modulus - 1) <= exact.
+      const size_t modulus = std::clamp<size_t>(exact / static_cast<size_t>(c.nranks) + 1, 2, 61);
       return static_cast<double>((shifted + 3 * r) % modulus);
     }
     case loomProd:  // one rank per element contributes 1..3, the others 1
       return r == shifted % static_cast<size_t>(c.nranks) ? 1.0 + static_cast<double>(shifted % 3)
                                                           : 1.0;
     default:
-      return static_cast<double>((shifted + 3 * r) % 127);
+      return static_cast<double>((shifted + 3 * r) % exact);
   }
 }
 
@@ -196,9 +196,13 @@ size_t countWrong(const CheckCase& c) {
   return wrong;
 }
 
+// One more, or one less where one more rounds back to the same value (fp8 above its exact
+// integers).
 void corruptOutput(const CheckCase& c) {
   if (outputCount(c) == 0) return;
-  storeElement(c.call.type, c.call.recv, 0, loadElement(c.call.type, c.call.recv, 0) + 1);
+  const double was = loadElement(c.call.type, c.call.recv, 0);
+  storeElement(c.call.type, c.call.recv, 0, was + 1);
+  if (loadElement(c.call.type, c.call.recv, 0) == was) storeElement(c.call.type, c.call.recv, 0, was - 1);
 }
 
 }  // namespace loomperf

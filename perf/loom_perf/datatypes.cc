@@ -5,10 +5,11 @@
 
 #include "algorithms/plan.h"
 
-// The kernels' own fp16/bf16 conversions, in a namespace of loom-perf's (float16.h is built
-// once per instruction set, each in its own namespace).
+// The kernels' own fp16/bf16/fp8 conversions, in a namespace of loom-perf's (float16.h and
+// float8.h are built once per instruction set, each in its own namespace).
 #define LOOM_KERNELS_ISA perf
 #include "kernels/float16.h"
+#include "kernels/float8.h"
 
 namespace loomperf {
 namespace {
@@ -25,7 +26,7 @@ constexpr TypeInfo kTypes[] = {
     {loomInt8, "int8", "char"},       {loomUint8, "uint8", "u8"},       {loomInt32, "int32", "int"},
     {loomUint32, "uint32", "u32"},    {loomInt64, "int64", "long"},     {loomUint64, "uint64", "u64"},
     {loomFloat16, "half", "fp16"},    {loomFloat32, "float", "fp32"},   {loomFloat64, "double", "fp64"},
-    {loomBfloat16, "bfloat16", "bf16"},
+    {loomBfloat16, "bfloat16", "bf16"}, {loomFloat8e4m3, "f8e4m3", "fp8e4m3"}, {loomFloat8e5m2, "f8e5m2", "fp8e5m2"},
 };
 
 const TypeInfo& info(loomDataType_t type) {
@@ -53,7 +54,8 @@ size_t typeSize(loomDataType_t type) { return loom::typeSize(type); }
 const char* opName(loomRedOp_t op) { return loom::opName(op); }
 
 bool isFloating(loomDataType_t type) {
-  return type == loomFloat16 || type == loomFloat32 || type == loomFloat64 || type == loomBfloat16;
+  return type == loomFloat16 || type == loomFloat32 || type == loomFloat64 || type == loomBfloat16 ||
+         type == loomFloat8e4m3 || type == loomFloat8e5m2;
 }
 
 bool parseType(const char* name, loomDataType_t* out) {
@@ -88,6 +90,8 @@ double loadElement(loomDataType_t type, const void* buffer, size_t i) {
     case loomFloat32: return at<float>(buffer, i);
     case loomFloat64: return at<double>(buffer, i);
     case loomBfloat16: return loom::kernels::perf::bfloat16ToFloat(at<uint16_t>(buffer, i));
+    case loomFloat8e4m3: return loom::kernels::perf::float8ToFloat<4>(at<uint8_t>(buffer, i));
+    case loomFloat8e5m2: return loom::kernels::perf::float8ToFloat<5>(at<uint8_t>(buffer, i));
     default: return 0;
   }
 }
@@ -105,6 +109,8 @@ void storeElement(loomDataType_t type, void* buffer, size_t i, double value) {
     case loomFloat64: return put(buffer, i, value);
     case loomBfloat16:
       return put(buffer, i, loom::kernels::perf::floatToBfloat16(static_cast<float>(value)));
+    case loomFloat8e4m3: return put(buffer, i, loom::kernels::perf::floatToFloat8<4>(static_cast<float>(value)));
+    case loomFloat8e5m2: return put(buffer, i, loom::kernels::perf::floatToFloat8<5>(static_cast<float>(value)));
     default: return;
   }
 }
@@ -115,7 +121,17 @@ double roundingError(loomDataType_t type) {
     case loomBfloat16: return 1.0 / 256;  // 2^-8
     case loomFloat32: return 1.0 / 16777216;  // 2^-24
     case loomFloat64: return 1.0 / 9007199254740992.0;  // 2^-53
+    case loomFloat8e4m3: return 1.0 / 16;  // 2^-4
+    case loomFloat8e5m2: return 1.0 / 8;   // 2^-3
     default: return 0;
+  }
+}
+
+int exactIntegers(loomDataType_t type) {
+  switch (type) {
+    case loomFloat8e4m3: return 16;
+    case loomFloat8e5m2: return 8;
+    default: return 127;
   }
 }
 

@@ -18,11 +18,15 @@ bool parseType(const char* name, loomDataType_t* out);
 bool parseOp(const char* name, loomRedOp_t* out);
 
 // Element i of a buffer of `type`, read or written as a double (converted with the type's
-// rounding: integers truncate, fp16/bf16 round to nearest even).
+// rounding: integers truncate, fp16/bf16/fp8 round to nearest even).
 double loadElement(loomDataType_t type, const void* buffer, size_t i);
 void storeElement(loomDataType_t type, void* buffer, size_t i, double value);
 
 // The largest relative error one rounding to `type` can make (0 for integers).
 double roundingError(loomDataType_t type);
+
+// The largest n such that every integer 0..n is exact in `type`, at most 127 (int8's limit):
+// the check patterns' values and partial results stay within it.
+int exactIntegers(loomDataType_t type);
 
 }  // namespace loomperf

@@ -11,9 +11,9 @@
 namespace loom {
 
 const char* typeName(loomDataType_t type) {
-  static const char* const kNames[loomNumTypes] = {"int8",    "uint8",   "int32",   "uint32",
-                                                   "int64",   "uint64",  "float16", "float32",
-                                                   "float64", "bfloat16"};
+  static const char* const kNames[loomNumTypes] = {"int8",    "uint8",    "int32",      "uint32",
+                                                   "int64",   "uint64",   "float16",    "float32",
+                                                   "float64", "bfloat16", "float8e4m3", "float8e5m2"};
   return type >= 0 && type < loomNumTypes ? kNames[type] : "invalid type";
 }
 

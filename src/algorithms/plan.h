@@ -76,7 +76,7 @@ const char* typeName(loomDataType_t type);
 const char* opName(loomRedOp_t op);
 // Bytes of one element; 0 for a value that is no loomDataType_t. Inline: every call asks.
 inline size_t typeSize(loomDataType_t type) {
-  constexpr size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+  constexpr size_t kSizes[loomNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2, 1, 1};
   return type >= 0 && type < loomNumTypes ? kSizes[type] : 0;
 }
 

@@ -575,6 +575,7 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     if (comm.device() >= 0) {
       LOOM_TRY(comm.deviceComm().checkBuffer("sendbuff", sendbuff, sendBytes));
       LOOM_TRY(comm.deviceComm().checkBuffer("recvbuff", recvbuff, recvBytes));
+      if (reduces) LOOM_TRY(comm.deviceComm().checkReduction(static_cast<loomDataType_t>(type)));
     }
     LOOM_TRY(comm.usable());
     CallInfo info;

@@ -138,6 +138,7 @@ class DeviceCommImpl final : public DeviceComm {
   Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override {
     return runtime_->checkBuffer(name, ptr, bytes);
   }
+  Status checkReduction(loomDataType_t type) const override { return runtime_->checkReduction(type); }
   void abort() override;
   int blockBudget() const override { return blockBudget_; }
   void collectFailure() override { static_cast<void>(reportRecordedFailure()); }

@@ -54,6 +54,15 @@ class CudaRuntime final : public DeviceRuntime {
                   multiprocessors_, blocksPerMultiprocessor_);
   }
   int residentBlocks() const override { return multiprocessors_ * blocksPerMultiprocessor_; }
+  Status checkReduction(loomDataType_t type) const override {
+    if ((type == loomFloat8e4m3 || type == loomFloat8e5m2) && computeCapability_ < 89) {
+      return error(loomInvalidArgument,
+                   "float8 reductions on a GPU need compute capability 8.9 or later; CUDA device %d (%s) has %d.%d "
+                   "(float8 allgather, broadcast, all-to-all and send/recv work)",
+                   device_, deviceName_.c_str(), computeCapability_ / 10, computeCapability_ % 10);
+    }
+    return Status::ok();
+  }
   std::string deviceKey() const override { return busId_; }
   Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
@@ -77,6 +86,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::string deviceName_;
   std::string busId_;  // the same GPU has the same one in every process, whatever its ordinal
   int multiprocessors_ = 0;
+  int computeCapability_ = 0;  // major * 10 + minor
   int blocksPerMultiprocessor_ = 0;
   std::vector<cuda::DevicePtr> deviceMemory_;
   std::vector<cuda::PinnedPtr> pinned_;
@@ -97,6 +107,7 @@ Status CudaRuntime::init() {
   LOOM_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
   deviceName_ = prop.name;
   multiprocessors_ = prop.multiProcessorCount;
+  computeCapability_ = prop.major * 10 + prop.minor;
   char busId[32] = {};
   LOOM_CUDA_TRY(cudaDeviceGetPCIBusId(busId, sizeof busId, device_));
   busId_ = busId;

@@ -45,6 +45,7 @@ class EmulatedRuntime final : public DeviceRuntime {
            (blocks > 0 ? format(", %d resident blocks", blocks) : std::string());
   }
   int residentBlocks() const override { return blocks_.capacity(); }
+  Status checkReduction(loomDataType_t) const override { return Status::ok(); }
   std::string deviceKey() const override { return "emulated"; }
   Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;

@@ -131,7 +131,7 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
         copyBytes<false>(w, dst + at, src + at, n);
         return true;
       }
-      return byType(type, false, [&](auto tag) {
+      return byType<kPlanFloat8>(type, false, [&](auto tag) {
         using T = typename decltype(tag)::type;
         elementwise<T, false, false>(w, dst + at, src + at, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
         return true;
@@ -143,12 +143,12 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
         CopyOut<W> out{w, dst};
         return receive(ctx, *c, s, header, out);
       }
-      return byType(type, false, [&](auto tag) {
+      return byType<kPlanFloat8>(type, false, [&](auto tag) {
         ScaleOut<typename decltype(tag)::type, W> out{w, dst, divisor};
         return receive(ctx, *c, s, header, out);
       });
     case StepKind::kRecvReduce:
-      return byType(type, false, [&](auto tag) {
+      return byType<kPlanFloat8>(type, false, [&](auto tag) {
         using T = typename decltype(tag)::type;
         return byOp(op, false, [&](auto opTag) {
           using Op = typename decltype(opTag)::type;

@@ -15,6 +15,7 @@
 
 #include "base/status.h"
 #include "device/plan_format.h"
+#include "loom/loom.h"
 
 namespace loom {
 class HostStream;
@@ -49,6 +50,9 @@ class DeviceRuntime {
   // that share it (0: no limit), and a name for the device that is the same in every process
   // of the host that uses it (the PCI bus id of a GPU).
   virtual int residentBlocks() const = 0;
+  // loomInvalidArgument where the plan kernel cannot reduce `type` on this device: float8 needs
+  // compute capability 8.9 or later (element_ops.h, kPlanFloat8).
+  virtual Status checkReduction(loomDataType_t type) const = 0;
   virtual std::string deviceKey() const = 0;
 
   // Memory a peer may map, zeroed. `peerPid`: the process that will open it.

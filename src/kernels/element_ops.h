@@ -3,7 +3,8 @@
 // use it on the GPU, the interpreter's CPU emulation on the host. It gives exactly what the
 // host kernels give (kernels/reduce.h): IEEE arithmetic never contracted into FMAs, every NaN
 // result the canonical quiet NaN, float max/min NaN if either input is, max(+0, -0) = +0 and
-// min(+0, -0) = -0, float16/bfloat16 computed in float32 and rounded once to nearest-even,
+// min(+0, -0) = -0, float16/bfloat16/float8 computed in float32 and rounded once to nearest-even
+// (float8 saturating to its largest finite value),
 // integer sum and prod wrapping, integer division truncating toward zero.
 #pragma once
 
@@ -22,20 +23,41 @@
 // own (kernels/float16.h is compiled once per instruction set, in that set's namespace).
 #define LOOM_KERNELS_ISA element_ops_host
 #include "kernels/float16.h"
+#include "kernels/float8.h"
 #undef LOOM_KERNELS_ISA
 
 namespace loom::device {
 
-// float16 and bfloat16 are stored as bit patterns and computed in float32.
+// float16, bfloat16 and float8 are stored as bit patterns and computed in float32.
 struct Half {
   uint16_t bits;
 };
 struct BFloat16 {
   uint16_t bits;
 };
+struct Float8e4m3 {
+  uint8_t bits;
+};
+struct Float8e5m2 {
+  uint8_t bits;
+};
 
 template <class T>
-constexpr bool kWidened = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+constexpr bool kFloat8 = std::is_same_v<T, Float8e4m3> || std::is_same_v<T, Float8e5m2>;
+// The float8.h format of a float8 type (its exponent bits).
+template <class T>
+constexpr int kFloat8ExponentBits = std::is_same_v<T, Float8e4m3> ? 4 : 5;
+
+template <class T>
+constexpr bool kWidened = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || kFloat8<T>;
+
+// GPUs of compute capability 8.9 and later convert float8 in one instruction each way
+// (cvt ... e4m3x2 / e5m2x2), rounding to nearest-even and saturating as float8.h does.
+#if LOOM_ON_DEVICE && __CUDA_ARCH__ >= 890
+#define LOOM_FLOAT8_INSTRUCTIONS 1
+#else
+#define LOOM_FLOAT8_INSTRUCTIONS 0
+#endif
 
 template <class T>
 using ComputeT = std::conditional_t<kWidened<T>, float, T>;
@@ -67,13 +89,25 @@ LOOM_HD ComputeT<T> widen(T v) {
 #endif
   } else if constexpr (std::is_same_v<T, BFloat16>) {
     return bitsAsFloat(static_cast<uint32_t>(v.bits) << 16);
+  } else if constexpr (kFloat8<T>) {
+#if LOOM_FLOAT8_INSTRUCTIONS
+    uint32_t halves;  // the byte widened to float16 (exact) in the low half
+    if constexpr (kFloat8ExponentBits<T> == 4) {
+      asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(static_cast<uint16_t>(v.bits)));
+    } else {
+      asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(halves) : "h"(static_cast<uint16_t>(v.bits)));
+    }
+    return __half2float(__ushort_as_half(static_cast<uint16_t>(halves)));
+#else
+    return kernels::element_ops_host::float8ToFloat<kFloat8ExponentBits<T>>(v.bits);
+#endif
   } else {
     return v;
   }
 }
 
-// Rounds to the storage type once (nearest-even, overflow to ±inf, float16 denormals kept)
-// and writes any NaN as the canonical quiet NaN.
+// Rounds to the storage type once (nearest-even, overflow to ±inf, or to the largest finite
+// value for float8; denormals kept) and writes any NaN as the canonical quiet NaN.
 template <class T>
 LOOM_HD T narrow(ComputeT<T> v) {
   if constexpr (std::is_same_v<T, Half>) {
@@ -87,6 +121,19 @@ LOOM_HD T narrow(ComputeT<T> v) {
     const uint32_t x = floatBits(v);
     if ((x & 0x7FFFFFFFu) > 0x7F800000u) return BFloat16{0x7FC0};
     return BFloat16{static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16)};
+  } else if constexpr (kFloat8<T>) {
+#if LOOM_FLOAT8_INSTRUCTIONS
+    if (v != v) return T{0x7F};
+    uint16_t pair;  // v in the low byte
+    if constexpr (kFloat8ExponentBits<T> == 4) {
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(v));
+    } else {
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(0.0f), "f"(v));
+    }
+    return T{static_cast<uint8_t>(pair)};
+#else
+    return T{kernels::element_ops_host::floatToFloat8<kFloat8ExponentBits<T>>(v)};
+#endif
   } else if constexpr (std::is_same_v<T, float>) {
     return v != v ? bitsAsFloat(0x7FC00000u) : v;
   } else if constexpr (std::is_same_v<T, double>) {
@@ -246,10 +293,11 @@ struct Tag {
   using type = T;
 };
 
-// f(Tag<T>{}) with T the storage type of `type`; `invalid` for a value outside the enum.
-// Host and device code both dispatch through these, with host-only or device-only f.
+// f(Tag<T>{}) with T the storage type of `type`; `invalid` for a value outside the enum, and
+// for float8 where kFloat8 is false. Host and device code both dispatch through these, with
+// host-only or device-only f.
 LOOM_HD_TEMPLATE
-template <class R, class F>
+template <bool kFloat8 = true, class R, class F>
 LOOM_HD R byType(loomDataType_t type, R invalid, F&& f) {
   switch (type) {
     case loomInt8: return f(Tag<int8_t>{});
@@ -262,9 +310,24 @@ LOOM_HD R byType(loomDataType_t type, R invalid, F&& f) {
     case loomFloat32: return f(Tag<float>{});
     case loomFloat64: return f(Tag<double>{});
     case loomBfloat16: return f(Tag<BFloat16>{});
+    case loomFloat8e4m3:
+      if constexpr (kFloat8) return f(Tag<Float8e4m3>{});
+      return invalid;
+    case loomFloat8e5m2:
+      if constexpr (kFloat8) return f(Tag<Float8e5m2>{});
+      return invalid;
     default: return invalid;
   }
 }
+
+// Whether the plan interpreter has float8 instances: not in the plan kernel built for GPUs
+// without float8 instructions, where float8 in software, inlined into every type x op x wire,
+// made ptxas take 3.7x as long for the whole kernel (1248 s against 336 s on the AMD EPYC
+// VM). Communicators on such GPUs refuse float8 reductions at the call (DeviceRuntime), as
+// NCCL's do below compute capability 9.0. (Only the interpreter, a device function of the one
+// non-template kernel, may depend on the architecture: kernels launched from host code must
+// be instantiated alike in every compilation pass.)
+constexpr bool kPlanFloat8 = !LOOM_ON_DEVICE || LOOM_FLOAT8_INSTRUCTIONS;
 
 // f(Tag<Op>{}); loomAvg sums (the division is the divisor's business).
 LOOM_HD_TEMPLATE

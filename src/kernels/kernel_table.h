@@ -20,11 +20,11 @@ struct KernelTable {
   ReduceFn reduce[loomNumTypes][loomNumOps];  // loomAvg's entries are the sum kernels
   ReduceNFn reduceN[loomNumTypes][loomNumOps];
   ScaleFn scale[loomNumTypes];
-  ConvertFn fromFloat32[loomNumTypes];  // float16 and bfloat16 only (others null)
-  ConvertFn toFloat32[loomNumTypes];    // float16 and bfloat16 only
+  ConvertFn fromFloat32[loomNumTypes];  // the 16- and 8-bit floats only (others null)
+  ConvertFn toFloat32[loomNumTypes];    // the 16- and 8-bit floats only
   CopyFn copyStreaming;                 // without the closing fence
   // reduceNTo's vector loop: whole vectors of kStreamBytes (the stream width), outputs
-  // equally aligned; null for float16 and bfloat16 (those go through reduceN a tile at a time).
+  // equally aligned; null for the 16- and 8-bit floats (those go through reduceN a tile at a time).
   ReduceToFn reduceTo[loomNumTypes][loomNumOps];
   size_t streamBytes;
 };

@@ -90,6 +90,8 @@ size_t elementSize(loomDataType_t type) {
   switch (type) {
     case loomInt8:
     case loomUint8:
+    case loomFloat8e4m3:
+    case loomFloat8e5m2:
       return 1;
     case loomFloat16:
     case loomBfloat16:

@@ -8,10 +8,12 @@
 // To get there:
 // - floats use IEEE arithmetic in the default rounding mode, never contracted into FMAs;
 // - any NaN result is written as the canonical quiet NaN (+qNaN: 0x7E00 for float16, 0x7FC0
-//   for bfloat16, 0x7FC00000, 0x7FF8000000000000), whatever the NaN payloads of the inputs;
+//   for bfloat16, 0x7FC00000, 0x7FF8000000000000, 0x7F for both float8 formats), whatever the
+//   NaN payloads of the inputs;
 // - max/min of floats is NaN if either input is NaN, and max(+0, -0) = +0, min(+0, -0) = -0;
-// - float16 and bfloat16 are widened to float32, computed there and rounded back once, to
-//   nearest-even (overflow gives ±inf, tiny results give float16 denormals);
+// - float16, bfloat16 and float8 are widened to float32, computed there and rounded back once,
+//   to nearest-even (overflow gives ±inf for float16 and bfloat16 and saturates float8 to its
+//   largest finite value, as NCCL does; tiny results give denormals);
 // - integer sum and prod wrap around (two's complement); scale() truncates toward zero.
 //
 // Memory. Pointers need no particular alignment (any byte address works for every type).
@@ -36,7 +38,7 @@ void reduce(void* dst, const void* a, const void* b, size_t count, loomDataType_
 // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrcs-1][i], folded left to right, reading
 // each input once (for reducing straight from several peers' buffers). nsrcs >= 1; with one
 // input it copies. Integers and float32/float64 give exactly what folding reduce() gives.
-// float16/bfloat16 accumulate all inputs in float32 and round once, so for nsrcs > 2 the
+// float16/bfloat16/float8 accumulate all inputs in float32 and round once, so for nsrcs > 2 the
 // result is at least as accurate as folding reduce() and may differ from it in the last bit:
 // ranks that must agree have to use the same form.
 void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
@@ -45,7 +47,7 @@ void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDa
 // reduceN's result, divided by `divisor` as scale() divides (1: not divided), written into
 // every one of ndsts outputs: non-temporally where `streaming` (no fence: storeFence after the
 // last). Each result vector goes into every output as it is computed (a 1 KiB tile at a time
-// for float16, bfloat16, a divisor, or outputs aligned differently), so the inputs are read
+// for the 16- and 8-bit floats, a divisor, or outputs aligned differently), so the inputs are read
 // and the outputs written at once: reducing a 32 KiB piece and then copying it out ran at half
 // the speed to memory on the AMD EPYC VM (one core's reads and writes do not overlap across
 // the two phases). An output may be exactly equal to an input; otherwise none may overlap an
@@ -53,11 +55,11 @@ void reduceN(void* dst, const void* const* srcs, int nsrcs, size_t count, loomDa
 void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count, loomDataType_t type,
                loomRedOp_t op, int divisor, bool streaming);
 // dst[i] = src[i] / divisor: the end of an average. divisor >= 1. Integers truncate toward
-// zero (C division); float32/float64 divide in their own precision; float16/bfloat16 divide
-// in float32 and round once. dst may equal src.
+// zero (C division); float32/float64 divide in their own precision; the 16- and 8-bit floats
+// divide in float32 and round once. dst may equal src.
 void scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor);
 
-// dst = src converted from srcType to dstType, for float32 <-> float16 / bfloat16 (rounding
+// dst = src converted from srcType to dstType, for float32 <-> float16 / bfloat16 / float8 (rounding
 // to nearest-even, NaN to the canonical NaN, as everywhere here) and for equal types (a
 // copy). Returns false, doing nothing, for any other pair. dst must not overlap src unless
 // the types are equal and dst == src.

@@ -6,7 +6,8 @@
 // target it is given (AVX2 or AVX-512, including the 8-bit and 64-bit multiplies that have no
 // single instruction), and the scalar tail runs the very same expression, so vector and
 // scalar lanes cannot disagree. Explicit intrinsics are used only where the compiler cannot
-// vectorise: float16 <-> float32 (F16C).
+// vectorise: float16 <-> float32 (F16C). The float8 formats convert element by element
+// (float8.h): nothing on x86 converts them, and they are rare in collectives.
 //
 // Why a namespace per instruction set: inline functions and template instances are shared by
 // name across translation units, and the linker keeps one copy. Without the namespace it
@@ -21,7 +22,7 @@
 //                                                 acc[] = Op(s0, s1)
 //                                                 acc[] = Op(acc, sK)        K = 2 .. n-2
 //                                                 d     = Op(acc, s(n-1))
-//   float16, bfloat16 (reduce and reduceN):     per tile of kTileElems:
+//   float16, bfloat16, float8 (reduce, reduceN): per tile of kTileElems:
 //                                                 acc[] = widen(s0)          float32
 //                                                 acc[] = Op(acc, widen(sK)) K = 1 .. n-1
 //                                                 d     = narrow(acc)        one rounding
@@ -39,6 +40,7 @@
 #endif
 
 #include "kernels/float16.h"
+#include "kernels/float8.h"
 #include "kernels/kernel_table.h"
 
 #ifndef LOOM_KERNELS_ISA
@@ -49,13 +51,20 @@ namespace loom::kernels::LOOM_KERNELS_ISA {
 
 // ---- Element types ---------------------------------------------------------------------
 
-// The two 16-bit float formats, as tags: they are stored as bit patterns and computed in
+// The 16- and 8-bit float formats, as tags: they are stored as bit patterns and computed in
 // float32.
 struct Half {};
 struct BFloat16 {};
+struct Float8e4m3 {};
+struct Float8e5m2 {};
 
 template <class T>
-constexpr bool kWidened = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+constexpr bool kWidened = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16> || std::is_same_v<T, Float8e4m3> ||
+                          std::is_same_v<T, Float8e5m2>;
+
+// Bytes of one stored element of a widened format.
+template <class H>
+constexpr size_t kStoredBytes = std::is_same_v<H, Float8e4m3> || std::is_same_v<H, Float8e5m2> ? 1 : 2;
 
 // Loads and stores go through memcpy, which the compiler turns into plain (unaligned) vector
 // moves: any byte address is fine, and there is no aliasing question.
@@ -196,8 +205,10 @@ inline void widen(float* out, const unsigned char* in, size_t n) {
     }
 #endif
     for (; i < n; ++i) out[i] = halfToFloat(load<uint16_t>(in, i));
-  } else {
+  } else if constexpr (std::is_same_v<H, BFloat16>) {
     for (; i < n; ++i) out[i] = bfloat16ToFloat(load<uint16_t>(in, i));
+  } else {
+    for (; i < n; ++i) out[i] = float8ToFloat<std::is_same_v<H, Float8e4m3> ? 4 : 5>(in[i]);
   }
 }
 
@@ -225,8 +236,10 @@ inline void narrow(unsigned char* out, const float* in, size_t n) {
     }
 #endif
     for (; i < n; ++i) storeRaw<uint16_t>(out, i, floatToHalf(canonical(in[i])));
-  } else {
+  } else if constexpr (std::is_same_v<H, BFloat16>) {
     for (; i < n; ++i) storeRaw<uint16_t>(out, i, floatToBfloat16(in[i]));
+  } else {
+    for (; i < n; ++i) out[i] = floatToFloat8<std::is_same_v<H, Float8e4m3> ? 4 : 5>(in[i]);
   }
 }
 
@@ -242,7 +255,7 @@ void reduceManyWidened(void* dst, const void* const* srcs, int nsrcs, size_t cou
   float in[kTileElems];
   for (size_t base = 0; base < count; base += kTileElems) {
     const size_t n = smaller(kTileElems, count - base);
-    const size_t offset = base * sizeof(uint16_t);
+    const size_t offset = base * kStoredBytes<H>;
     widen<H>(acc, bytes(srcs[0]) + offset, n);
     for (int k = 1; k < nsrcs; ++k) {
       widen<H>(in, bytes(srcs[k]) + offset, n);
@@ -297,7 +310,7 @@ void reduceMany(void* dst, const void* const* srcs, int nsrcs, size_t count) {
 }
 
 // Integers divide in 64 bits (so a divisor above the type's range still works) and truncate
-// toward zero; floats divide in their own precision, float16/bfloat16 in float32.
+// toward zero; floats divide in their own precision, the narrow formats in float32.
 template <class T>
 void scaleBy(void* dst, const void* src, size_t count, int divisor) {
   if constexpr (kWidened<T>) {
@@ -305,7 +318,7 @@ void scaleBy(void* dst, const void* src, size_t count, int divisor) {
     const float d = static_cast<float>(divisor);
     for (size_t base = 0; base < count; base += kTileElems) {
       const size_t n = smaller(kTileElems, count - base);
-      const size_t offset = base * sizeof(uint16_t);
+      const size_t offset = base * kStoredBytes<T>;
       widen<T>(acc, bytes(src) + offset, n);
       for (size_t i = 0; i < n; ++i) acc[i] = acc[i] / d;
       narrow<T>(bytes(dst) + offset, acc, n);
@@ -322,7 +335,7 @@ void scaleBy(void* dst, const void* src, size_t count, int divisor) {
   }
 }
 
-// float32 <-> float16 / bfloat16 through an L1-sized tile (the float32 side may sit at any
+// float32 <-> float16 / bfloat16 / float8 through an L1-sized tile (the float32 side may sit at any
 // byte address, which widen() and narrow() do not take).
 template <class H>
 void narrowFromFloat32(void* dst, const void* src, size_t count) {
@@ -330,7 +343,7 @@ void narrowFromFloat32(void* dst, const void* src, size_t count) {
   for (size_t base = 0; base < count; base += kTileElems) {
     const size_t n = smaller(kTileElems, count - base);
     __builtin_memcpy(tile, bytes(src) + base * sizeof(float), n * sizeof(float));
-    narrow<H>(bytes(dst) + base * sizeof(uint16_t), tile, n);
+    narrow<H>(bytes(dst) + base * kStoredBytes<H>, tile, n);
   }
 }
 
@@ -339,7 +352,7 @@ void widenToFloat32(void* dst, const void* src, size_t count) {
   float tile[kTileElems];
   for (size_t base = 0; base < count; base += kTileElems) {
     const size_t n = smaller(kTileElems, count - base);
-    widen<H>(tile, bytes(src) + base * sizeof(uint16_t), n);
+    widen<H>(tile, bytes(src) + base * kStoredBytes<H>, n);
     for (size_t i = 0; i < n; ++i) tile[i] = canonical(tile[i]);  // widening keeps NaN payloads
     __builtin_memcpy(bytes(dst) + base * sizeof(float), tile, n * sizeof(float));
   }
@@ -452,6 +465,12 @@ constexpr KernelTable makeTable() {
   addType<BFloat16>(table, loomBfloat16);
   table.fromFloat32[loomBfloat16] = &narrowFromFloat32<BFloat16>;
   table.toFloat32[loomBfloat16] = &widenToFloat32<BFloat16>;
+  addType<Float8e4m3>(table, loomFloat8e4m3);
+  table.fromFloat32[loomFloat8e4m3] = &narrowFromFloat32<Float8e4m3>;
+  table.toFloat32[loomFloat8e4m3] = &widenToFloat32<Float8e4m3>;
+  addType<Float8e5m2>(table, loomFloat8e5m2);
+  table.fromFloat32[loomFloat8e5m2] = &narrowFromFloat32<Float8e5m2>;
+  table.toFloat32[loomFloat8e5m2] = &widenToFloat32<Float8e5m2>;
   return table;
 }
 

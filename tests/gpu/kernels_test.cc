@@ -41,7 +41,8 @@ const TypeInfo kTypes[] = {
     {loomInt8, "int8", 1, false},      {loomUint8, "uint8", 1, false},     {loomInt32, "int32", 4, false},
     {loomUint32, "uint32", 4, false},  {loomInt64, "int64", 8, false},     {loomUint64, "uint64", 8, false},
     {loomFloat16, "float16", 2, true}, {loomFloat32, "float32", 4, true},  {loomFloat64, "float64", 8, true},
-    {loomBfloat16, "bfloat16", 2, true},
+    {loomBfloat16, "bfloat16", 2, true}, {loomFloat8e4m3, "float8e4m3", 1, true},
+    {loomFloat8e5m2, "float8e5m2", 1, true},
 };
 
 const loomRedOp_t kOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
@@ -67,12 +68,17 @@ const std::vector<uint64_t>& specials(loomDataType_t type) {
       0x7FF8000000000000, 0x7FF8000000000001, 0x7FF0000000000001, 0xFFF8000000000000,
       0x7FEFFFFFFFFFFFFF, 0xFFEFFFFFFFFFFFFF, 0x0000000000000001, 0x8000000000000001,
       0x000FFFFFFFFFFFFF, 0x0010000000000000, 0x3FF0000000000000, 0xBFF0000000000000};
+  static const std::vector<uint64_t> kE4m3 = {0x00, 0x80, 0x7F, 0xFF, 0x7E, 0xFE, 0x01, 0x81, 0x07, 0x08, 0x38, 0xB8};
+  static const std::vector<uint64_t> kE5m2 = {0x00, 0x80, 0x7C, 0xFC, 0x7E, 0x7F, 0x7D, 0xFE,
+                                              0x7B, 0xFB, 0x01, 0x81, 0x03, 0x04, 0x3C, 0xBC};
   static const std::vector<uint64_t> kNone;
   switch (type) {
     case loomFloat16: return kHalf;
     case loomBfloat16: return kBf16;
     case loomFloat32: return kF32;
     case loomFloat64: return kF64;
+    case loomFloat8e4m3: return kE4m3;
+    case loomFloat8e5m2: return kE5m2;
     default: return kNone;
   }
 }
@@ -359,21 +365,22 @@ TEST(CudaCopy, MatchesHostAtEveryOffset) {
   EXPECT_EQ(src.check(in, 3, 1), "") << "dst == src";
 }
 
-// float32 <-> float16 / bfloat16 (the DDP layer's compression) against the host's convert,
+// float32 <-> float16 / bfloat16 / float8 against the host's convert,
 // bit for bit, at aligned and misaligned addresses; unsupported pairs are refused.
 TEST(CudaConvert, MatchesHostBothWays) {
   SKIP_WITHOUT_DEVICE();
   GuardedBuffer src(kLarge * 4), dst(kLarge * 4);
-  for (loomDataType_t narrow : {loomFloat16, loomBfloat16}) {
+  for (loomDataType_t narrow : {loomFloat16, loomBfloat16, loomFloat8e4m3, loomFloat8e5m2}) {
+    const size_t bytes = kTypes[narrow].size;
     for (size_t count : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}, kLarge}) {
       for (size_t off : {size_t{0}, size_t{1}, size_t{2}}) {
         SCOPED_TRACE(std::string(kTypes[narrow].name) + " count " + std::to_string(count) + " offset " + std::to_string(off));
         const std::vector<unsigned char> wide = randomElements(kTypes[loomFloat32], count, count + off + narrow);
-        std::vector<unsigned char> want(count * 2);
+        std::vector<unsigned char> want(count * bytes);
         ASSERT_TRUE(loom::kernels::convert(want.data(), narrow, wide.data(), loomFloat32, count));
         ASSERT_EQ(loom::cuda::convert(dst.place({}, off), narrow, src.place(wide, off), loomFloat32, count, nullptr), 0);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        EXPECT_EQ(dst.check(want, off, 2), "") << "narrowing";
+        EXPECT_EQ(dst.check(want, off, bytes), "") << "narrowing";
 
         const std::vector<unsigned char> half = randomElements(kTypes[narrow], count, count * 3 + off);
         std::vector<unsigned char> back(count * 4);

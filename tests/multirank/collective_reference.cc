@@ -55,6 +55,8 @@ FloatFormat formatOf(loomDataType_t type) {
   switch (type) {
     case loomFloat16: return {11, -14, 3};
     case loomBfloat16: return {8, -126, 1};
+    case loomFloat8e4m3: return {4, -6, 2};
+    case loomFloat8e5m2: return {3, -14, 2};
     case loomFloat32: return {24, -126, 8};
     default: return {53, -1022, 20};
   }
@@ -108,6 +110,33 @@ double decodeBfloat16(uint16_t b) {
   return f;
 }
 
+// Exact value -> float8 bits (the value must be representable): e4m3 (exponent bits 4,
+// bias 7) or e5m2 (5, bias 15).
+uint8_t encodeFloat8(double v, int exponentBits) {
+  const int mantissaBits = 7 - exponentBits, bias = (1 << (exponentBits - 1)) - 1;
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::fabs(v);
+  if (a == 0) return sign;
+  int e = 0;
+  std::frexp(a, &e);
+  const int exponent = e - 1;
+  if (exponent < 1 - bias) {
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(std::ldexp(a, bias - 1 + mantissaBits)));
+  }
+  const auto mantissa = static_cast<unsigned>(std::ldexp(a, mantissaBits - exponent)) - (1u << mantissaBits);
+  return static_cast<uint8_t>(sign | ((exponent + bias) << mantissaBits) | mantissa);
+}
+
+double decodeFloat8(uint8_t b, int exponentBits) {
+  const int mantissaBits = 7 - exponentBits, bias = (1 << (exponentBits - 1)) - 1;
+  const int exponent = (b >> mantissaBits) & ((1 << exponentBits) - 1), mantissa = b & ((1 << mantissaBits) - 1);
+  const double sign = (b & 0x80) ? -1.0 : 1.0;
+  if (exponentBits == 4 && (b & 0x7F) == 0x7F) return NAN;
+  if (exponentBits == 5 && exponent == 0x1F) return mantissa ? NAN : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, 1 - bias - mantissaBits);
+  return sign * std::ldexp((1 << mantissaBits) + mantissa, exponent - bias - mantissaBits);
+}
+
 void storeFloat(unsigned char* dst, loomDataType_t type, double v) {
   switch (type) {
     case loomFloat16: {
@@ -125,6 +154,8 @@ void storeFloat(unsigned char* dst, loomDataType_t type, double v) {
       std::memcpy(dst, &f, 4);
       break;
     }
+    case loomFloat8e4m3: *dst = encodeFloat8(v, 4); break;
+    case loomFloat8e5m2: *dst = encodeFloat8(v, 5); break;
     default: std::memcpy(dst, &v, 8); break;
   }
 }
@@ -137,6 +168,8 @@ double loadFloat(const unsigned char* src, loomDataType_t type) {
     case loomFloat16: std::memcpy(&h, src, 2); return decodeHalf(h);
     case loomBfloat16: std::memcpy(&h, src, 2); return decodeBfloat16(h);
     case loomFloat32: std::memcpy(&f, src, 4); return f;
+    case loomFloat8e4m3: return decodeFloat8(*src, 4);
+    case loomFloat8e5m2: return decodeFloat8(*src, 5);
     default: std::memcpy(&d, src, 8); return d;
   }
 }
@@ -247,7 +280,7 @@ void fillReduceExpected(unsigned char* dst, loomDataType_t type, loomRedOp_t op,
       }
     }
     if (op == loomAvg) {
-      // One division, in the type's precision (float32 for the 16-bit types, then one
+      // One division, in the type's precision (float32 for the 16- and 8-bit types, then one
       // rounding to nearest-even).
       if (type == loomFloat64) {
         acc = acc / static_cast<double>(nranks);
@@ -340,8 +373,8 @@ const char* collectiveName(Collective collective) {
 }
 
 const char* typeName(loomDataType_t type) {
-  static const char* const kNames[] = {"int8",    "uint8",   "int32",   "uint32",  "int64",
-                                       "uint64",  "float16", "float32", "float64", "bfloat16"};
+  static const char* const kNames[] = {"int8",    "uint8",   "int32",    "uint32",     "int64",     "uint64",
+                                       "float16", "float32", "float64", "bfloat16", "float8e4m3", "float8e5m2"};
   return type >= 0 && type < loomNumTypes ? kNames[type] : "?";
 }
 
@@ -353,7 +386,9 @@ const char* opName(loomRedOp_t op) {
 size_t typeSize(loomDataType_t type) {
   switch (type) {
     case loomInt8:
-    case loomUint8: return 1;
+    case loomUint8:
+    case loomFloat8e4m3:
+    case loomFloat8e5m2: return 1;
     case loomFloat16:
     case loomBfloat16: return 2;
     case loomInt32:
@@ -641,7 +676,7 @@ CaseOutcome runDeterminismCase(loomDataType_t type, loomRedOp_t op, size_t count
   const size_t es = typeSize(type);
   const FloatFormat format = formatOf(type);
   // Random significands over a range of exponents: sums round, in an order-dependent way.
-  const int spread = (type == loomFloat16 || type == loomBfloat16) ? 6 : 20;
+  const int spread = typeSize(type) == 1 ? 3 : typeSize(type) == 2 ? 6 : 20;
   auto value = [&](int r, size_t i) {
     uint64_t h = mix(seed, r, i);
     double significand = 1.0 + static_cast<double>(h & 0xFFFFF) * 0x1p-20;
@@ -709,15 +744,15 @@ std::vector<CollectiveCase> sliceCases(int nranks, unsigned rotation) {
     Collective coll = kAllCollectives[ci];
     CollectiveCase zero;
     zero.collective = coll;
-    zero.type = kAllTypes[(rotation + ci) % 10];
+    zero.type = kAllTypes[(rotation + ci) % kTypeCount];
     zero.root = static_cast<int>(rotation % static_cast<unsigned>(nranks));
     zero.count = 0;
     zero.seed = ++seed;
     cases.push_back(zero);
-    for (int ti = 0; ti < 10; ++ti) {
+    for (int ti = 0; ti < kTypeCount; ++ti) {
       // Two types per collective also get a 65537-element case (one op of them).
-      bool big = ti == static_cast<int>((rotation + ci) % 10) ||
-                 ti == static_cast<int>((rotation + ci + 5) % 10);
+      bool big = ti == static_cast<int>((rotation + ci) % kTypeCount) ||
+                 ti == static_cast<int>((rotation + ci + kTypeCount / 2) % kTypeCount);
       int nops = isReducing(coll) ? 5 : 1;
       for (int oi = 0; oi < nops; ++oi) {
         CollectiveCase c;

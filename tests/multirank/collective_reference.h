@@ -35,9 +35,10 @@ enum class Collective { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScat
 constexpr Collective kAllCollectives[] = {Collective::kAllReduce,     Collective::kBroadcast,
                                           Collective::kReduce,        Collective::kAllGather,
                                           Collective::kReduceScatter, Collective::kAllToAll};
-constexpr loomDataType_t kAllTypes[] = {loomInt8,    loomUint8,   loomInt32,   loomUint32,
-                                        loomInt64,   loomUint64,  loomFloat16, loomFloat32,
-                                        loomFloat64, loomBfloat16};
+constexpr loomDataType_t kAllTypes[] = {loomInt8,    loomUint8,    loomInt32,      loomUint32,
+                                        loomInt64,   loomUint64,   loomFloat16,    loomFloat32,
+                                        loomFloat64, loomBfloat16, loomFloat8e4m3, loomFloat8e5m2};
+constexpr int kTypeCount = static_cast<int>(sizeof kAllTypes / sizeof kAllTypes[0]);
 constexpr loomRedOp_t kAllOps[] = {loomSum, loomProd, loomMax, loomMin, loomAvg};
 
 const char* collectiveName(Collective collective);

@@ -171,7 +171,7 @@ void runDeterminism(loomComm_t comm, int rank, int nranks, unsigned rotation, Ma
     loomRedOp_t op;
     size_t count;
   };
-  std::vector<D> ds = {{loomFloat16, loomSum, 65537}, {loomBfloat16, loomAvg, 4097}};
+  std::vector<D> ds = {{loomFloat16, loomSum, 65537}, {loomBfloat16, loomAvg, 4097}, {loomFloat8e4m3, loomSum, 65537}};
   if (scale != MatrixScale::kQuick) {
     ds.push_back({loomFloat32, loomSum, 300007});
     ds.push_back({loomFloat64, loomAvg, 1023});
@@ -181,6 +181,7 @@ void runDeterminism(loomComm_t comm, int rank, int nranks, unsigned rotation, Ma
     ds.push_back({loomFloat64, loomSum, 300007});
     ds.push_back({loomFloat16, loomAvg, 7});
     ds.push_back({loomBfloat16, loomSum, 300007});
+    ds.push_back({loomFloat8e5m2, loomAvg, 4097});
   }
   uint64_t seed = 900000 + rotation * 100;
   for (const D& d : ds) {

@@ -223,16 +223,17 @@ TEST(LoomPerf, EveryTypeAndOpChecksOut) {
     ASSERT_EQ(r.status, 0) << r.out;
     std::string bad;
     const std::vector<Row> rows = rowsOf(r.out, &bad);
-    EXPECT_EQ(rows.size(), 10u * 5u * 3u) << c;
+    EXPECT_EQ(rows.size(), 12u * 5u * 3u) << c;
     std::map<std::string, int> types, ops;
     for (const Row& row : rows) {
       ++types[row.type];
       ++ops[row.op];
       EXPECT_EQ(row.oop.wrong + row.ip.wrong, 0) << row.type << " " << row.op;
     }
-    EXPECT_EQ(types.size(), 10u);
+    EXPECT_EQ(types.size(), 12u);
     EXPECT_EQ(ops.size(), 5u);
-    for (const char* name : {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16"})
+    for (const char* name : {"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double",
+                             "bfloat16", "f8e4m3", "f8e5m2"})
       EXPECT_EQ(types[name], 15) << name;
   }
 }

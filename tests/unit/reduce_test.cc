@@ -44,6 +44,7 @@ const TypeInfo kTypes[] = {
     {loomInt64, "int64", 8, Kind::kSigned},    {loomUint64, "uint64", 8, Kind::kUnsigned},
     {loomFloat16, "float16", 2, Kind::kFloat}, {loomFloat32, "float32", 4, Kind::kFloat},
     {loomFloat64, "float64", 8, Kind::kFloat}, {loomBfloat16, "bfloat16", 2, Kind::kFloat},
+    {loomFloat8e4m3, "float8e4m3", 1, Kind::kFloat}, {loomFloat8e5m2, "float8e5m2", 1, Kind::kFloat},
 };
 
 const TypeInfo& info(loomDataType_t type) { return kTypes[type]; }
@@ -63,6 +64,9 @@ uint64_t canonicalNan(loomDataType_t t) {
       return 0x7E00;
     case loomBfloat16:
       return 0x7FC0;
+    case loomFloat8e4m3:
+    case loomFloat8e5m2:
+      return 0x7F;
     case loomFloat32:
       return 0x7FC00000;
     default:
@@ -118,12 +122,51 @@ uint16_t encodeSmallFloat(double x, int exponentBits, int mantissaBits, uint16_t
   return sign | ((lo & 1) ? lo + 1 : lo);
 }
 
+// float8: e4m3 (4 exponent bits, bias 7, no infinity, NaN S.1111.111) or e5m2 (5, bias 15,
+// IEEE-like).
+double decodeFloat8(uint8_t bits, int exponentBits) {
+  const int mantissaBits = 7 - exponentBits, bias = (1 << (exponentBits - 1)) - 1;
+  const int exponent = (bits >> mantissaBits) & ((1 << exponentBits) - 1);
+  const int mantissa = bits & ((1 << mantissaBits) - 1);
+  const double sign = (bits >> 7) ? -1.0 : 1.0;
+  if (exponentBits == 4 && (bits & 0x7F) == 0x7F) return std::nan("");
+  if (exponentBits == 5 && exponent == 0x1F) return mantissa ? std::nan("") : sign * INFINITY;
+  if (exponent == 0) return sign * std::ldexp(mantissa, 1 - bias - mantissaBits);
+  return sign * std::ldexp(mantissa + (1 << mantissaBits), exponent - bias - mantissaBits);
+}
+
+// Nearest float8 value, ties to the even pattern; beyond the largest finite value (infinity
+// included) that value, keeping the sign (NCCL's saturation); NaN the canonical 0x7F.
+uint8_t encodeFloat8(double x, int exponentBits) {
+  if (std::isnan(x)) return 0x7F;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const double a = std::fabs(x);
+  const uint8_t maxFinite = exponentBits == 4 ? 0x7E : 0x7B;
+  auto value = [&](int p) { return decodeFloat8(static_cast<uint8_t>(p), exponentBits); };
+  if (a >= value(maxFinite)) return sign | maxFinite;
+  int lo = 0, hi = maxFinite - 1;  // value(lo) <= a < value(hi + 1)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (value(mid) <= a)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const double below = a - value(lo), above = value(lo + 1) - a;
+  if (below < above || (below == above && (lo & 1) == 0)) return static_cast<uint8_t>(sign | lo);
+  return static_cast<uint8_t>(sign | (lo + 1));
+}
+
 double decodeFloat(loomDataType_t t, const uint8_t* p) {
   switch (t) {
     case loomFloat16:
       return decodeSmallFloat(static_cast<uint16_t>(getBits(p, 2)), 5, 10);
     case loomBfloat16:
       return decodeSmallFloat(static_cast<uint16_t>(getBits(p, 2)), 8, 7);
+    case loomFloat8e4m3:
+      return decodeFloat8(*p, 4);
+    case loomFloat8e5m2:
+      return decodeFloat8(*p, 5);
     case loomFloat32: {
       float f;
       std::memcpy(&f, p, 4);
@@ -145,6 +188,10 @@ void encodeFloat(loomDataType_t t, double v, uint8_t* out) {
       return putBits(out, 2, encodeSmallFloat(v, 5, 10, 0x7E00));
     case loomBfloat16:
       return putBits(out, 2, encodeSmallFloat(v, 8, 7, 0x7FC0));
+    case loomFloat8e4m3:
+      return putBits(out, 1, encodeFloat8(v, 4));
+    case loomFloat8e5m2:
+      return putBits(out, 1, encodeFloat8(v, 5));
     case loomFloat32: {
       const float f = static_cast<float>(v);
       std::memcpy(out, &f, 4);
@@ -270,6 +317,8 @@ uint64_t randomFloatBits(loomDataType_t t, Random& rng, int minExp, int maxExp) 
   int expBits = 11, manBits = 52;
   if (t == loomFloat16) expBits = 5, manBits = 10;
   if (t == loomBfloat16) expBits = 8, manBits = 7;
+  if (t == loomFloat8e4m3) expBits = 4, manBits = 3;
+  if (t == loomFloat8e5m2) expBits = 5, manBits = 2;
   if (t == loomFloat32) expBits = 8, manBits = 23;
   const int totalBits = 1 + expBits + manBits;
   if (zero) return sign << (totalBits - 1);
@@ -277,14 +326,16 @@ uint64_t randomFloatBits(loomDataType_t t, Random& rng, int minExp, int maxExp) 
   return (sign << (totalBits - 1)) | (biased << manBits) | (mantissa & ((1ull << manBits) - 1));
 }
 
-// Values for which no float result overflows, even multiplied eight together.
+// Values for which no float result overflows, even multiplied eight together (float8 sums of
+// eight may pass 448 and saturate, as the reference does too); normal exponents of every type.
 std::vector<uint8_t> randomInput(const TypeInfo& t, loomRedOp_t op, size_t count, uint64_t seed) {
   Random rng{seed * 0x100000001B3ull + t.type * 131 + op};
   std::vector<uint8_t> v(count * t.size);
+  const int minExp = t.size == 1 ? -5 : -8;
   for (size_t i = 0; i < count; ++i) {
     const uint64_t bits = t.kind == Kind::kFloat
                               ? (op == loomProd ? randomFloatBits(t.type, rng, -2, 0)
-                                                : randomFloatBits(t.type, rng, -8, 5))
+                                                : randomFloatBits(t.type, rng, minExp, 5))
                               : rng.next();
     putBits(&v[i * t.size], t.size, bits);
   }
@@ -614,6 +665,10 @@ std::vector<uint64_t> edgeValues(const TypeInfo& t) {
     case loomBfloat16:
       return {0x7FC0, 0x7F81, 0xFFC0, 0x7F80, 0xFF80, 0x0000, 0x8000, 0x7F7F, 0xFF7F,
               0x0080, 0x8080, 0x0001, 0x8001, 0x007F, 0x3F80, 0x3FC0, 0xBFC0};
+    case loomFloat8e4m3:  // NaNs, ±0, ±448, ±min normal, denormals, 1, ±1.5 (no infinity)
+      return {0x7F, 0xFF, 0x00, 0x80, 0x7E, 0xFE, 0x08, 0x88, 0x01, 0x81, 0x07, 0x38, 0x3C, 0xBC};
+    case loomFloat8e5m2:  // NaNs, ±inf, ±0, ±57344, ±min normal, denormals, 1, ±1.5
+      return {0x7F, 0x7D, 0xFE, 0x7C, 0xFC, 0x00, 0x80, 0x7B, 0xFB, 0x04, 0x84, 0x01, 0x81, 0x03, 0x3C, 0x3E, 0xBE};
     case loomFloat32:
       return {0x7FC00000, 0x7F800001, 0xFFC12345, 0x7F800000, 0xFF800000, 0x00000000,
               0x80000000, 0x7F7FFFFF, 0xFF7FFFFF, 0x00800000, 0x80800000, 0x00000001,
@@ -776,6 +831,79 @@ std::vector<IsaType> allIsaSixteenBitTypes() {
 INSTANTIATE_TEST_SUITE_P(All, SixteenBitFloatTest, testing::ValuesIn(allIsaSixteenBitTypes()),
                          isaTypeName);
 
+// Every pattern of a narrow float type widens through convert() to its exact value (NaNs to
+// float32's canonical NaN), read from and written to misaligned addresses.
+template <class Decode>
+void checkEveryWidening(loomDataType_t type, uint32_t patterns, const Decode& decode) {
+  const size_t size = info(type).size;
+  std::vector<uint8_t> all(patterns * size + 1), wide(patterns * 4 + 3);
+  for (uint32_t v = 0; v < patterns; ++v) putBits(&all[1 + size * v], size, v);
+  ASSERT_TRUE(convert(&wide[3], loomFloat32, &all[1], type, patterns));
+  for (uint32_t v = 0; v < patterns; ++v) {
+    const double want = decode(v);
+    const double got = decodeFloat(loomFloat32, &wide[3 + 4 * v]);
+    if (std::isnan(want)) {
+      ASSERT_EQ(getBits(&wide[3 + 4 * v], 4), canonicalNan(loomFloat32)) << "pattern " << v;
+    } else {
+      ASSERT_TRUE(got == want && std::signbit(got) == std::signbit(want)) << "pattern " << v;
+    }
+  }
+}
+
+// Every pair of float8 values, for every op: every widening, and roundings that land on ties,
+// denormals and saturation.
+class Float8Test : public testing::TestWithParam<IsaType> {};
+
+TEST_P(Float8Test, EveryPairOfValues) {
+  const auto [isa, typeIndex] = GetParam();
+  LOOM_USE_ISA_OR_SKIP(isa);
+  const TypeInfo& t = kTypes[typeIndex];
+  std::vector<uint8_t> a(65536), b(65536);
+  for (size_t i = 0; i < 65536; ++i) {
+    a[i] = static_cast<uint8_t>(i);
+    b[i] = static_cast<uint8_t>(i >> 8);
+  }
+  for (loomRedOp_t op : kOps) {
+    const auto want = referenceReduce(t, op, {a.data(), b.data()}, 65536);
+    checkReduce(t, op, {a, b}, 65536, {0, 0, 0}, Placement::kOutOfPlace, true, want);
+  }
+}
+
+// Every float8 value widens to its exact value; float32 values (random bits, plus ties,
+// saturation and denormals) narrow to the reference's rounding, at misaligned addresses.
+TEST_P(Float8Test, ConvertsEveryValueAndFloat32sAsTheReference) {
+  const auto [isa, typeIndex] = GetParam();
+  LOOM_USE_ISA_OR_SKIP(isa);
+  const auto type = static_cast<loomDataType_t>(typeIndex);
+  const int exponentBits = type == loomFloat8e4m3 ? 4 : 5;
+  checkEveryWidening(type, 256, [&](uint32_t v) { return decodeFloat8(static_cast<uint8_t>(v), exponentBits); });
+  std::vector<uint8_t> floats = randomBits(4 * 100003, 13);
+  // e4m3: 448, the tie to 480 (464) and past it, 2^-9 (smallest denormal), half of it (a tie
+  // to zero), 3/4 of it; e5m2: 57344, its tie 61440, 2^-16; both: 1 + half an ulp, ±inf, NaN.
+  const float specials[] = {448.0f,   464.0f,   464.5f,   480.0f,   0x1p-9f, 0x1p-10f, 0x1.8p-10f,
+                            57344.0f, 61440.0f, 0x1p-16f, 0x1p-17f, 1.0625f, 1.125f,   -1.1875f,
+                            INFINITY, -INFINITY, NAN,     -0.0f,    1e30f,   -1e-30f};
+  std::memcpy(floats.data(), specials, sizeof(specials));
+  const size_t n = floats.size() / 4;
+  std::vector<uint8_t> narrow(n + 1);
+  ASSERT_TRUE(convert(&narrow[1], type, floats.data(), loomFloat32, n));
+  for (size_t i = 0; i < n; ++i) {
+    const double x = decodeFloat(loomFloat32, &floats[4 * i]);
+    ASSERT_EQ(narrow[1 + i], encodeFloat8(x, exponentBits)) << "float32 " << x << " at " << i;
+  }
+}
+
+std::vector<IsaType> allIsaFloat8Types() {
+  std::vector<IsaType> all;
+  for (Isa isa : kIsas) {
+    all.emplace_back(isa, loomFloat8e4m3);
+    all.emplace_back(isa, loomFloat8e5m2);
+  }
+  return all;
+}
+
+INSTANTIATE_TEST_SUITE_P(All, Float8Test, testing::ValuesIn(allIsaFloat8Types()), isaTypeName);
+
 // float32 <-> float16 / bfloat16 (the DDP layer's compression): every 16-bit pattern widens to
 // its exact value, and float32 values (random bits, plus ties, overflow and denormals) narrow
 // to the reference's rounding, at a misaligned address too.
@@ -787,19 +915,9 @@ TEST_P(ConvertTest, EveryWideningAndReferenceNarrowing) {
   const auto type = static_cast<loomDataType_t>(typeIndex);
   const int exponentBits = type == loomFloat16 ? 5 : 8, mantissaBits = type == loomFloat16 ? 10 : 7;
 
-  std::vector<uint8_t> all(65536 * 2 + 1);
-  for (uint32_t v = 0; v < 65536; ++v) putBits(&all[1 + 2 * v], 2, v);
-  std::vector<uint8_t> wide(65536 * 4 + 3);
-  ASSERT_TRUE(convert(&wide[3], loomFloat32, &all[1], type, 65536));
-  for (uint32_t v = 0; v < 65536; ++v) {
-    const double want = decodeSmallFloat(static_cast<uint16_t>(v), exponentBits, mantissaBits);
-    const double got = decodeFloat(loomFloat32, &wide[3 + 4 * v]);
-    if (std::isnan(want)) {
-      ASSERT_EQ(getBits(&wide[3 + 4 * v], 4), canonicalNan(loomFloat32)) << "pattern " << v;
-    } else {
-      ASSERT_TRUE(got == want && std::signbit(got) == std::signbit(want)) << "pattern " << v;
-    }
-  }
+  checkEveryWidening(type, 65536, [&](uint32_t v) {
+    return decodeSmallFloat(static_cast<uint16_t>(v), exponentBits, mantissaBits);
+  });
 
   std::vector<uint8_t> floats = randomBits(4 * 100003, 11);
   const float specials[] = {65504.0f, 65520.0f, 65519.99f, 1e-8f, -5.960464477539063e-08f, 2.9802322e-08f,

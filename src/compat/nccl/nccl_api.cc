@@ -24,7 +24,10 @@
 
 static_assert(sizeof(ncclUniqueId) == sizeof(loomUniqueId), "unique ids travel unchanged");
 static_assert(static_cast<int>(ncclNumOps) == static_cast<int>(loomNumOps), "built-in ops are Loom's");
-static_assert(static_cast<int>(ncclBfloat16) == static_cast<int>(loomBfloat16), "types 0..9 are Loom's");
+static_assert(static_cast<int>(ncclBfloat16) == static_cast<int>(loomBfloat16) &&
+                  static_cast<int>(ncclFloat8e4m3) == static_cast<int>(loomFloat8e4m3) &&
+                  static_cast<int>(ncclNumTypes) == static_cast<int>(loomNumTypes),
+              "NCCL's types are Loom's");
 
 #define NCCL_API extern "C" __attribute__((visibility("default")))
 
@@ -104,16 +107,6 @@ Status ready(const ncclComm& comm, bool forCollective = false) {
   return Status::ok();
 }
 
-// float8 is the one NCCL type Loom lacks; any other value is Loom's to judge.
-Status checkType(const ncclDataType_t& type) {
-  const int bits = enumBits(type);
-  if (bits == ncclFloat8e4m3 || bits == ncclFloat8e5m2) {
-    return loom::error(loomInvalidArgument, "datatype %d (%s) is not supported by Loom", bits,
-                       bits == ncclFloat8e4m3 ? "ncclFloat8e4m3" : "ncclFloat8e5m2");
-  }
-  return Status::ok();
-}
-
 // A host communicator's calls complete before they return; it has no stream to order on.
 Status checkStream(const ncclComm& comm, cudaStream_t stream) {
   if (comm.device() < 0 && stream != nullptr) {
@@ -125,9 +118,8 @@ Status checkStream(const ncclComm& comm, cudaStream_t stream) {
   return Status::ok();
 }
 
-Status checkCollective(const ncclComm& comm, const ncclDataType_t& type, cudaStream_t stream) {
+Status checkCollective(const ncclComm& comm, cudaStream_t stream) {
   LOOM_TRY(ready(comm, true));
-  LOOM_TRY(checkType(type));
   return checkStream(comm, stream);
 }
 
@@ -523,7 +515,6 @@ NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, nc
     LOOM_TRY(ready(c));
     if (op == nullptr) return loom::error(loomInvalidArgument, "op is NULL");
     if (scalar == nullptr) return loom::error(loomInvalidArgument, "scalar is NULL");
-    LOOM_TRY(checkType(datatype));
     const int type = enumBits(datatype);
     if (type < 0 || type >= loomNumTypes) {
       return loom::error(loomInvalidArgument, "datatype %d is not an ncclDataType_t", type);
@@ -564,7 +555,7 @@ loomDataType_t loomType(const ncclDataType_t& type) { return static_cast<loomDat
 NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclAllReduce", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return withOp(c, sendbuff, count, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
       return loomAllReduce(send, recvbuff, count, loomType(datatype), loomOp, c.loom(), stream);
     });
@@ -574,7 +565,7 @@ NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t
 NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclReduce", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return withOp(c, sendbuff, count, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
       return loomReduce(send, recvbuff, count, loomType(datatype), loomOp, root, c.loom(), stream);
     });
@@ -585,7 +576,7 @@ NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, si
                                         ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                         cudaStream_t stream) {
   return withComm(comm, "ncclReduceScatter", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     size_t sendCount = 0;
     if (__builtin_mul_overflow(recvcount, static_cast<size_t>(countOf(c)), &sendCount)) {
       return loom::error(loomInvalidArgument, "recvcount %zu times %d ranks overflows size_t", recvcount,
@@ -600,7 +591,7 @@ NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, si
 NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                     int root, ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclBroadcast", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return fromLoom(loomBroadcast(sendbuff, recvbuff, count, loomType(datatype), root, c.loom(), stream));
   });
 }
@@ -608,7 +599,7 @@ NCCL_API ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t
 NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatype, int root, ncclComm_t comm,
                                 cudaStream_t stream) {
   return withComm(comm, "ncclBcast", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return fromLoom(loomBroadcast(buff, buff, count, loomType(datatype), root, c.loom(), stream));
   });
 }
@@ -616,7 +607,7 @@ NCCL_API ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t datatyp
 NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                     ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclAllGather", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return fromLoom(loomAllGather(sendbuff, recvbuff, sendcount, loomType(datatype), c.loom(), stream));
   });
 }
@@ -624,7 +615,7 @@ NCCL_API ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t
 NCCL_API ncclResult_t ncclAlltoAll(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
                                    ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclAlltoAll", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return fromLoom(loomAllToAll(sendbuff, recvbuff, count, loomType(datatype), c.loom(), stream));
   });
 }
@@ -637,7 +628,7 @@ namespace {
 // root's `mine` is its own block, as NCCL defines it) the root's block stays where it is.
 Status rootedBlocks(ncclComm& c, bool gather, void* blocks, void* mine, size_t count, const ncclDataType_t& type,
                     int root, cudaStream_t stream) {
-  LOOM_TRY(checkCollective(c, type, stream));
+  LOOM_TRY(checkCollective(c, stream));
   LOOM_TRY(checkRoot(c, root));
   const size_t block = count * loom::typeSize(loomType(type));
   const int me = rankOf(c);
@@ -675,7 +666,7 @@ NCCL_API ncclResult_t ncclScatter(const void* sendbuff, void* recvbuff, size_t c
 NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatype, int peer,
                                ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclSend", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return fromLoom(loomSend(sendbuff, count, loomType(datatype), peer, c.loom(), stream));
   });
 }
@@ -683,7 +674,7 @@ NCCL_API ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_
 NCCL_API ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
                                cudaStream_t stream) {
   return withComm(comm, "ncclRecv", [&](ncclComm& c) -> Status {
-    LOOM_TRY(checkCollective(c, datatype, stream));
+    LOOM_TRY(checkCollective(c, stream));
     return fromLoom(loomRecv(recvbuff, count, loomType(datatype), peer, c.loom(), stream));
   });
 }

@@ -40,6 +40,10 @@ loomDataType_t typeOf(const at::Tensor& t) {
     case at::kFloat: return loomFloat32;
     case at::kDouble: return loomFloat64;
     case at::kBFloat16: return loomBfloat16;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+    case at::ScalarType::Float8_e4m3fn: return loomFloat8e4m3;
+    case at::ScalarType::Float8_e5m2: return loomFloat8e5m2;
+#endif
     default: fail(std::string("dtype ") + c10::toString(t.scalar_type()) + " is not supported by Loom");
   }
 }

@@ -49,6 +49,8 @@ constexpr int kFallbackSms = 132;  // used only if the attribute query fails
 // ---- Jobs: what one output element is (kernels/element_ops.h has the arithmetic) ----------
 
 using device::BFloat16;
+using device::Float8e4m3;
+using device::Float8e5m2;
 using device::Half;
 using device::ReduceJob;
 using device::ScaleJob;
@@ -271,6 +273,10 @@ int byConversion(loomDataType_t dstType, loomDataType_t srcType, F&& f) {
   if (srcType == loomFloat32 && dstType == loomBfloat16) return f(Tag<float>{}, Tag<BFloat16>{});
   if (srcType == loomFloat16 && dstType == loomFloat32) return f(Tag<Half>{}, Tag<float>{});
   if (srcType == loomBfloat16 && dstType == loomFloat32) return f(Tag<BFloat16>{}, Tag<float>{});
+  if (srcType == loomFloat32 && dstType == loomFloat8e4m3) return f(Tag<float>{}, Tag<Float8e4m3>{});
+  if (srcType == loomFloat32 && dstType == loomFloat8e5m2) return f(Tag<float>{}, Tag<Float8e5m2>{});
+  if (srcType == loomFloat8e4m3 && dstType == loomFloat32) return f(Tag<Float8e4m3>{}, Tag<float>{});
+  if (srcType == loomFloat8e5m2 && dstType == loomFloat32) return f(Tag<Float8e5m2>{}, Tag<float>{});
   return static_cast<int>(cudaErrorInvalidValue);
 }
 

@@ -41,7 +41,7 @@ int scale(void* dst, const void* src, size_t count, loomDataType_t type, int div
 // dst = src for `bytes` bytes, with a kernel rather than a copy engine. dst == src does nothing.
 int copy(void* dst, const void* src, size_t bytes, void* stream);
 
-// dst = src converted, as host kernels::convert: float32 <-> float16 / bfloat16, or equal
+// dst = src converted, as host kernels::convert: float32 <-> float16 / bfloat16 / float8, or equal
 // types (a copy). Any other pair returns cudaErrorInvalidValue.
 int convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType, size_t count,
             void* stream);

@@ -10,7 +10,8 @@ refusals with a message; DDP on "loom" against the same training on "gloo" (bitw
 2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
 mid-training, after which every survivor raises within the timeout. Where loom_torch has CUDA
 tensors and a GPU exists (every rank on one), the collectives and DDP on CUDA tensors too
-(cases cuda, ddp_cuda); torch 2's coalesced tensor collectives (case coalesced). A case this
+(cases cuda, ddp_cuda); torch 2's coalesced tensor collectives (case coalesced) and float8
+dtypes (case float8, torch 2.1 and later). A case this
 machine cannot run says why and counts as skipped.
 
 Prints one line per case and rank count, then "N passed, N failed, N skipped"; exits 1 on any
@@ -87,7 +88,11 @@ def values(rank, n, op=None, offset=0):
 
 
 def reduced(size, n, op, offset=0):
-    stack = torch.stack([values(r, n, op, offset) for r in range(size)])
+    return fold(torch.stack([values(r, n, op, offset) for r in range(size)]), op)
+
+
+def fold(stack, op):
+    """op over the first dimension of `stack` (one row per rank)."""
     if op == dist.ReduceOp.SUM:
         return stack.sum(0)
     if op == dist.ReduceOp.PRODUCT:
@@ -350,6 +355,37 @@ def case_coalesced(rank, size):
         expect_equal(o, want, f"coalesced reduce_scatter_tensor {k}")
 
 
+def case_float8(rank, size):
+    """torch's float8_e4m3fn and float8_e5m2 (torch 2.1 and later) as Loom's float8 types. Inputs
+    1..2 (products, sums of up to 4 ranks) and 1..5 (min, max) are exact in both formats; results
+    are compared as float32, which torch's float8 tensors convert to."""
+    if not hasattr(torch, "float8_e4m3fn"):
+        raise Skip(f"torch {torch.__version__} has no float8 dtypes (torch 2.1 and later have)")
+    for dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+        def check(got, want, what):
+            expect_equal(got.float(), want.float(), f"{what} {dtype}")
+        for op in OPS:
+            pattern = dist.ReduceOp.PRODUCT if op in (dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT) else op
+            ins = torch.stack([values(r, N, pattern) for r in range(size)])
+            t = ins[rank].to(dtype)
+            dist.all_reduce(t, op=op)
+            check(t, fold(ins, op), f"all_reduce {op}")
+        t = values(rank, N).to(dtype)
+        dist.broadcast(t, src=size - 1)
+        check(t, values(size - 1, N), "broadcast")
+        flat = torch.zeros(size * N, dtype=dtype)
+        dist.all_gather_into_tensor(flat, values(rank, N).to(dtype))
+        check(flat, torch.cat([values(r, N) for r in range(size)]), "all_gather_into_tensor")
+        ins = torch.stack([values(r, size * N, dist.ReduceOp.PRODUCT) for r in range(size)])
+        out = torch.zeros(N, dtype=dtype)
+        dist.reduce_scatter_tensor(out, ins[rank].to(dtype))
+        check(out, ins.sum(0)[rank * N:(rank + 1) * N], "reduce_scatter_tensor")
+        x = values(rank, size * N).to(dtype)
+        out = torch.zeros(size * N, dtype=dtype)
+        dist.all_to_all_single(out, x)
+        check(out, torch.cat([values(r, size * N)[rank * N:(rank + 1) * N] for r in range(size)]), "all_to_all_single")
+
+
 def cuda_device(rank):
     """This rank's CUDA device (every rank on one GPU where there is one), or Skip saying why not."""
     if not loom_torch._C.cuda:
@@ -445,6 +481,7 @@ CASES = {
     "alltoall": case_alltoall,
     "p2p": case_p2p,
     "coalesced": case_coalesced,
+    "float8": case_float8,
     "cuda": case_cuda,
     "refusals": case_refusals,
     "teardown": case_teardown,
