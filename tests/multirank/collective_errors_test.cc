@@ -92,7 +92,7 @@ TEST_F(CollectiveValidation, NullBuffersWithACount) {
 TEST_F(CollectiveValidation, BadDatatype) {
   float* a = a_.data();
   float* b = b_.data();
-  for (int bad : {42, -1, 10}) {
+  for (int bad : {42, -1, static_cast<int>(loomNumTypes)}) {
     auto type = static_cast<loomDataType_t>(bad);
     std::string value = "datatype " + std::to_string(bad);
     const char* v = value.c_str();
