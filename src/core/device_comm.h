@@ -49,8 +49,8 @@ class DeviceComm {
   virtual bool hostStreams() const = 0;
   // loomInvalidArgument unless [ptr, ptr + bytes) can be a buffer of this communicator's calls.
   virtual Status checkBuffer(const char* name, const void* ptr, size_t bytes) const = 0;
-  // loomInvalidArgument unless this device's plan kernel reduces `type` (float8 needs compute
-  // capability 8.9 or later).
+  // loomInvalidArgument unless this device's plan kernel reduces `type` (float8 needs its build
+  // for compute capability 8.9 or later).
   virtual Status checkReduction(loomDataType_t type) const = 0;
   // loomCommAbort: running kernels give up their waits and end; later calls fail.
   virtual void abort() = 0;

@@ -50,16 +50,19 @@ class CudaRuntime final : public DeviceRuntime {
 
   const char* name() const override { return "cuda"; }
   std::string describe() const override {
-    return format("CUDA device %d (%s, %d multiprocessors, %d plan-kernel blocks each)", device_, deviceName_.c_str(),
-                  multiprocessors_, blocksPerMultiprocessor_);
+    return format("CUDA device %d (%s, %d multiprocessors, %d plan-kernel blocks each, plan kernel sm_%d)", device_,
+                  deviceName_.c_str(), multiprocessors_, blocksPerMultiprocessor_, planKernelArchitecture_);
   }
   int residentBlocks() const override { return multiprocessors_ * blocksPerMultiprocessor_; }
+  // The plan kernel's build for this device, not the device's compute capability, decides: a
+  // GPU of 8.9 runs the sm_80 build (Loom builds sm_80, sm_90 and compute_90 PTX).
   Status checkReduction(loomDataType_t type) const override {
-    if ((type == loomFloat8e4m3 || type == loomFloat8e5m2) && computeCapability_ < 89) {
+    if ((type == loomFloat8e4m3 || type == loomFloat8e5m2) && planKernelArchitecture_ < 89) {
       return error(loomInvalidArgument,
-                   "float8 reductions on a GPU need compute capability 8.9 or later; CUDA device %d (%s) has %d.%d "
-                   "(float8 allgather, broadcast, all-to-all and send/recv work)",
-                   device_, deviceName_.c_str(), computeCapability_ / 10, computeCapability_ % 10);
+                   "float8 reductions on a GPU need the plan kernel built for compute capability 8.9 or later "
+                   "(float8 instructions); CUDA device %d (%s) runs its sm_%d build (float8 allgather, broadcast, "
+                   "all-to-all and send/recv work)",
+                   device_, deviceName_.c_str(), planKernelArchitecture_);
     }
     return Status::ok();
   }
@@ -86,7 +89,7 @@ class CudaRuntime final : public DeviceRuntime {
   std::string deviceName_;
   std::string busId_;  // the same GPU has the same one in every process, whatever its ordinal
   int multiprocessors_ = 0;
-  int computeCapability_ = 0;  // major * 10 + minor
+  int planKernelArchitecture_ = 0;  // of the build loaded: 80, 90, ...
   int blocksPerMultiprocessor_ = 0;
   std::vector<cuda::DevicePtr> deviceMemory_;
   std::vector<cuda::PinnedPtr> pinned_;
@@ -107,12 +110,11 @@ Status CudaRuntime::init() {
   LOOM_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
   deviceName_ = prop.name;
   multiprocessors_ = prop.multiProcessorCount;
-  computeCapability_ = prop.major * 10 + prop.minor;
   char busId[32] = {};
   LOOM_CUDA_TRY(cudaDeviceGetPCIBusId(busId, sizeof busId, device_));
   busId_ = busId;
   // Now, before any peer's kernel waits for this rank's (see loadPlanKernel).
-  LOOM_CUDA_TRY(static_cast<cudaError_t>(loadPlanKernel(&blocksPerMultiprocessor_)));
+  LOOM_CUDA_TRY(static_cast<cudaError_t>(loadPlanKernel(&blocksPerMultiprocessor_, &planKernelArchitecture_)));
   LOOM_TRY(cuda::makeStream(&own_));
   LOOM_TRY(cuda::makeEvent(&lastLaunch_));
   void* device = nullptr;

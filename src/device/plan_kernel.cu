@@ -22,10 +22,11 @@ int launchPlanKernel(const LaunchArgs& args, void* stream) {
   return static_cast<int>(cudaGetLastError());
 }
 
-int loadPlanKernel(int* blocksPerMultiprocessor) {
+int loadPlanKernel(int* blocksPerMultiprocessor, int* architecture) {
   cudaFuncAttributes attributes;
   cudaError_t e = cudaFuncGetAttributes(&attributes, planKernel);
   if (e != cudaSuccess) return static_cast<int>(e);
+  *architecture = attributes.binaryVersion;
   return static_cast<int>(
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocksPerMultiprocessor, planKernel, kPlanKernelThreads, 0));
 }

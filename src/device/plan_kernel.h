@@ -16,7 +16,8 @@ int launchPlanKernel(const LaunchArgs& args, void* stream);
 
 // Loads the kernel into the current device's context now (a kernel loaded lazily at its first
 // launch may wait for the device to go idle, which a peer's waiting kernel prevents), and says
-// how many of its blocks one multiprocessor holds at once; the cudaError_t.
-int loadPlanKernel(int* blocksPerMultiprocessor);
+// how many of its blocks one multiprocessor holds at once and which architecture the build
+// loaded for this device is (major * 10 + minor: 80 for sm_80); the cudaError_t.
+int loadPlanKernel(int* blocksPerMultiprocessor, int* architecture);
 
 }  // namespace loom::device

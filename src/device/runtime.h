@@ -51,7 +51,7 @@ class DeviceRuntime {
   // of the host that uses it (the PCI bus id of a GPU).
   virtual int residentBlocks() const = 0;
   // loomInvalidArgument where the plan kernel cannot reduce `type` on this device: float8 needs
-  // compute capability 8.9 or later (element_ops.h, kPlanFloat8).
+  // its build for compute capability 8.9 or later (element_ops.h, kPlanFloat8).
   virtual Status checkReduction(loomDataType_t type) const = 0;
   virtual std::string deviceKey() const = 0;
 
