@@ -200,9 +200,11 @@ run latency-timeline-loop env LOOM_DEVICE_TIMELINE=1 LOOM_DEBUG=INFO timeout -k 
 run kernel-latency timeout -k 10 60 "$bin/perf/loom-kernel-latency"
 # The physical limit beside the collectives: a device-to-device copy of the same bytes
 # (loom-kernel-bw's copy column), and the reduce kernels.
-run kernel-bw timeout -k 10 60 "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8
+run kernel-bw timeout -k 10 60 "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8,f8e4m3
 perf allreduce-2threads 90 allreduce --device cuda -t 2 -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
   --json "$out/allreduce-2threads.json"
+# float8 through the plan kernel's conversion instructions, every op, checked.
+perf allreduce-2threads-f8e4m3 60 allreduce --device cuda -t 2 -b 8 -e 256M -f 16 -n 10 -w 3 -c 1 -d f8e4m3 -o all
 # Channels (thread blocks per peer and direction) forced, beside the default's pick above.
 for channels in 8 16 32 64; do
   run "allreduce-2threads-ch$channels" env LOOM_CHANNELS=$channels timeout -k 10 60 "$bin/perf/loom-perf" allreduce \

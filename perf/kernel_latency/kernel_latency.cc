@@ -330,8 +330,10 @@ int main(int argc, char** argv) {
   check("cudaGetDeviceProperties", cudaGetDeviceProperties(&prop, 0));
   std::printf("# device 0: %s, %d SMs; graph of %d kernels replayed %d times; loop of %d launches\n", prop.name,
               prop.multiProcessorCount, o.graphKernels, o.replays, o.loop);
-  int blocksPerSm = 0;
-  check("loading the plan kernel", static_cast<cudaError_t>(loom::device::loadPlanKernel(&blocksPerSm)));
+  int blocksPerSm = 0, architecture = 0;
+  check("loading the plan kernel",
+        static_cast<cudaError_t>(loom::device::loadPlanKernel(&blocksPerSm, &architecture)));
+  std::printf("# plan kernel: its sm_%d build, %d blocks per SM\n", architecture, blocksPerSm);
 
   cudaStream_t s;
   check("cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
