@@ -32,11 +32,13 @@
 #
 # On a lent GPU machine (no packages there, hence the bundle; 64 MiB travel, 8 files come back):
 #   here:  perf/gpu_suite.sh --bundle build-gpubundle        (build-* is git-ignored)
-#   there: perf/gpu_suite.sh --prebuilt build-gpubundle --out /tmp/g/r --tar $OUT/r.tgz
-#          with build-gpubundle carried. The whole suite took about 4 minutes on an H100.
-#          A carry holds 64 MiB with the tree: carry build-gpubundle/{perf,tests,tools,
-#          libcudart.so.13} for the device part, build-gpubundle/{lib,libcudart.so.13} and
-#          build-nccl-tests/{bin,debs} for --part torch.
+#   there: tar -xJf build-gpubundle/device.tar.xz &&
+#          perf/gpu_suite.sh --prebuilt build-gpubundle --out /tmp/g/r --tar $OUT/r.tgz
+#          with build-gpubundle/device.tar.xz carried (the bundle's programs, compressed: a
+#          carry holds 64 MiB with the tree, and the programs alone are 62). The whole suite
+#          took about 4 minutes on an H100. For --part torch carry build-gpubundle/torch.tar.xz
+#          (libloom, libnccl, libcudart and, when perf/nccl_tests.sh built it before the
+#          bundle, the nccl-tests kit's bin and debs).
 #   Use a fresh --builddir for a bundle: it is configured without the libraries the GPU
 #   machine lacks (hwloc, UCX, verbs, MPI). NCCL there comes from its PyTorch.
 set -uo pipefail
@@ -86,7 +88,14 @@ if [[ -z $prebuilt ]]; then
     if [[ -x $builddir/perf/loom-nccl-bench ]]; then
       strip -o "$bundle/perf/loom-nccl-bench" "$builddir/perf/loom-nccl-bench" || exit 1
     fi
-    echo "gpu_suite.sh: bundle in $bundle ($(du -sh "$bundle" | cut -f1))"
+    # What each call carries, compressed (the binaries hold the plan kernel's fatbin many times
+    # over: 62 MiB of device part went into 6.6 MiB), with the nccl-tests kit where built.
+    tar -cf - "$bundle"/{perf,tests,tools,libcudart.so.13} | xz -T2 -6 > "$bundle/device.tar.xz" || exit 1
+    kit=()
+    [[ -d $nccl_tests/bin ]] && kit=("$nccl_tests/bin" "$nccl_tests/debs")
+    tar -cf - "$bundle"/{lib,libcudart.so.13} "${kit[@]}" | xz -T2 -6 > "$bundle/torch.tar.xz" || exit 1
+    echo "gpu_suite.sh: bundle in $bundle ($(du -sh "$bundle" | cut -f1)); carry $bundle/device.tar.xz" \
+      "($(du -h "$bundle/device.tar.xz" | cut -f1)) and $bundle/torch.tar.xz ($(du -h "$bundle/torch.tar.xz" | cut -f1))"
     exit 0
   fi
 else
