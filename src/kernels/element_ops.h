@@ -294,10 +294,10 @@ struct Tag {
 };
 
 // f(Tag<T>{}) with T the storage type of `type`; `invalid` for a value outside the enum, and
-// for float8 where kFloat8 is false. Host and device code both dispatch through these, with
+// for float8 where kWithFloat8 is false. Host and device code both dispatch through these, with
 // host-only or device-only f.
 LOOM_HD_TEMPLATE
-template <bool kFloat8 = true, class R, class F>
+template <bool kWithFloat8 = true, class R, class F>
 LOOM_HD R byType(loomDataType_t type, R invalid, F&& f) {
   switch (type) {
     case loomInt8: return f(Tag<int8_t>{});
@@ -311,10 +311,10 @@ LOOM_HD R byType(loomDataType_t type, R invalid, F&& f) {
     case loomFloat64: return f(Tag<double>{});
     case loomBfloat16: return f(Tag<BFloat16>{});
     case loomFloat8e4m3:
-      if constexpr (kFloat8) return f(Tag<Float8e4m3>{});
+      if constexpr (kWithFloat8) return f(Tag<Float8e4m3>{});
       return invalid;
     case loomFloat8e5m2:
-      if constexpr (kFloat8) return f(Tag<Float8e5m2>{});
+      if constexpr (kWithFloat8) return f(Tag<Float8e5m2>{});
       return invalid;
     default: return invalid;
   }

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -819,16 +820,17 @@ TEST_P(SixteenBitFloatTest, EveryValue) {
   }
 }
 
-std::vector<IsaType> allIsaSixteenBitTypes() {
+// Every path with each of `types`.
+std::vector<IsaType> allIsasWith(std::initializer_list<loomDataType_t> types) {
   std::vector<IsaType> all;
-  for (Isa isa : kIsas) {
-    all.emplace_back(isa, loomFloat16);
-    all.emplace_back(isa, loomBfloat16);
-  }
+  for (Isa isa : kIsas)
+    for (loomDataType_t type : types) all.emplace_back(isa, type);
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(All, SixteenBitFloatTest, testing::ValuesIn(allIsaSixteenBitTypes()),
+const std::vector<IsaType> kSixteenBitFloats = allIsasWith({loomFloat16, loomBfloat16});
+
+INSTANTIATE_TEST_SUITE_P(All, SixteenBitFloatTest, testing::ValuesIn(kSixteenBitFloats),
                          isaTypeName);
 
 // Every pattern of a narrow float type widens through convert() to its exact value (NaNs to
@@ -893,16 +895,8 @@ TEST_P(Float8Test, ConvertsEveryValueAndFloat32sAsTheReference) {
   }
 }
 
-std::vector<IsaType> allIsaFloat8Types() {
-  std::vector<IsaType> all;
-  for (Isa isa : kIsas) {
-    all.emplace_back(isa, loomFloat8e4m3);
-    all.emplace_back(isa, loomFloat8e5m2);
-  }
-  return all;
-}
-
-INSTANTIATE_TEST_SUITE_P(All, Float8Test, testing::ValuesIn(allIsaFloat8Types()), isaTypeName);
+INSTANTIATE_TEST_SUITE_P(All, Float8Test, testing::ValuesIn(allIsasWith({loomFloat8e4m3, loomFloat8e5m2})),
+                         isaTypeName);
 
 // float32 <-> float16 / bfloat16 (the DDP layer's compression): every 16-bit pattern widens to
 // its exact value, and float32 values (random bits, plus ties, overflow and denormals) narrow
@@ -934,7 +928,7 @@ TEST_P(ConvertTest, EveryWideningAndReferenceNarrowing) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(All, ConvertTest, testing::ValuesIn(allIsaSixteenBitTypes()), isaTypeName);
+INSTANTIATE_TEST_SUITE_P(All, ConvertTest, testing::ValuesIn(kSixteenBitFloats), isaTypeName);
 
 TEST(Convert, EqualTypesCopyOtherPairsAreRefused) {
   auto src = randomBits(800, 6);
