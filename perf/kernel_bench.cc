@@ -1,7 +1,9 @@
-// float32 sum bandwidth of loom::kernels::reduce on each instruction-set path, beside memcpy
-// and a plain c[i] = a[i] + b[i] loop compiled into this binary with the build's own flags.
+// Sum bandwidth of loom::kernels::reduce on each instruction-set path, beside memcpy and a
+// plain float32 c[i] = a[i] + b[i] loop compiled into this binary with the build's own flags.
 //
-//   kernel_bench [repeats [KiB per array ...]]     (defaults: 11; 65536 1024 128 16)
+//   kernel_bench [-d TYPE[,TYPE...]] [repeats [KiB per array ...]]
+//       defaults: float; 11; 65536 1024 128 16. TYPE: loom-perf's names (float, half,
+//       bfloat16, f8e4m3, ...), to set the narrow floats' conversions beside float32.
 //
 // Prints the median of the repeats. Bandwidth counts the bytes the operation must move:
 // reduce reads two arrays and writes one (3 x size), memcpy reads one and writes one
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "kernels/reduce.h"
+#include "loom_perf/datatypes.h"
 
 namespace {
 
@@ -54,43 +57,85 @@ struct Row {
   double gbps;
 };
 
-void benchSize(size_t bytes, int repeats) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> a(n), b(n), c(n);
-  for (size_t i = 0; i < n; ++i) {
-    a[i] = static_cast<float>(i % 1000) * 0.5f;
-    b[i] = static_cast<float>(i % 777) * 0.25f;
+// Two inputs and an output of `bytes` each, of `type`; input i holds (i % 1000) / 2 and
+// (i % 777) / 4 as `type` rounds them.
+struct Arrays {
+  size_t count;
+  std::vector<unsigned char> a, b, c;
+  Arrays(loomDataType_t type, size_t bytes) : count(bytes / loomperf::typeSize(type)), a(bytes), b(bytes), c(bytes) {
+    std::vector<float> fa(count), fb(count);
+    for (size_t i = 0; i < count; ++i) {
+      fa[i] = static_cast<float>(i % 1000) * 0.5f;
+      fb[i] = static_cast<float>(i % 777) * 0.25f;
+    }
+    if (!loom::kernels::convert(a.data(), type, fa.data(), loomFloat32, count) ||
+        !loom::kernels::convert(b.data(), type, fb.data(), loomFloat32, count)) {
+      std::fprintf(stderr, "kernel_bench: %s is not converted from float32 here\n", loomperf::typeName(type));
+      std::exit(2);
+    }
   }
+};
+
+void benchSize(size_t bytes, int repeats, const std::vector<loomDataType_t>& types) {
+  Arrays floats(loomFloat32, bytes);
+  auto* a = reinterpret_cast<const float*>(floats.a.data());
+  auto* b = reinterpret_cast<const float*>(floats.b.data());
+  auto* c = reinterpret_cast<float*>(floats.c.data());
   const double reduceBytes = 3.0 * bytes, copyBytes = 2.0 * bytes;
   auto gbps = [&](double moved, const std::function<void()>& op) {
     return moved / medianSeconds(op, repeats) / 1e9;
   };
   std::vector<Row> rows;
-  rows.push_back({"memcpy", gbps(copyBytes, [&] { std::memcpy(c.data(), a.data(), bytes); })});
-  rows.push_back(
-      {"plain loop", gbps(reduceBytes, [&] { plainSum(c.data(), a.data(), b.data(), n); })});
-  for (loom::kernels::Isa isa : loom::kernels::availableIsas()) {
-    loom::kernels::forceIsaForTesting(isa);
-    rows.push_back({std::string("reduce ") + loom::kernels::isaName(isa), gbps(reduceBytes, [&] {
-                      loom::kernels::reduce(c.data(), a.data(), b.data(), n, loomFloat32, loomSum);
-                    })});
+  rows.push_back({"memcpy", gbps(copyBytes, [&] { std::memcpy(c, a, bytes); })});
+  rows.push_back({"plain loop", gbps(reduceBytes, [&] { plainSum(c, a, b, floats.count); })});
+  for (loomDataType_t type : types) {
+    Arrays arrays(type, bytes);
+    for (loom::kernels::Isa isa : loom::kernels::availableIsas()) {
+      loom::kernels::forceIsaForTesting(isa);
+      rows.push_back({std::string(loomperf::typeName(type)) + " " + loom::kernels::isaName(isa), gbps(reduceBytes, [&] {
+                        loom::kernels::reduce(arrays.c.data(), arrays.a.data(), arrays.b.data(), arrays.count, type,
+                                              loomSum);
+                      })});
+    }
   }
   loom::kernels::forceIsaForTesting(loom::kernels::availableIsas().back());
 
   const double memcpyGbps = rows[0].gbps, plainGbps = rows[1].gbps;
   std::printf("\n%zu KiB per array\n", bytes / 1024);
-  std::printf("  %-16s %8s %14s %10s\n", "", "GB/s", "x plain loop", "x memcpy");
+  std::printf("  %-20s %8s %14s %10s\n", "", "GB/s", "x plain loop", "x memcpy");
   for (const Row& row : rows) {
-    std::printf("  %-16s %8.2f %14.2f %10.2f\n", row.name.c_str(), row.gbps, row.gbps / plainGbps,
+    std::printf("  %-20s %8.2f %14.2f %10.2f\n", row.name.c_str(), row.gbps, row.gbps / plainGbps,
                 row.gbps / memcpyGbps);
   }
 }
 
 }  // namespace
 
+// "-d a,b,c" -> the types named; exits on an unknown name.
+std::vector<loomDataType_t> parseTypes(const std::string& list) {
+  std::vector<loomDataType_t> types;
+  for (size_t start = 0; start <= list.size();) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    loomDataType_t type;
+    if (!loomperf::parseType(list.substr(start, end - start).c_str(), &type)) {
+      std::fprintf(stderr, "kernel_bench: unknown type '%s'\n", list.substr(start, end - start).c_str());
+      std::exit(2);
+    }
+    types.push_back(type);
+    start = end + 1;
+  }
+  return types;
+}
+
 int main(int argc, char** argv) {
+  std::vector<loomDataType_t> types = {loomFloat32};
+  if (argc > 2 && std::strcmp(argv[1], "-d") == 0) {
+    types = parseTypes(argv[2]);
+    argc -= 2;
+    argv += 2;
+  }
   const int repeats = argc > 1 ? std::max(1, std::atoi(argv[1])) : 11;
-  std::printf("float32 sum, median of %d; default path: %s; plain loop built with%s%s\n", repeats,
+  std::printf("sum, median of %d; default path: %s; plain loop (float32) built with%s%s\n", repeats,
               loom::kernels::isaName(),
 #if defined(__OPTIMIZE__)
               " optimisation",
@@ -105,6 +150,6 @@ int main(int argc, char** argv) {
   std::vector<size_t> kib = {64 * 1024, 1024, 128, 16};
   if (argc > 2) kib.clear();
   for (int i = 2; i < argc; ++i) kib.push_back(std::strtoul(argv[i], nullptr, 10));
-  for (size_t k : kib) benchSize(k * 1024, repeats);
+  for (size_t k : kib) benchSize(k * 1024, repeats, types);
   return 0;
 }

@@ -56,49 +56,57 @@ LOOM_HD uint32_t float8FloatToBits(float f) {
 #endif
 }
 
+// Both conversions are branch-free (every case computed, the right one selected) so that a
+// loop over elements vectorises on the host; the cases cost a few integer operations each.
+// (The kernels build with -fno-trapping-math: otherwise GCC keeps a ?: over a float
+// operation's result as a branch around it, vectorised only with AVX-512's masked operations.)
+
 template <int kExponentBits>
 LOOM_HD float float8ToFloat(uint8_t v) {
   using F = Float8Format<kExponentBits>;
+  constexpr int kShift = 23 - F::kMantissaBits;
   const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
-  const uint32_t exponent = (v >> F::kMantissaBits) & ((1u << kExponentBits) - 1u);
-  const uint32_t mantissa = v & ((1u << F::kMantissaBits) - 1u);
-  if constexpr (kExponentBits == 4) {
-    if ((v & 0x7Fu) == 0x7Fu) return float8BitsToFloat(sign | 0x7FC00000u);
-  } else if (exponent == 0x1Fu) {
-    return float8BitsToFloat(sign | 0x7F800000u | (mantissa != 0 ? 0x400000u : 0u));
+  const uint32_t shifted = static_cast<uint32_t>(v & 0x7Fu) << kShift;  // exponent and mantissa
+  constexpr uint32_t kExponentMask = ((1u << kExponentBits) - 1u) << 23;
+  const uint32_t exponent = shifted & kExponentMask;
+  // A normal: rebias the exponent.
+  const uint32_t normal = shifted + (static_cast<uint32_t>(127 - F::kBias) << 23);
+  // ±0 or a denormal: read as a float of the smallest normal exponent, that float is the
+  // smallest normal plus the value; subtracting the smallest normal leaves it, exactly.
+  constexpr uint32_t kSmallestNormal = static_cast<uint32_t>(127 + 1 - F::kBias) << 23;
+  const uint32_t denormal =
+      float8FloatToBits(float8BitsToFloat(shifted + kSmallestNormal) - float8BitsToFloat(kSmallestNormal));
+  uint32_t magnitude = exponent == 0 ? denormal : normal;
+  if constexpr (kExponentBits == 4) {  // no infinity; S.1111.111 is NaN
+    magnitude = shifted == kExponentMask + (7u << kShift) ? 0x7FC00000u : magnitude;
+  } else {  // IEEE-like: the top exponent is ±inf, or a NaN (made the quiet one)
+    magnitude = shifted == kExponentMask ? 0x7F800000u : shifted > kExponentMask ? 0x7FC00000u : magnitude;
   }
-  if (exponent == 0) {  // ±0 or a denormal: mantissa steps of 2^(1 - bias - mantissa bits)
-    const float step = float8BitsToFloat(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMantissaBits) << 23);
-    return float8BitsToFloat(sign | float8FloatToBits(static_cast<float>(mantissa) * step));
-  }
-  return float8BitsToFloat(sign | ((exponent + 127u - F::kBias) << 23) | (mantissa << (23 - F::kMantissaBits)));
+  return float8BitsToFloat(sign | magnitude);
 }
 
 template <int kExponentBits>
 LOOM_HD uint8_t floatToFloat8(float f) {
   using F = Float8Format<kExponentBits>;
-  uint32_t x = float8FloatToBits(f);
-  const uint32_t sign = (x >> 24) & 0x80u;
-  x &= 0x7FFFFFFFu;
-  if (x > 0x7F800000u) return F::kCanonicalNan;
+  constexpr int kShift = 23 - F::kMantissaBits;
+  const uint32_t bits = float8FloatToBits(f);
+  const uint32_t sign = (bits >> 24) & 0x80u;
+  const uint32_t x = bits & 0x7FFFFFFFu;
+  // A denormal (or zero) in steps of 2^(1 - bias - mantissa bits): adding the float32 whose
+  // ulp is that step makes the FPU round to nearest-even, and the step count is then the low
+  // bits. A count that reaches the smallest normal gives its code, as it should.
+  const float magic = float8BitsToFloat(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMantissaBits + 23) << 23);
+  const uint32_t denormal = float8FloatToBits(float8BitsToFloat(x) + magic) - float8FloatToBits(magic);
+  // A normal: rebias the exponent and drop mantissa bits, rounding half to even; a carry out
+  // of the mantissa bumps the exponent. Infinity and huge values land beyond the largest
+  // finite. (Wraps around for denormals, whose result is not the one selected.)
+  const uint32_t odd = (x >> kShift) & 1u;
+  const uint32_t normal =
+      (x - (static_cast<uint32_t>(127 - F::kBias) << 23) + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
   constexpr uint32_t kSmallestNormal = static_cast<uint32_t>(127 + 1 - F::kBias) << 23;
-  uint32_t code;
-  if (x < kSmallestNormal) {
-    // A denormal (or zero) in steps of 2^(1 - bias - mantissa bits): adding the float32 whose
-    // ulp is that step makes the FPU round to nearest-even, and the step count is then the
-    // low bits. A count that reaches the smallest normal gives its code, as it should.
-    const float magic = float8BitsToFloat(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMantissaBits + 23) << 23);
-    code = float8FloatToBits(float8BitsToFloat(x) + magic) - float8FloatToBits(magic);
-  } else {
-    // Rebias the exponent and drop mantissa bits, rounding half to even; a carry out of the
-    // mantissa bumps the exponent. Infinity and huge values land beyond the largest finite.
-    constexpr int kShift = 23 - F::kMantissaBits;
-    const uint32_t odd = (x >> kShift) & 1u;
-    x = x - (static_cast<uint32_t>(127 - F::kBias) << 23) + ((1u << (kShift - 1)) - 1u) + odd;
-    code = x >> kShift;
-  }
-  if (code > F::kLargestFinite) code = F::kLargestFinite;
-  return static_cast<uint8_t>(sign | code);
+  uint32_t code = x < kSmallestNormal ? denormal : normal;
+  code = code > F::kLargestFinite ? F::kLargestFinite : code;
+  return static_cast<uint8_t>(x > 0x7F800000u ? F::kCanonicalNan : sign | code);
 }
 
 }  // namespace loom::kernels::LOOM_KERNELS_ISA
