@@ -108,6 +108,10 @@ typedef struct {
 /* loomCommSplit: ranks passing this color get no new communicator (*newcomm = NULL). */
 #define LOOM_SPLIT_NOCOLOR (-1)
 
+/* loomCommShrink flags (NCCL's values). */
+#define LOOM_SHRINK_DEFAULT 0x00
+#define LOOM_SHRINK_ABORT 0x01 /* first end the calls in progress on comm (they fail) */
+
 /* ---- Results and version -------------------------------------------------------------- */
 
 /* A constant string naming the result; never NULL. */
@@ -149,6 +153,17 @@ loomResult_t loomCommInitAll(loomComm_t* comms, int ndev, const int* devlist);
  * then by rank in comm. config may be NULL (inherit comm's). */
 loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newcomm,
                            loomConfig_t* config);
+
+/* Collective over the ranks of comm that are not in excludeRanks (the excluded ones do not
+ * call: they may be dead): they form a new communicator, numbered in their order in comm.
+ * Works on a communicator in its error state, so survivors of a dead peer carry on without
+ * it. Every caller passes the same set of ranks (in any order), or all get loomInvalidUsage.
+ * flags: LOOM_SHRINK_DEFAULT, or LOOM_SHRINK_ABORT to first end the calls in progress on comm
+ * (from other threads or streams: they fail, and comm is left in its error state), for calls
+ * still waiting on a rank that died. comm itself is destroyed as usual. config may be NULL
+ * (inherit comm's). */
+loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int excludeCount,
+                            loomComm_t* newcomm, loomConfig_t* config, int flags);
 
 /* Local: frees the communicator once its queued work has finished (or failed). */
 loomResult_t loomCommDestroy(loomComm_t comm);

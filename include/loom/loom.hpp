@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "loom/loom.h"
 
@@ -89,6 +90,13 @@ class Comm {
   Comm split(int color, int key, loomConfig_t* config = nullptr) const {
     loomComm_t c = nullptr;
     check(loomCommSplit(comm_, color, key, &c, config), comm_);
+    return Comm(c);
+  }
+  // A communicator of the ranks not in `excluded` (which do not call; they may be dead).
+  Comm shrink(const std::vector<int>& excluded, int flags = LOOM_SHRINK_DEFAULT,
+              loomConfig_t* config = nullptr) const {
+    loomComm_t c = nullptr;
+    check(loomCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &c, config, flags), comm_);
     return Comm(c);
   }
   explicit operator bool() const { return comm_ != nullptr; }

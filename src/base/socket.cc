@@ -35,6 +35,12 @@ void CancelSignal::fire() {
   (void)n;  // the counter only saturates, which keeps it readable all the same
 }
 
+void CancelSignal::clear() {
+  uint64_t count = 0;
+  ssize_t n = ::read(fd_.get(), &count, sizeof(count));
+  (void)n;  // EAGAIN: it was not fired
+}
+
 bool CancelSignal::fired() const {
   pollfd p{fd_.get(), POLLIN, 0};
   return ::poll(&p, 1, 0) > 0;

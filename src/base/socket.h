@@ -51,6 +51,8 @@ class CancelSignal {
   CancelSignal();
   void fire();
   bool fired() const;
+  // Un-fires it; only once nothing waits on it any more.
+  void clear();
   int fd() const { return fd_.get(); }
 
  private:

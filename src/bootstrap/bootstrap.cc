@@ -18,6 +18,8 @@ namespace {
 
 constexpr uint32_t kAllGatherTag = Bootstrap::kFirstInternalTag + 1;
 constexpr uint32_t kBarrierTag = Bootstrap::kFirstInternalTag + 2;
+// Its own tag: a shrink must not take slices of an allgather that a failure cut short.
+constexpr uint32_t kAllGatherAmongTag = Bootstrap::kFirstInternalTag + 3;
 // Bootstrap messages are control data; a larger header means a bug or a hostile peer.
 constexpr uint64_t kMaxMessageBytes = 1ull << 30;
 constexpr size_t kHostNameBytes = 64;
@@ -305,14 +307,30 @@ Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes, const D
 }
 
 Status Bootstrap::allGather(void* data, size_t bytesPerRank) {
+  std::vector<int> all(static_cast<size_t>(nranks_));
+  for (int r = 0; r < nranks_; ++r) all[static_cast<size_t>(r)] = r;
+  return ringAllGather(all, data, bytesPerRank, kAllGatherTag);
+}
+
+Status Bootstrap::allGatherAmong(const std::vector<int>& ranks, void* data, size_t bytesPerRank) {
+  return ringAllGather(ranks, data, bytesPerRank, kAllGatherAmongTag);
+}
+
+Status Bootstrap::ringAllGather(const std::vector<int>& ranks, void* data, size_t bytesPerRank, uint32_t tag) {
+  const int n = static_cast<int>(ranks.size());
+  int me = -1;
+  for (int i = 0; i < n; ++i) {
+    if (ranks[static_cast<size_t>(i)] == rank_) me = i;
+  }
+  if (me < 0) return error(loomInternalError, "bootstrap allgather without rank %d", rank_);
   auto* bytes = static_cast<uint8_t*>(data);
-  int next = (rank_ + 1) % nranks_, prev = (rank_ + nranks_ - 1) % nranks_;
+  const int next = ranks[static_cast<size_t>((me + 1) % n)], prev = ranks[static_cast<size_t>((me + n - 1) % n)];
   // Step s forwards the slice that arrived in step s - 1 (this rank's own at s = 0).
-  for (int s = 0; s < nranks_ - 1; ++s) {
-    size_t sendSlice = static_cast<size_t>((rank_ - s + nranks_) % nranks_);
-    size_t recvSlice = static_cast<size_t>((rank_ - s - 1 + nranks_) % nranks_);
-    LOOM_TRY(exchange(next, bytes + sendSlice * bytesPerRank, bytesPerRank, prev,
-                      bytes + recvSlice * bytesPerRank, bytesPerRank, kAllGatherTag));
+  for (int s = 0; s < n - 1; ++s) {
+    size_t sendSlice = static_cast<size_t>((me - s + n) % n);
+    size_t recvSlice = static_cast<size_t>((me - s - 1 + n) % n);
+    LOOM_TRY(exchange(next, bytes + sendSlice * bytesPerRank, bytesPerRank, prev, bytes + recvSlice * bytesPerRank,
+                      bytesPerRank, tag));
   }
   return Status::ok();
 }

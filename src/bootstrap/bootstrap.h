@@ -81,6 +81,9 @@ class Bootstrap {
                   void* recvData, size_t recvBytes, uint32_t tag);
   // In place: this rank's bytesPerRank bytes at data + rank * bytesPerRank.
   Status allGather(void* data, size_t bytesPerRank);
+  // The same among `ranks` alone (this rank one of them; loomCommShrink), slot i of data
+  // being ranks[i]'s: the others are never contacted, so they may be dead.
+  Status allGatherAmong(const std::vector<int>& ranks, void* data, size_t bytesPerRank);
   Status barrier();
 
  private:
@@ -102,6 +105,8 @@ class Bootstrap {
   Bootstrap(Acceptor acceptor, const Secret& secret, int rank, int nranks, int cancelFd);
 
   Deadline deadline() const { return Deadline::afterMs(timeoutMs_); }
+  // Ring allgather over `ranks`, slot i of data being ranks[i]'s.
+  Status ringAllGather(const std::vector<int>& ranks, void* data, size_t bytesPerRank, uint32_t tag);
   Status exchangeUntil(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer, void* recvData,
                        size_t recvBytes, uint32_t tag, const Deadline& until);
   Status connectionTo(int peer, const Deadline& deadline, int* fd);

@@ -1,5 +1,6 @@
 // The C entry points: validate arguments, call into core, turn a Status into a result
 // code and a message loomGetLastError can return. Nothing here blocks without a deadline.
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <thread>
@@ -322,6 +323,57 @@ LOOM_API loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomC
       return s;
     }
     if (child) registerComm(std::move(child), newcomm);
+    return Status::ok();
+  });
+}
+
+namespace {
+// loomCommShrink's arguments: the excluded ranks sorted, each in range, not repeated, not this
+// rank, and at least one rank left.
+Status checkShrink(const Communicator& comm, const int* excludeRanks, int excludeCount, loomComm_t* newcomm,
+                   int flags, std::vector<int>* excluded) {
+  if (newcomm == nullptr) return loom::error(loomInvalidArgument, "newcomm is NULL");
+  *newcomm = nullptr;
+  if (flags != LOOM_SHRINK_DEFAULT && flags != LOOM_SHRINK_ABORT) {
+    return loom::error(loomInvalidArgument, "flags %d: LOOM_SHRINK_DEFAULT or LOOM_SHRINK_ABORT", flags);
+  }
+  if (excludeCount < 0) return loom::error(loomInvalidArgument, "excludeCount %d is negative", excludeCount);
+  if (excludeCount > 0 && excludeRanks == nullptr) {
+    return loom::error(loomInvalidArgument, "excludeRanks is NULL with excludeCount %d", excludeCount);
+  }
+  excluded->assign(excludeRanks, excludeRanks + excludeCount);
+  std::sort(excluded->begin(), excluded->end());
+  for (size_t i = 0; i < excluded->size(); ++i) {
+    const int r = (*excluded)[i];
+    if (r < 0 || r >= comm.nranks()) {
+      return loom::error(loomInvalidArgument, "excluded rank %d is out of range [0, %d)", r, comm.nranks());
+    }
+    if (i > 0 && (*excluded)[i - 1] == r) return loom::error(loomInvalidArgument, "rank %d is excluded twice", r);
+    if (r == comm.rank()) {
+      return loom::error(loomInvalidArgument, "rank %d excludes itself (excluded ranks do not call)", r);
+    }
+  }
+  return Status::ok();
+}
+}  // namespace
+
+LOOM_API loomResult_t loomCommShrink(loomComm_t handle, const int* excludeRanks, int excludeCount,
+                                     loomComm_t* newcomm, loomConfig_t* config, int flags) {
+  std::vector<int> excluded;
+  Communicator* found = nullptr;
+  Status s = lookupComm(handle, &found);
+  if (!s.isOk()) return report(s, nullptr, "loomCommShrink");
+  s = checkShrink(*found, excludeRanks, excludeCount, newcomm, flags, &excluded);
+  if (!s.isOk()) return report(s, found, "loomCommShrink");
+  // Before the call counts as a use of comm: ending the calls in progress waits for all uses.
+  if (flags == LOOM_SHRINK_ABORT) found->endCallsInProgress();
+  return withComm(handle, "loomCommShrink", [&](Communicator& comm) -> Status {
+    // No usable() check: shrinking a communicator that lost a rank is what this call is for.
+    loom::CommConfig resolved;
+    LOOM_TRY(loom::resolveConfig(config, &comm.config(), &resolved));
+    std::unique_ptr<Communicator> child;
+    LOOM_TRY(comm.shrink(excluded, resolved, &child));
+    registerComm(std::move(child), newcomm);
     return Status::ok();
   });
 }

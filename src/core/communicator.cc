@@ -538,12 +538,10 @@ Status Communicator::split(int color, int key, const CommConfig& config,
   Entry mine{};
   mine.color = color;
   mine.key = key;
-  std::unique_ptr<Acceptor> listener;
+  Acceptor listener;
   if (color != LOOM_SPLIT_NOCOLOR) {
-    Acceptor acceptor;
-    LOOM_TRY(Bootstrap::listen(bootstrap_->secret(), bootstrap_->address(), &acceptor));
-    acceptor.address().toWire(mine.address);
-    listener = std::make_unique<Acceptor>(std::move(acceptor));
+    LOOM_TRY(Bootstrap::listen(bootstrap_->secret(), bootstrap_->address(), &listener));
+    listener.address().toWire(mine.address);
   }
   std::vector<Entry> all(static_cast<size_t>(nranks_));
   all[static_cast<size_t>(rank_)] = mine;
@@ -561,26 +559,83 @@ Status Communicator::split(int color, int key, const CommConfig& config,
   std::stable_sort(members.begin(), members.end(), [&](int a, int b) {
     return all[static_cast<size_t>(a)].key < all[static_cast<size_t>(b)].key;
   });
-  std::vector<PeerInfo> peers;
-  int newRank = -1;
-  for (int r : members) {
-    if (r == rank_) newRank = static_cast<int>(peers.size());
-    PeerInfo p = bootstrap_->peers()[static_cast<size_t>(r)];
-    LOOM_TRY(SocketAddress::fromWire(all[static_cast<size_t>(r)].address, &p.bootstrapAddress));
-    peers.push_back(p);
-  }
+  std::vector<const uint8_t*> addresses;
+  for (int r : members) addresses.push_back(all[static_cast<size_t>(r)].address);
   // Ranks of one color agree on this id without talking; other colors get other ids.
   uint64_t newCommId = commId() ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(splitIndex + 1)) ^
-                    (static_cast<uint64_t>(static_cast<uint32_t>(color)) << 32);
+                       (static_cast<uint64_t>(static_cast<uint32_t>(color)) << 32);
+  return formChild(members, addresses, std::move(listener), newCommId, config,
+                   format("loomCommSplit(color=%d)", color), out);
+}
+
+Status Communicator::shrink(const std::vector<int>& excluded, const CommConfig& config,
+                            std::unique_ptr<Communicator>* out) {
+  std::vector<int> members;
+  for (int r = 0; r < nranks_; ++r) {
+    if (!std::binary_search(excluded.begin(), excluded.end(), r)) members.push_back(r);
+  }
+  // Each survivor publishes a fresh listener and what it excludes (a hash of the sorted
+  // list), so ranks that disagree on who is gone all fail instead of forming two rings.
+  struct Entry {
+    uint64_t excludedHash;
+    uint8_t address[SocketAddress::kWireBytes];
+  };
+  Entry mine{};
+  mine.excludedHash = 0xcbf29ce484222325ull;  // FNV-1a over the excluded ranks
+  for (int r : excluded) mine.excludedHash = (mine.excludedHash ^ static_cast<uint32_t>(r)) * 0x100000001b3ull;
+  Acceptor listener;
+  LOOM_TRY(Bootstrap::listen(bootstrap_->secret(), bootstrap_->address(), &listener));
+  listener.address().toWire(mine.address);
+  const size_t me = static_cast<size_t>(std::find(members.begin(), members.end(), rank_) - members.begin());
+  std::vector<Entry> all(members.size());
+  all[me] = mine;
+  int shrinkIndex = splits_++;
+  LOOM_TRY(bootstrap_->allGatherAmong(members, all.data(), sizeof(Entry)).withContext("loomCommShrink exchange"));
+  std::vector<const uint8_t*> addresses;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (all[i].excludedHash != mine.excludedHash) {
+      return error(loomInvalidUsage,
+                   "loomCommShrink: rank %d excludes other ranks than this rank does (%zu excluded here)",
+                   members[i], excluded.size());
+    }
+    addresses.push_back(all[i].address);
+  }
+  // Distinct from every split's id (those have a color in the high half; here it is all ones).
+  uint64_t newCommId = commId() ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(shrinkIndex + 1)) ^
+                       (0xffffffffull << 32) ^ mine.excludedHash;
+  return formChild(members, addresses, std::move(listener), newCommId, config,
+                   format("loomCommShrink(%zu excluded)", excluded.size()), out);
+}
+
+Status Communicator::formChild(const std::vector<int>& members, const std::vector<const uint8_t*>& addresses,
+                               Acceptor listener, uint64_t newCommId, const CommConfig& config,
+                               const std::string& what, std::unique_ptr<Communicator>* out) {
+  std::vector<PeerInfo> peers;
+  int newRank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == rank_) newRank = static_cast<int>(peers.size());
+    PeerInfo p = bootstrap_->peers()[static_cast<size_t>(members[i])];
+    LOOM_TRY(SocketAddress::fromWire(addresses[i], &p.bootstrapAddress));
+    peers.push_back(p);
+  }
   CancelSignal cancel;
   std::unique_ptr<Bootstrap> bootstrap;
-  LOOM_TRY(Bootstrap::fromPeers(std::move(*listener), bootstrap_->secret(), newCommId, newRank,
-                                std::move(peers), cancel.fd(), &bootstrap));
+  LOOM_TRY(Bootstrap::fromPeers(std::move(listener), bootstrap_->secret(), newCommId, newRank, std::move(peers),
+                                cancel.fd(), &bootstrap));
   std::unique_ptr<Communicator> comm(new Communicator(std::move(bootstrap), std::move(cancel), config));
   comm->bootstrap_->setTimeoutMs(config.initTimeoutMs);
-  LOOM_TRY(comm->finishInit().withContext(format("loomCommSplit(color=%d)", color)));
+  LOOM_TRY(comm->finishInit().withContext(what));
   *out = std::move(comm);
   return Status::ok();
+}
+
+void Communicator::endCallsInProgress() {
+  fail(error(loomInvalidUsage, "the communicator's calls were ended by loomCommShrink(LOOM_SHRINK_ABORT)"));
+  cancel_.fire();
+  if (deviceComm_ != nullptr) deviceComm_->abort();
+  waitUntilUnused();
+  // Every wait that could see the signal has ended; the bootstrap needs it clear again.
+  cancel_.clear();
 }
 
 Status Communicator::usable() const {
@@ -610,6 +665,11 @@ void Communicator::abort() {
   fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
   cancel_.fire();
   if (deviceComm_ != nullptr) deviceComm_->abort();
+}
+
+Status Communicator::cancelReason() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return failure_.isOk() ? error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)") : failure_;
 }
 
 void Communicator::setLastError(const std::string& message) {

@@ -87,6 +87,12 @@ class Communicator {
                        std::unique_ptr<Communicator>* out);
   // Collective over this communicator; *out stays null for LOOM_SPLIT_NOCOLOR.
   Status split(int color, int key, const CommConfig& config, std::unique_ptr<Communicator>* out);
+  // Collective over the ranks not in `excluded` (sorted, unique, not this rank), which are
+  // never contacted; works in the error state (loomCommShrink).
+  Status shrink(const std::vector<int>& excluded, const CommConfig& config, std::unique_ptr<Communicator>* out);
+  // LOOM_SHRINK_ABORT: fails the communicator and the calls in progress on it, waits until
+  // they have ended, and leaves the bootstrap usable for a shrink. Not from inside a call.
+  void endCallsInProgress();
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -121,6 +127,9 @@ class Communicator {
   loomResult_t asyncError() const;
   // Unblocks every wait of this communicator; later calls fail.
   void abort();
+  // What a wait that saw cancelFd fire reports: the failure recorded before it fired (an
+  // abort, or loomCommShrink ending the calls in progress).
+  Status cancelReason() const;
 
   // The detailed message loomGetLastError(comm) returns.
   void setLastError(const std::string& message);
@@ -165,6 +174,11 @@ class Communicator {
   Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal cancel, const CommConfig& config);
   // The common end of create and split: transport, host grouping, logs.
   Status finishInit();
+  // The common end of split and shrink: a communicator of `members` (ranks of this one, in
+  // their new order) whose listeners are at addresses[i] (wire form), this rank's `listener`.
+  Status formChild(const std::vector<int>& members, const std::vector<const uint8_t*>& addresses,
+                   Acceptor listener, uint64_t newCommId, const CommConfig& config, const std::string& what,
+                   std::unique_ptr<Communicator>* out);
   // LOOM_TRANSPORTS's auto (collective across hosts): UCX between hosts where every rank's
   // UCX reports an RDMA device, else sockets.
   Status chooseNetwork();

@@ -672,7 +672,7 @@ Status Run::idle(bool spin) {
   if (rc < 0 && errno != EINTR) return fail(systemError("ppoll", errno), SIZE_MAX);
   for (size_t i = firstCancel; i < fds.size(); ++i) {
     if (fds[i].revents & POLLIN) {
-      return fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"), i - firstCancel);
+      return fail(state_[i - firstCancel].plan->comm->cancelReason(), i - firstCancel);
     }
   }
   return Status::ok();

@@ -119,7 +119,7 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
     if (!nap && !check) continue;
     pollfd cancel{comm.cancelFd(), POLLIN, 0};
     if (pollFor(&cancel, 1, nap ? napAfter(now - start) : std::chrono::nanoseconds(0)) > 0) {
-      return failWith(comm, error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
+      return failWith(comm, comm.cancelReason());
     }
     if (!check) continue;
     lastCheck = now;

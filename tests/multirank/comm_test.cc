@@ -137,6 +137,8 @@ TEST(CommCxx, RaiiCommunicatorFromUniqueId) {
     EXPECT_EQ(same.size(), 1);
     loom::cxx::Comm none = comm.split(LOOM_SPLIT_NOCOLOR, 0);
     EXPECT_FALSE(none);
+    loom::cxx::Comm shrunk = comm.shrink({});  // nobody left out: a copy of comm
+    EXPECT_EQ(shrunk.size(), 1);
     try {
       loom::cxx::check(loomCommCount(nullptr, nullptr));
       ADD_FAILURE() << "no exception";

@@ -56,6 +56,22 @@ TEST(Validation, BadArgumentsAreRejectedAndTheCommunicatorKeepsWorking) {
   EXPECT_ERROR(loomCommSplit(c, -5, 0, nullptr, nullptr), loomInvalidArgument, c, "newcomm is NULL");
   loomComm_t sub = nullptr;
   EXPECT_ERROR(loomCommSplit(c, -5, 0, &sub, nullptr), loomInvalidArgument, c, "color -5");
+  const int one = 1, twice[2] = {1, 1}, outside = 2, self = 0;
+  EXPECT_ERROR(loomCommShrink(c, &one, 1, nullptr, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, c,
+               "newcomm is NULL");
+  EXPECT_ERROR(loomCommShrink(c, &one, 1, &sub, nullptr, 2), loomInvalidArgument, c, "flags 2");
+  EXPECT_ERROR(loomCommShrink(c, &one, -1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, c,
+               "excludeCount -1");
+  EXPECT_ERROR(loomCommShrink(c, nullptr, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, c,
+               "excludeRanks is NULL");
+  EXPECT_ERROR(loomCommShrink(c, &outside, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, c,
+               "excluded rank 2 is out of range [0, 2)");
+  EXPECT_ERROR(loomCommShrink(c, twice, 2, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, c,
+               "rank 1 is excluded twice");
+  EXPECT_ERROR(loomCommShrink(c, &self, 1, &sub, nullptr, LOOM_SHRINK_ABORT), loomInvalidArgument, c,
+               "excludes itself");
+  EXPECT_ERROR(loomCommShrink(nullptr, &one, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, nullptr,
+               "comm is NULL");
   EXPECT_ERROR(loomStreamSynchronize(&notAStream), loomInvalidUsage, nullptr, "not a live host stream");
   EXPECT_ERROR(loomGetVersion(nullptr), loomInvalidArgument, nullptr, "version is NULL");
 

@@ -354,9 +354,12 @@ NCCL_API ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int* de
 }
 
 // Runs to completion even on a non-blocking communicator (NCCL allows ncclSuccess there).
-NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
-                                    ncclConfig_t* config) {
-  return withComm(comm, "ncclCommSplit", [&](ncclComm& parent) -> Status {
+// Split and shrink: make(parent, config, &child) makes the Loom child with the parent's device
+// and the name in NCCL's config; the child is wrapped as an NCCL communicator (none for
+// NCCL_SPLIT_NOCOLOR).
+template <class Make>
+ncclResult_t makeChild(ncclComm_t comm, const char* call, ncclComm_t* newcomm, ncclConfig_t* config, Make make) {
+  return withComm(comm, call, [&](ncclComm& parent) -> Status {
     LOOM_TRY(ready(parent, true));
     if (newcomm == nullptr) return loom::error(loomInvalidArgument, "newcomm is NULL");
     *newcomm = nullptr;
@@ -366,8 +369,8 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
     c.device = parent.device();
     c.commName = shared.commName.empty() ? nullptr : shared.commName.c_str();
     loomComm_t child = nullptr;
-    LOOM_TRY(fromLoom(loomCommSplit(parent.loom(), color, key, &child, &c)));
-    if (child == nullptr) return Status::ok();  // NCCL_SPLIT_NOCOLOR
+    LOOM_TRY(fromLoom(make(parent.loom(), &c, &child)));
+    if (child == nullptr) return Status::ok();
     ncclComm* wrapped = ShimRegistry::instance().create();
     wrapped->setDevice(parent.device());
     (void)wrapped->init(true, [child](loomComm_t* out) {
@@ -379,9 +382,20 @@ NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclCom
   });
 }
 
-NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int*, int, ncclComm_t* newcomm, ncclConfig_t*, int) {
-  if (newcomm != nullptr) *newcomm = nullptr;
-  return withComm(comm, "ncclCommShrink", [&](ncclComm&) { return unsupported("ncclCommShrink"); });
+NCCL_API ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t* newcomm,
+                                    ncclConfig_t* config) {
+  return makeChild(comm, "ncclCommSplit", newcomm, config, [&](loomComm_t parent, loomConfig_t* c, loomComm_t* child) {
+    return loomCommSplit(parent, color, key, child, c);
+  });
+}
+
+// NCCL_SHRINK_ABORT is LOOM_SHRINK_ABORT: the calls in progress on comm end first.
+NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int excludeRanksCount,
+                                     ncclComm_t* newcomm, ncclConfig_t* config, int shrinkFlags) {
+  static_assert(NCCL_SHRINK_DEFAULT == LOOM_SHRINK_DEFAULT && NCCL_SHRINK_ABORT == LOOM_SHRINK_ABORT);
+  return makeChild(comm, "ncclCommShrink", newcomm, config, [&](loomComm_t parent, loomConfig_t* c, loomComm_t* child) {
+    return loomCommShrink(parent, excludeRanksList, excludeRanksCount, child, c, shrinkFlags);
+  });
 }
 
 NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {

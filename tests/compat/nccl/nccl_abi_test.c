@@ -509,9 +509,11 @@ static void errorsSection(ncclComm_t comm) {
   FAILS(ncclInvalidUsage, ncclCommWindowRegister(comm, buf, sizeof buf, &win, NCCL_WIN_DEFAULT));
   FAILS(ncclInvalidUsage, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
   ncclComm_t shrunk = comm;
-  int exclude = 0;
-  FAILS(ncclInvalidUsage, ncclCommShrink(comm, &exclude, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
+  int exclude = rank;
+  FAILS(ncclInvalidArgument, ncclCommShrink(comm, &exclude, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
   CHECK(shrunk == NULL, "a refused shrink left *newcomm set");
+  FAILS(ncclInvalidArgument, ncclCommShrink(comm, NULL, 0, &shrunk, NULL, 7));
+  FAILS(ncclInvalidArgument, ncclCommShrink(comm, NULL, 0, NULL, NULL, NCCL_SHRINK_DEFAULT));
   FAILS(ncclInvalidUsage, ncclGroupEnd());
   ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
   OK(ncclGroupStart());
@@ -686,7 +688,8 @@ static void mismatchSection(ncclComm_t comm) {
         ncclGetLastError(comm));
 }
 
-/* The last rank leaves without a word; every other rank's next call fails, in time. */
+/* The last rank leaves without a word; every other rank's next call fails, in time, and the
+ * others shrink the communicator to go on without it. */
 static void deadPeerSection(ncclComm_t comm) {
   if (rank == nranks - 1) _exit(0);
   float buf[1024] = {0};
@@ -696,6 +699,16 @@ static void deadPeerSection(ncclComm_t comm) {
   OK(ncclCommGetAsyncError(comm, &async));
   CHECK(async != ncclSuccess, "the communicator has no async error after its peer died");
   printf("rank %d: after the last rank left: %s\n", rank, ncclGetLastError(comm));
+  /* The survivors go on without it. */
+  int gone = nranks - 1, v = rank, sum = 0, n = 0, me = -1;
+  ncclComm_t shrunk = NULL;
+  OK(ncclCommShrink(comm, &gone, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
+  OK(ncclCommCount(shrunk, &n));
+  OK(ncclCommUserRank(shrunk, &me));
+  CHECK(n == nranks - 1 && me == rank, "shrunk: size %d rank %d, expected %d and %d", n, me, nranks - 1, rank);
+  OK(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, shrunk, NULL));
+  CHECK(sum == (nranks - 1) * (nranks - 2) / 2, "allreduce after the shrink: %d", sum);
+  OK(ncclCommDestroy(shrunk));
 }
 
 /* One process, several ranks: ncclCommInitAll, and ncclCommInitRank for each rank inside

@@ -1,0 +1,151 @@
+// loomCommShrink: the ranks left out do not call (alive or dead), the others get a working
+// communicator numbered in their old order; ranks that lost a peer carry on without it;
+// LOOM_SHRINK_ABORT ends a call still waiting on the lost rank; ranks that disagree on who
+// is left out fail (or time out) instead of hanging.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::Mode;
+using Clock = std::chrono::steady_clock;
+
+std::string lastError(loomComm_t comm) { return loomGetLastError(comm); }
+
+// The survivors' new communicator: its size and rank, and an allreduce of the parent ranks.
+void expectWorks(loomComm_t sub, const std::vector<int>& survivors, int parentRank) {
+  int size = 0, subRank = -1;
+  LOOM_EXPECT_OK(loomCommCount(sub, &size), sub);
+  LOOM_EXPECT_OK(loomCommUserRank(sub, &subRank), sub);
+  EXPECT_EQ(size, static_cast<int>(survivors.size()));
+  int expectedRank = 0, expectedSum = 0;
+  for (int r : survivors) {
+    expectedRank += r < parentRank ? 1 : 0;
+    expectedSum += r;
+  }
+  EXPECT_EQ(subRank, expectedRank);
+  std::vector<int> values(1000, parentRank);
+  LOOM_EXPECT_OK(loomAllReduce(values.data(), values.data(), values.size(), loomInt32, loomSum, sub, nullptr), sub);
+  EXPECT_EQ(values.front(), expectedSum);
+  EXPECT_EQ(values.back(), expectedSum);
+}
+
+class Shrink : public testing::TestWithParam<Mode> {};
+
+// Ranks 1 and 3 of 5 are left out while alive; they make no call. The list's order is free.
+TEST_P(Shrink, LeftOutRanksDoNotCall) {
+  loomtest::runRanks(5, GetParam(), [](loomComm_t comm, int rank) {
+    if (rank == 1 || rank == 3) return;
+    const int excluded[] = {3, 1};
+    loomComm_t sub = nullptr;
+    LOOM_ASSERT_OK(loomCommShrink(comm, excluded, 2, &sub, nullptr, LOOM_SHRINK_DEFAULT), comm);
+    ASSERT_NE(sub, nullptr);
+    expectWorks(sub, {0, 2, 4}, rank);
+    LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+  });
+}
+
+// Rank 2 of 4 dies without a word; the others' next allreduce fails naming it, and they go on
+// in a communicator of three.
+TEST_P(Shrink, SurvivorsOfADeadRankCarryOn) {
+  if (GetParam() == Mode::kThreads) GTEST_SKIP() << "a rank dies by _exit: processes only";
+  loomtest::RankOptions options;
+  options.timeoutMs = 60000;  // the error must come from the dead peer, not a timeout
+  loomtest::runRanks(4, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
+    if (rank == 2) ::_exit(0);  // as kill -9 would leave it
+    std::vector<float> values(1 << 16, 1.0f);
+    const auto start = Clock::now();
+    EXPECT_EQ(loomAllReduce(values.data(), values.data(), values.size(), loomFloat32, loomSum, comm, nullptr),
+              loomRemoteError);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 5.0);
+    EXPECT_NE(lastError(comm).find("rank 2"), std::string::npos) << lastError(comm);
+    const int dead = 2;
+    loomComm_t sub = nullptr;
+    LOOM_ASSERT_OK(loomCommShrink(comm, &dead, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), comm);
+    expectWorks(sub, {0, 1, 3}, rank);
+    loomResult_t async = loomSuccess;
+    LOOM_EXPECT_OK(loomCommGetAsyncError(comm, &async), comm);
+    EXPECT_EQ(async, loomRemoteError);  // the parent keeps its error
+    LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Shrink, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
+// Rank 2 of 3 stays alive but never joins the allreduce the others are blocked in; each of
+// them shrinks with LOOM_SHRINK_ABORT from a second thread, which ends that call at once.
+TEST(ShrinkAbort, EndsACallWaitingOnTheLeftOutRank) {
+  std::atomic<int> finished{0};
+  loomtest::RankOptions options;
+  options.timeoutMs = 30000;
+  loomtest::runRanks(3, Mode::kThreads, [&](loomComm_t comm, int rank) {
+    if (rank == 2) {  // alive and silent until the others are done
+      const auto until = Clock::now() + std::chrono::seconds(20);
+      while (finished.load() < 2 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    loomResult_t blocked = loomSuccess;
+    double blockedSeconds = 0;
+    std::thread caller([&] {
+      std::vector<float> values(1000, 1.0f);
+      const auto start = Clock::now();
+      blocked = loomAllReduce(values.data(), values.data(), values.size(), loomFloat32, loomSum, comm, nullptr);
+      blockedSeconds = std::chrono::duration<double>(Clock::now() - start).count();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const int silent = 2;
+    loomComm_t sub = nullptr;
+    LOOM_EXPECT_OK(loomCommShrink(comm, &silent, 1, &sub, nullptr, LOOM_SHRINK_ABORT), comm);
+    caller.join();
+    EXPECT_NE(blocked, loomSuccess);
+    EXPECT_LT(blockedSeconds, 10.0);  // ended by the abort, long before the 30 s timeout
+    // Ended by this rank's abort, or first by the other survivor's (which closed its links).
+    const std::string why = lastError(comm);
+    EXPECT_TRUE(why.find("LOOM_SHRINK_ABORT") != std::string::npos || why.find("rank ") != std::string::npos) << why;
+    if (sub != nullptr) {
+      expectWorks(sub, {0, 1}, rank);
+      LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+    }
+    finished.fetch_add(1);
+  }, options);
+}
+
+// Ranks 0 and 2 leave out rank 3, rank 1 leaves out nobody (so it waits for rank 3, which
+// does not call): 0 and 2 see the disagreement in what rank 1 published, rank 1 gives up at
+// its deadline; nobody hangs.
+TEST(ShrinkMismatch, RanksThatDisagreeFail) {
+  std::atomic<int> finished{0};
+  loomtest::RankOptions options;
+  options.timeoutMs = 2000;
+  loomtest::runRanks(4, Mode::kThreads, [&](loomComm_t comm, int rank) {
+    if (rank == 3) {
+      const auto until = Clock::now() + std::chrono::seconds(20);
+      while (finished.load() < 3 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return;
+    }
+    const int three = 3;
+    loomComm_t sub = nullptr;
+    const auto start = Clock::now();
+    const loomResult_t r = loomCommShrink(comm, &three, rank == 1 ? 0 : 1, &sub, nullptr, LOOM_SHRINK_DEFAULT);
+    EXPECT_NE(r, loomSuccess);
+    EXPECT_EQ(sub, nullptr);
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - start).count(), 10.0);
+    if (rank != 1) {
+      EXPECT_EQ(r, loomInvalidUsage);
+      EXPECT_NE(lastError(comm).find("rank 1 excludes other ranks"), std::string::npos) << lastError(comm);
+    }
+    finished.fetch_add(1);
+  }, options);
+}
+
+}  // namespace
