@@ -511,14 +511,31 @@ NCCL_API ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   });
 }
 
-NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void*, size_t, ncclWindow_t* win, int) {
+// A window is a registration: Loom has no symmetric kernels for NCCL_WIN_COLL_SYMMETRIC to
+// select, and collectives on the window's memory run as on any other (NCCL itself registers
+// nothing, and returns a NULL window, on a communicator without symmetric support).
+NCCL_API ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void* buff, size_t size, ncclWindow_t* win,
+                                             int winFlags) {
   if (win != nullptr) *win = nullptr;
-  return withComm(comm, "ncclCommWindowRegister", [&](ncclComm&) { return unsupported("symmetric memory windows"); });
+  return withComm(comm, "ncclCommWindowRegister", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    if (win == nullptr) return loom::error(loomInvalidArgument, "win is NULL");
+    if ((winFlags & ~NCCL_WIN_COLL_SYMMETRIC) != 0) {
+      return loom::error(loomInvalidArgument, "winFlags %#x: NCCL_WIN_DEFAULT or NCCL_WIN_COLL_SYMMETRIC", winFlags);
+    }
+    void* handle = nullptr;
+    LOOM_TRY(fromLoom(loomCommRegister(c.loom(), buff, size, &handle)));
+    *win = static_cast<ncclWindow_t>(handle);
+    return Status::ok();
+  });
 }
 
-NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t) {
-  return withComm(comm, "ncclCommWindowDeregister",
-                  [&](ncclComm&) { return unsupported("symmetric memory windows"); });
+NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
+  return withComm(comm, "ncclCommWindowDeregister", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    if (win == nullptr) return Status::ok();  // as NCCL: the window a comm without symmetric support gives
+    return fromLoom(loomCommDeregister(c.loom(), win));
+  });
 }
 
 // ---- Reduction operations ----------------------------------------------------------------

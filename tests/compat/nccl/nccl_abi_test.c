@@ -506,7 +506,11 @@ static void errorsSection(ncclComm_t comm) {
   void* p = NULL;
   FAILS(ncclInvalidArgument, ncclMemAlloc(&p, 0));
   ncclWindow_t win;
-  FAILS(ncclInvalidUsage, ncclCommWindowRegister(comm, buf, sizeof buf, &win, NCCL_WIN_DEFAULT));
+  FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, NULL, sizeof buf, &win, NCCL_WIN_DEFAULT));
+  CHECK(win == NULL, "a refused window registration left *win set");
+  FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, buf, 0, &win, NCCL_WIN_DEFAULT));
+  FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, buf, sizeof buf, NULL, NCCL_WIN_DEFAULT));
+  FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, buf, sizeof buf, &win, 0x10));
   FAILS(ncclInvalidUsage, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
   ncclComm_t shrunk = comm;
   int exclude = rank;
@@ -615,6 +619,15 @@ static void lifecycleSection(ncclComm_t comm) {
   CHECK(f[999] == (float)nranks, "allreduce on registered memory: %g", f[999]);
   OK(ncclCommDeregister(comm, handle));
   FAILS(ncclInvalidArgument, ncclCommDeregister(comm, handle));
+  /* A window is a registration too (collective in NCCL: every rank registers one). */
+  ncclWindow_t win = NULL;
+  OK(ncclCommWindowRegister(comm, mem, 1 << 20, &win, NCCL_WIN_COLL_SYMMETRIC));
+  CHECK(win != NULL, "ncclCommWindowRegister gave no window");
+  OK(ncclAllReduce(f, f, 1000, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(f[0] == (float)(nranks * nranks), "allreduce on a window: %g", f[0]);
+  OK(ncclCommWindowDeregister(comm, win));
+  FAILS(ncclInvalidArgument, ncclCommWindowDeregister(comm, win));
+  OK(ncclCommWindowDeregister(comm, NULL));
   OK(ncclMemFree(mem));
   OK(ncclMemFree(NULL));
 
