@@ -328,8 +328,8 @@ LOOM_API loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomC
 }
 
 namespace {
-// loomCommShrink's arguments: the excluded ranks sorted, each in range, not repeated, not this
-// rank, and at least one rank left.
+// loomCommShrink's arguments; *excluded gets the excluded ranks sorted, each in range, none
+// repeated, this rank not among them.
 Status checkShrink(const Communicator& comm, const int* excludeRanks, int excludeCount, loomComm_t* newcomm,
                    int flags, std::vector<int>* excluded) {
   if (newcomm == nullptr) return loom::error(loomInvalidArgument, "newcomm is NULL");

@@ -1,11 +1,12 @@
 // Failures of device communicators, in the CPU emulation (LOOM_DEVICE_EMULATION=1), which runs
 // the plan kernel's own code: calls the ranks disagree on, a timeout and loomCommAbort while a
-// kernel waits, a peer process that dies mid-call, and ranks on different hosts (LOOM_HOSTID),
+// kernel waits, a peer process that dies mid-call (and the survivors' shrink), and ranks on different hosts (LOOM_HOSTID),
 // whose FIFOs a proxy thread bridges over sockets. Each must end in a clear error on every
 // rank that waited, never a hang or a wrong result.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -145,7 +146,8 @@ TEST(EmulatedDeviceAbort, AbortEndsACallWaitingInItsKernel) {
 }
 
 // Rank 2's process exits in the middle of the ranks' second call: ranks 0 and 1 end with an
-// error naming it (or naming the rank that gave up because of it) long before the timeout.
+// error naming it (or naming the rank that gave up because of it) long before the timeout,
+// then shrink the communicator and go on without it.
 TEST(EmulatedDevicePeers, AProcessThatDiesMidCallLeavesErrorsNotHangs) {
   // Only processes can die this way; ThreadSanitizer reported the order their FIFOs give as a
   // race once two channels carried a call of this size (plain and ASan builds run it).
@@ -167,6 +169,18 @@ TEST(EmulatedDevicePeers, AProcessThatDiesMidCallLeavesErrorsNotHangs) {
     EXPECT_TRUE(contains(text, "rank 2") || contains(text, "because rank 2")) << text;
     EXPECT_LT(seconds, 10.0) << text;
     std::printf("rank %d after %.2f s: %s\n", rank, seconds, text.c_str());
+    // The two left go on as a device communicator of their own.
+    const int dead = 2;
+    loomComm_t pair = nullptr;
+    LOOM_ASSERT_OK(loomCommShrink(comm, &dead, 1, &pair, nullptr, LOOM_SHRINK_DEFAULT), comm);
+    int device = -1;
+    LOOM_EXPECT_OK(loomCommDevice(pair, &device), pair);
+    EXPECT_EQ(device, 0);
+    std::fill(buf.begin(), buf.end(), static_cast<float>(rank + 1));
+    LOOM_EXPECT_OK(loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, pair, nullptr), pair);
+    EXPECT_EQ(buf.front(), 3.0f);
+    EXPECT_EQ(buf.back(), 3.0f);
+    LOOM_EXPECT_OK(loomCommDestroy(pair), nullptr);
   }, emulated(60000));
 }
 
