@@ -3,7 +3,7 @@
 //
 //   kernel_bench [-d TYPE[,TYPE...]] [repeats [KiB per array ...]]
 //       defaults: float; 11; 65536 1024 128 16. TYPE: loom-perf's names (float, half,
-//       bfloat16, f8e4m3, ...), to set the narrow floats' conversions beside float32.
+//       bfloat16, f8e4m3, ...), to time the narrow floats' conversions beside float32.
 //
 // Prints the median of the repeats. Bandwidth counts the bytes the operation must move:
 // reduce reads two arrays and writes one (3 x size), memcpy reads one and writes one
@@ -109,8 +109,6 @@ void benchSize(size_t bytes, int repeats, const std::vector<loomDataType_t>& typ
   }
 }
 
-}  // namespace
-
 // "-d a,b,c" -> the types named; exits on an unknown name.
 std::vector<loomDataType_t> parseTypes(const std::string& list) {
   std::vector<loomDataType_t> types;
@@ -126,6 +124,8 @@ std::vector<loomDataType_t> parseTypes(const std::string& list) {
   }
   return types;
 }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   std::vector<loomDataType_t> types = {loomFloat32};

@@ -1,8 +1,8 @@
 // Failures of device communicators, in the CPU emulation (LOOM_DEVICE_EMULATION=1), which runs
 // the plan kernel's own code: calls the ranks disagree on, a timeout and loomCommAbort while a
-// kernel waits, a peer process that dies mid-call (and the survivors' shrink), and ranks on different hosts (LOOM_HOSTID),
-// whose FIFOs a proxy thread bridges over sockets. Each must end in a clear error on every
-// rank that waited, never a hang or a wrong result.
+// kernel waits, a peer process that dies mid-call (and the survivors' shrink), and ranks on
+// different hosts (LOOM_HOSTID), whose FIFOs a proxy thread bridges over sockets. Each must end
+// in a clear error on every rank that waited, never a hang or a wrong result.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
