@@ -157,7 +157,8 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
 /* Collective over the ranks of comm that are not in excludeRanks (the excluded ones do not
  * call: they may be dead): they form a new communicator, numbered in their order in comm.
  * Works on a communicator in its error state, so survivors of a dead peer carry on without
- * it. Every caller passes the same set of ranks (in any order), or all get loomInvalidUsage.
+ * it. Every caller passes the same set of ranks (in any order); callers that disagree fail
+ * (loomInvalidUsage where a neighbour sees the other list, else loomTimeout at the deadline).
  * flags: LOOM_SHRINK_DEFAULT, or LOOM_SHRINK_ABORT to first end the calls in progress on comm
  * (from other threads or streams: they fail, and comm is left in its error state), for calls
  * still waiting on a rank that died. comm itself is destroyed as usual. config may be NULL
