@@ -34,6 +34,12 @@ struct Float8Format {
   static constexpr int kBias = (1 << (kExponentBits - 1)) - 1;
   static constexpr uint32_t kLargestFinite = kExponentBits == 4 ? 0x7Eu : 0x7Bu;
   static constexpr uint8_t kCanonicalNan = 0x7Fu;
+  // Mantissa bits float32 has beyond this format's.
+  static constexpr int kShift = 23 - kMantissaBits;
+  // Added to a float8 exponent field in float32's position, it becomes float32's.
+  static constexpr uint32_t kRebias = static_cast<uint32_t>(127 - kBias) << 23;
+  // The float32 bits of the format's smallest normal value.
+  static constexpr uint32_t kSmallestNormal = static_cast<uint32_t>(127 + 1 - kBias) << 23;
 };
 
 LOOM_HD float float8BitsToFloat(uint32_t bits) {
@@ -64,18 +70,17 @@ LOOM_HD uint32_t float8FloatToBits(float f) {
 template <int kExponentBits>
 LOOM_HD float float8ToFloat(uint8_t v) {
   using F = Float8Format<kExponentBits>;
-  constexpr int kShift = 23 - F::kMantissaBits;
+  constexpr int kShift = F::kShift;
   const uint32_t sign = static_cast<uint32_t>(v & 0x80u) << 24;
   const uint32_t shifted = static_cast<uint32_t>(v & 0x7Fu) << kShift;  // exponent and mantissa
   constexpr uint32_t kExponentMask = ((1u << kExponentBits) - 1u) << 23;
   const uint32_t exponent = shifted & kExponentMask;
   // A normal: rebias the exponent.
-  const uint32_t normal = shifted + (static_cast<uint32_t>(127 - F::kBias) << 23);
+  const uint32_t normal = shifted + F::kRebias;
   // ±0 or a denormal: read as a float of the smallest normal exponent, that float is the
   // smallest normal plus the value; subtracting the smallest normal leaves it, exactly.
-  constexpr uint32_t kSmallestNormal = static_cast<uint32_t>(127 + 1 - F::kBias) << 23;
   const uint32_t denormal =
-      float8FloatToBits(float8BitsToFloat(shifted + kSmallestNormal) - float8BitsToFloat(kSmallestNormal));
+      float8FloatToBits(float8BitsToFloat(shifted + F::kSmallestNormal) - float8BitsToFloat(F::kSmallestNormal));
   uint32_t magnitude = exponent == 0 ? denormal : normal;
   if constexpr (kExponentBits == 4) {  // no infinity; S.1111.111 is NaN
     magnitude = shifted == kExponentMask + (7u << kShift) ? 0x7FC00000u : magnitude;
@@ -88,23 +93,22 @@ LOOM_HD float float8ToFloat(uint8_t v) {
 template <int kExponentBits>
 LOOM_HD uint8_t floatToFloat8(float f) {
   using F = Float8Format<kExponentBits>;
-  constexpr int kShift = 23 - F::kMantissaBits;
+  constexpr int kShift = F::kShift;
   const uint32_t bits = float8FloatToBits(f);
   const uint32_t sign = (bits >> 24) & 0x80u;
   const uint32_t x = bits & 0x7FFFFFFFu;
   // A denormal (or zero) in steps of 2^(1 - bias - mantissa bits): adding the float32 whose
   // ulp is that step makes the FPU round to nearest-even, and the step count is then the low
   // bits. A count that reaches the smallest normal gives its code, as it should.
-  const float magic = float8BitsToFloat(static_cast<uint32_t>(127 + 1 - F::kBias - F::kMantissaBits + 23) << 23);
+  const float magic = float8BitsToFloat(F::kSmallestNormal + (static_cast<uint32_t>(kShift) << 23));
   const uint32_t denormal = float8FloatToBits(float8BitsToFloat(x) + magic) - float8FloatToBits(magic);
   // A normal: rebias the exponent and drop mantissa bits, rounding half to even; a carry out
   // of the mantissa bumps the exponent. Infinity and huge values land beyond the largest
   // finite. (Wraps around for denormals, whose result is not the one selected.)
   const uint32_t odd = (x >> kShift) & 1u;
   const uint32_t normal =
-      (x - (static_cast<uint32_t>(127 - F::kBias) << 23) + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
-  constexpr uint32_t kSmallestNormal = static_cast<uint32_t>(127 + 1 - F::kBias) << 23;
-  uint32_t code = x < kSmallestNormal ? denormal : normal;
+      (x - F::kRebias + ((1u << (kShift - 1)) - 1u) + odd) >> kShift;
+  uint32_t code = x < F::kSmallestNormal ? denormal : normal;
   code = code > F::kLargestFinite ? F::kLargestFinite : code;
   return static_cast<uint8_t>(x > 0x7F800000u ? F::kCanonicalNan : sign | code);
 }
