@@ -62,14 +62,16 @@ typedef enum {
   loomNumTypes = 12
 } loomDataType_t;
 
-/* Reduction operations: NCCL's values. */
+/* Reduction operations: NCCL's values. Ops from loomRedOpCreatePreMulSum (below) follow
+ * loomNumOps; loomMaxRedOp makes the type wide enough to hold them. */
 typedef enum {
   loomSum = 0,
   loomProd = 1,
   loomMax = 2,
   loomMin = 3,
   loomAvg = 4,
-  loomNumOps = 5
+  loomNumOps = 5,
+  loomMaxRedOp = 0x7fffffff
 } loomRedOp_t;
 
 typedef struct loomComm* loomComm_t;
@@ -260,6 +262,26 @@ loomResult_t loomReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
  * recvbuff; both buffers hold nranks * count elements and must not overlap. */
 loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t count,
                           loomDataType_t datatype, loomComm_t comm, loomStream_t stream);
+
+/* ---- Premultiplied sums ---------------------------------------------------------------- */
+
+/* Where a premultiplied sum's scalar lives (NCCL's values). */
+typedef enum {
+  /* Read through the pointer by every call that uses the op, when its data moves: host
+   * memory on a host communicator, device memory on a device one. */
+  loomScalarDevice = 0,
+  /* Copied when the op is made. */
+  loomScalarHostImmediate = 1
+} loomScalarResidence_t;
+
+/* A reduction op for comm: the sum over ranks of scalar * sendbuff (ncclRedOpCreatePreMulSum).
+ * Each rank multiplies its own input once before it is summed, widened and rounded once as
+ * loomProd does, so ranks may pass different scalars. *op is numbered from loomNumOps and is
+ * valid on comm only, for calls of `datatype`; loomRedOpDestroy frees the number, which may be
+ * destroyed as soon as the last call that uses it has returned. */
+loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
+                                      loomScalarResidence_t residence, loomComm_t comm);
+loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t comm);
 
 /* ---- Point-to-point and barrier ------------------------------------------------------- */
 

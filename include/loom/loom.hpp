@@ -105,4 +105,30 @@ class Comm {
   loomComm_t comm_ = nullptr;
 };
 
+// Owns an op from loomRedOpCreatePreMulSum on one communicator (which must outlive it).
+class PreMulSum {
+ public:
+  PreMulSum(const Comm& comm, void* scalar, loomDataType_t type, loomScalarResidence_t residence)
+      : comm_(comm.get()) {
+    check(loomRedOpCreatePreMulSum(&op_, scalar, type, residence, comm_), comm_);
+  }
+  ~PreMulSum() {
+    if (comm_ != nullptr) loomRedOpDestroy(op_, comm_);
+  }
+  PreMulSum(PreMulSum&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)), op_(other.op_) {}
+  PreMulSum& operator=(PreMulSum&& other) noexcept {
+    std::swap(comm_, other.comm_);
+    std::swap(op_, other.op_);
+    return *this;
+  }
+  PreMulSum(const PreMulSum&) = delete;
+  PreMulSum& operator=(const PreMulSum&) = delete;
+
+  loomRedOp_t op() const { return op_; }
+
+ private:
+  loomComm_t comm_ = nullptr;
+  loomRedOp_t op_ = loomSum;
+};
+
 }  // namespace loom::cxx

@@ -26,6 +26,14 @@ namespace loom {
 
 class Communicator;
 
+// A premultiplied sum's scalar (loomRedOpCreatePreMulSum): the call sums scalar * input.
+struct PreMul {
+  bool on = false;
+  uint8_t value[8] = {};      // loomScalarHostImmediate: the scalar's bytes, copied at the call
+  const void* at = nullptr;   // loomScalarDevice: read through this when the data moves
+  const void* scalar() const { return at != nullptr ? at : value; }
+};
+
 // What a call is, as peers compare it: the first message of a call on each link carries it,
 // so ranks that disagree get an error instead of a corrupted result.
 struct CallInfo {
@@ -54,6 +62,8 @@ struct CallInfo {
   bool streaming = false;
   // A device communicator's call that the tuner gave the low-latency wire (device/fifo.h).
   bool lowLatency = false;
+  // op is loomSum then (what peers see: NCCL lets ranks premultiply by different scalars).
+  PreMul preMul;
 
   bool operator==(const CallInfo& o) const {
     return kind == o.kind && type == o.type && op == o.op && root == o.root && count == o.count;
@@ -102,6 +112,7 @@ struct Step {
   int after = kNone;       // index of a step of the same plan
   int writeAfter = kNone;  // kRecvReduce only, see above
   bool finalize = false;   // after this step, dst holds a final loomAvg sum: divide by nranks
+  bool preMultiply = false;  // kCopy: dst = the call's PreMul scalar * src (its first step)
   bool header = false;     // a CallInfo header goes before the payload (set by markHeaders)
   // kRecv: take the bytes through a shared-memory FIFO even where the sender's buffer could be
   // read directly. The sender writes that range again (the next allreduce reduces into it):

@@ -416,6 +416,35 @@ LOOM_API loomResult_t loomCommDeregister(loomComm_t handle, void* registration) 
                   [&](Communicator& comm) -> Status { return comm.removeRegistration(registration); });
 }
 
+LOOM_API loomResult_t loomRedOpCreatePreMulSum(loomRedOp_t* op, void* scalar, loomDataType_t datatype,
+                                               loomScalarResidence_t residence, loomComm_t handle) {
+  return withComm(handle, "loomRedOpCreatePreMulSum", [&](Communicator& comm) -> Status {
+    if (op == nullptr) return loom::error(loomInvalidArgument, "op is NULL");
+    if (scalar == nullptr) return loom::error(loomInvalidArgument, "scalar is NULL");
+    const int type = enumBits(datatype), where = enumBits(residence);
+    if (type < 0 || type >= loomNumTypes) {
+      return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)", type, loomNumTypes - 1);
+    }
+    if (where != loomScalarDevice && where != loomScalarHostImmediate) {
+      return loom::error(loomInvalidArgument,
+                         "residence %d is neither loomScalarDevice (0) nor loomScalarHostImmediate (1)", where);
+    }
+    const auto t = static_cast<loomDataType_t>(type);
+    if (comm.device() >= 0 && where == loomScalarDevice) {
+      LOOM_TRY(comm.deviceComm().checkBuffer("scalar (loomScalarDevice)", scalar, loom::typeSize(t)));
+    }
+    int made = 0;
+    LOOM_TRY(comm.preMulOps().create(t, scalar, where == loomScalarHostImmediate, &made));
+    *op = static_cast<loomRedOp_t>(made);
+    return Status::ok();
+  });
+}
+
+LOOM_API loomResult_t loomRedOpDestroy(loomRedOp_t op, loomComm_t handle) {
+  return withComm(handle, "loomRedOpDestroy",
+                  [&](Communicator& comm) -> Status { return comm.preMulOps().destroy(enumBits(op)); });
+}
+
 LOOM_API loomResult_t loomMemAlloc(void** ptr, size_t size) {
   auto run = [&]() -> Status {
     if (ptr == nullptr) return loom::error(loomInvalidArgument, "ptr is NULL");
@@ -581,9 +610,11 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     }
     bool reduces = kind == CallInfo::Kind::kAllReduce || kind == CallInfo::Kind::kReduce ||
                    kind == CallInfo::Kind::kReduceScatter;
-    if (reduces && (op < 0 || op >= loomNumOps)) {
+    loom::PreMul preMul;
+    if (reduces && op < 0) {
       return loom::error(loomInvalidArgument, "op %d is not a loomRedOp_t (0..%d)", op, loomNumOps - 1);
     }
+    if (reduces && op >= loomNumOps) LOOM_TRY(comm.preMulOps().find(op, static_cast<loomDataType_t>(type), &preMul));
     bool rooted = kind == CallInfo::Kind::kBroadcast || kind == CallInfo::Kind::kReduce;
     if (rooted && (root < 0 || root >= n)) {
       return loom::error(loomInvalidArgument, "root %d is out of range [0, %d)", root, n);
@@ -633,7 +664,8 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     CallInfo info;
     info.kind = kind;
     info.type = static_cast<loomDataType_t>(type);
-    info.op = reduces ? static_cast<loomRedOp_t>(op) : loomSum;
+    info.op = reduces && !preMul.on ? static_cast<loomRedOp_t>(op) : loomSum;
+    info.preMul = preMul;
     info.root = rooted ? root : -1;
     info.count = count;
     info.inPlace = inPlace;

@@ -2,6 +2,7 @@
 #include "core/collective.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/select.h"
@@ -10,6 +11,7 @@
 #include "core/device_comm.h"
 #include "core/mapped_allreduce.h"
 #include "core/one_shot.h"
+#include "kernels/reduce.h"
 
 namespace loom {
 namespace {
@@ -79,12 +81,27 @@ bool triesMapped(Communicator& comm, const Plan& plan, const CollectiveCall& cal
   return minBytes > 0 && bytes >= static_cast<size_t>(minBytes);
 }
 
-Step mappedStep(const CollectiveCall& call, size_t bytes) {
+Step mappedStep(const void* send, void* recv, size_t bytes) {
   Step step{Step::Kind::kMapped};
-  step.src = call.send;
-  step.dst = call.recv;
+  step.src = send;
+  step.dst = recv;
   step.bytes = bytes;
   return step;
+}
+
+// A premultiplied sum's first step: this rank's input times its scalar, into scratch that the
+// call's other steps read in its place (*send). Its index; kNone for other calls, or where
+// this rank sends nothing.
+int addPreMultiply(Plan& plan, const CollectiveCall& call, const void** send) {
+  if (!call.info.preMul.on) return Step::kNone;
+  size_t sendBytes = 0, recvBytes = 0;
+  bufferBytes(call.info, call.comm->rank(), call.comm->nranks(), &sendBytes, &recvBytes);
+  if (sendBytes == 0) return Step::kNone;
+  char* scaled = plan.scratch(sendBytes);
+  Step step = copyStep(call.send, scaled, sendBytes, false);
+  step.preMultiply = true;
+  *send = scaled;
+  return plan.add(step);
 }
 
 }  // namespace
@@ -144,7 +161,13 @@ Status runAlone(const CollectiveCall& call) {
     LOOM_INFO("comm %016llx: %s uses oneshot (%s), straight on the board", static_cast<unsigned long long>(comm.commId()),
               call.info.describe().c_str(), reasoning(call, chooseFor(call)).c_str());
   }
-  return runOneShot(comm, call.info.seq, call.info, call.send, call.recv);
+  if (!call.info.preMul.on) return runOneShot(comm, call.info.seq, call.info, call.send, call.recv);
+  size_t sendBytes = 0, recvBytes = 0;
+  bufferBytes(call.info, comm.rank(), comm.nranks(), &sendBytes, &recvBytes);
+  std::vector<char> scaled(sendBytes);
+  kernels::multiply(scaled.data(), call.send, sendBytes / typeSize(call.info.type), call.info.type,
+                    call.info.preMul.scalar());
+  return runOneShot(comm, call.info.seq, call.info, scaled.data(), call.recv);
 }
 
 void appendCollective(Plan& plan, const CollectiveCall& call) {
@@ -184,22 +207,31 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
                args.channels);
   }
   plan.beginCall(args.info);
+  const int preMultiplied = addPreMultiply(plan, call, &args.send);
   size_t first = plan.steps.size();
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr && !plan.deviceMemory) {
     Step step{Step::Kind::kOneShot};
-    step.src = call.send;
+    step.src = args.send;
     step.dst = call.recv;
     step.bytes = bytes;
     step.finalize = call.info.op == loomAvg;
+    step.after = preMultiplied;
     plan.add(step);
     return;
   }
-  const int mapped = triesMapped(comm, plan, call, bytes) ? plan.add(mappedStep(call, bytes)) : Step::kNone;
+  int mapped = Step::kNone;
+  if (triesMapped(comm, plan, call, bytes)) {
+    Step step = mappedStep(args.send, call.recv, bytes);
+    step.after = preMultiplied;
+    mapped = plan.add(step);
+  }
   build(choice.algorithm, args, plan);
   markHeaders(plan, first, links, false);
-  // The plan's steps wait for the mapped step, which marks them done where it moved the bytes.
-  for (size_t k = first; mapped != Step::kNone && k < plan.steps.size(); ++k) {
-    if (static_cast<int>(k) != mapped && plan.steps[k].after == Step::kNone) plan.steps[k].after = mapped;
+  // The plan's steps wait for the mapped step, which marks them done where it moved the bytes,
+  // or for the premultiplication: every step of a queue follows one that waited for it.
+  const int before = mapped != Step::kNone ? mapped : preMultiplied;
+  for (size_t k = first; before != Step::kNone && k < plan.steps.size(); ++k) {
+    if (static_cast<int>(k) != mapped && plan.steps[k].after == Step::kNone) plan.steps[k].after = before;
   }
 }
 

@@ -19,6 +19,7 @@
 #include "core/call_log.h"
 #include "core/failure_notices.h"
 #include "core/mapped_allreduce.h"
+#include "core/premul_ops.h"
 #include "transport/shm_board.h"
 #include "transport/store_chooser.h"
 #include "transport/transport.h"
@@ -150,6 +151,8 @@ class Communicator {
   // The last calls made on this communicator, printed at INFO when one fails; it numbers
   // the collectives in call order (the same on every rank): see ShmBoard::announce.
   CallLog& callLog() { return callLog_; }
+  // Ops from loomRedOpCreatePreMulSum.
+  PreMulOps& preMulOps() { return preMulOps_; }
   // Bytes the executor sent on straight from its cache as it reduced them (executor.cc,
   // Run::forwardPiece), ever; read by tests (under executionLock, or after the calls).
   uint64_t forwardedBytes() const { return forwardedBytes_; }
@@ -200,6 +203,7 @@ class Communicator {
   std::vector<int> deviceCpus_;
   CancelSignal cancel_;
   CallLog callLog_;
+  PreMulOps preMulOps_;
   uint64_t forwardedBytes_ = 0;
   CommConfig config_;
   transport::StoreChooser reductionStores_;

@@ -370,7 +370,11 @@ Status Run::advanceStep(Queue& q, int index, bool* moved) {
   };
 
   if (s.kind == Step::Kind::kCopy) {
-    kernels::copy(s.dst, s.src, s.bytes);
+    if (s.preMultiply) {
+      kernels::multiply(s.dst, s.src, s.bytes / typeSize(call.type), call.type, call.preMul.scalar());
+    } else {
+      kernels::copy(s.dst, s.src, s.bytes);
+    }
     finish();
     return Status::ok();
   }

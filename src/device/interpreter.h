@@ -127,13 +127,24 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
       const uint64_t at = units * ctx.part / ctx.parts * 16;
       const uint64_t end = units * (ctx.part + 1) / ctx.parts * 16;
       const uint64_t n = (end < s.bytes ? end : s.bytes) - (at < s.bytes ? at : s.bytes);
-      if (divisor == 0) {
+      if (divisor == 0 && (s.flags & kStepPreMultiply) == 0) {
         copyBytes<false>(w, dst + at, src + at, n);
         return true;
       }
       return byType<kPlanFloat8>(type, false, [&](auto tag) {
         using T = typename decltype(tag)::type;
-        elementwise<T, false, false>(w, dst + at, src + at, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
+        if (divisor != 0) {
+          elementwise<T, false, false>(w, dst + at, src + at, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
+          return true;
+        }
+        // The scalar is read where the step runs: loomScalarDevice lets it change between calls.
+        T scalar;
+        if (call.scalarAt != nullptr) {
+          scalar = loadElement<T, false>(w, static_cast<const uint8_t*>(call.scalarAt));
+        } else {
+          memcpy(&scalar, call.scalar, sizeof scalar);
+        }
+        elementwise<T, false, false>(w, dst + at, src + at, nullptr, n / sizeof(T), MultiplyJob<T>{scalar});
         return true;
       });
     }

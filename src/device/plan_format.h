@@ -33,6 +33,7 @@ enum class Wire : uint8_t { kSimple, kLowLatency };
 
 constexpr uint8_t kStepHeader = 1;    // the first piece carries the call's header
 constexpr uint8_t kStepFinalize = 2;  // the result is a loomAvg sum: divide it by the divisor
+constexpr uint8_t kStepPreMultiply = 4;  // a copy that multiplies by the call's scalar
 
 struct DeviceStep {
   StepKind kind;
@@ -57,6 +58,9 @@ struct DeviceCall {
   uint16_t reserved = 0;
   int32_t divisor;   // for finalize: the rank count
   uint8_t header[24];  // the call's wire CallInfo (algorithms/plan.h)
+  // A premultiplied sum's scalar: its bytes, or where to read it when the step runs.
+  uint8_t scalar[8];
+  const void* scalarAt;
 };
 
 struct WorkerRange {

@@ -36,6 +36,8 @@ Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std:
     calls[i].op = static_cast<uint8_t>(info.op);
     calls[i].divisor = connections.nranks;
     encodeCallInfo(info, calls[i].header);
+    std::memcpy(calls[i].scalar, info.preMul.value, sizeof calls[i].scalar);
+    calls[i].scalarAt = info.preMul.at;
   }
 
   // Workers in order of their first step.
@@ -60,7 +62,8 @@ Status lowerPlan(Plan& plan, uint64_t id, const ConnectionMap& connections, std:
     d.dst = s.dst;
     d.scratch = nullptr;
     d.flags = static_cast<uint8_t>((s.header ? kStepHeader : 0) |
-                                   (s.finalize && call.op == loomAvg ? kStepFinalize : 0));
+                                   (s.finalize && call.op == loomAvg ? kStepFinalize : 0) |
+                                   (s.preMultiply ? kStepPreMultiply : 0));
     d.wire = Wire::kSimple;
     d.conn = -1;
     int* worker = &localWorker;

@@ -286,6 +286,15 @@ struct ScaleJob {
   LOOM_HD T operator()(T x, T) const { return narrow<T>(divide(widen(x), divisor)); }
 };
 
+// x * scalar as the product multiplies (a premultiplied sum's first step); the second input
+// is unused.
+template <class T>
+struct MultiplyJob {
+  static constexpr int kInputs = 1;
+  T scalar;
+  LOOM_HD T operator()(T x, T) const { return narrow<T>(Prod::apply(widen(x), widen(scalar))); }
+};
+
 // ---- Dispatch on the run-time type and op ----------------------------------------------------
 
 template <class T>

@@ -12,6 +12,7 @@ struct KernelTable {
   using ReduceFn = void (*)(void* dst, const void* a, const void* b, size_t count);
   using ReduceNFn = void (*)(void* dst, const void* const* srcs, int nsrcs, size_t count);
   using ScaleFn = void (*)(void* dst, const void* src, size_t count, int divisor);
+  using MultiplyFn = void (*)(void* dst, const void* src, size_t count, const void* scalar);
   using ConvertFn = void (*)(void* dst, const void* src, size_t count);
   using CopyFn = void (*)(void* dst, const void* src, size_t bytes);
   using ReduceToFn = void (*)(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs, size_t count,
@@ -20,6 +21,7 @@ struct KernelTable {
   ReduceFn reduce[loomNumTypes][loomNumOps];  // loomAvg's entries are the sum kernels
   ReduceNFn reduceN[loomNumTypes][loomNumOps];
   ScaleFn scale[loomNumTypes];
+  MultiplyFn multiply[loomNumTypes];
   ConvertFn fromFloat32[loomNumTypes];  // the 16- and 8-bit floats only (others null)
   ConvertFn toFloat32[loomNumTypes];    // the 16- and 8-bit floats only
   CopyFn copyStreaming;                 // without the closing fence

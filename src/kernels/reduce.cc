@@ -193,6 +193,11 @@ void scale(void* dst, const void* src, size_t count, loomDataType_t type, int di
   active().table().scale[type](dst, src, count, divisor);
 }
 
+void multiply(void* dst, const void* src, size_t count, loomDataType_t type, const void* scalar) {
+  if (!valid(type) || count == 0) return;
+  active().table().multiply[type](dst, src, count, scalar);
+}
+
 bool convert(void* dst, loomDataType_t dstType, const void* src, loomDataType_t srcType,
              size_t count) {
   if (!valid(dstType) || !valid(srcType)) return false;

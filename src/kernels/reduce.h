@@ -59,6 +59,10 @@ void reduceNTo(void* const* dsts, int ndsts, const void* const* srcs, int nsrcs,
 // divide in float32 and round once. dst may equal src.
 void scale(void* dst, const void* src, size_t count, loomDataType_t type, int divisor);
 
+// dst[i] = scalar * src[i] (`scalar`: one element of `type`), multiplied as reduce()'s
+// loomProd multiplies: the premultiplication of loomRedOpCreatePreMulSum. dst may equal src.
+void multiply(void* dst, const void* src, size_t count, loomDataType_t type, const void* scalar);
+
 // dst = src converted from srcType to dstType, for float32 <-> float16 / bfloat16 / float8 (rounding
 // to nearest-even, NaN to the canonical NaN, as everywhere here) and for equal types (a
 // copy). Returns false, doing nothing, for any other pair. dst must not overlap src unless

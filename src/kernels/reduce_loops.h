@@ -347,6 +347,27 @@ void scaleBy(void* dst, const void* src, size_t count, int divisor) {
   }
 }
 
+// dst[i] = scalar * src[i], as the product kernels multiply: the narrow formats widened and
+// rounded once, integers wrapping.
+template <class T>
+void multiplyBy(void* dst, const void* src, size_t count, const void* scalar) {
+  if constexpr (kWidened<T>) {
+    float s;
+    widen<T>(&s, bytes(scalar), 1);
+    float acc[kTileElems];
+    for (size_t base = 0; base < count; base += kTileElems) {
+      const size_t n = smaller(kTileElems, count - base);
+      const size_t offset = base * kStoredBytes<T>;
+      widen<T>(acc, bytes(src) + offset, n);
+      for (size_t i = 0; i < n; ++i) acc[i] = Prod::apply(acc[i], s);
+      narrow<T>(bytes(dst) + offset, acc, n);
+    }
+  } else {
+    const T s = load<T>(bytes(scalar), 0);
+    for (size_t i = 0; i < count; ++i) store<T>(bytes(dst), i, Prod::apply(load<T>(bytes(src), i), s));
+  }
+}
+
 // float32 <-> float16 / bfloat16 / float8 through an L1-sized tile (the float32 side may sit at any
 // byte address, which widen() and narrow() do not take).
 template <class H>
@@ -457,6 +478,7 @@ constexpr void addType(KernelTable& table, loomDataType_t type) {
   addOp<T, Min>(table, type, loomMin);
   addOp<T, Sum>(table, type, loomAvg);  // avg sums; scale() divides at the end
   table.scale[type] = &scaleBy<T>;
+  table.multiply[type] = &multiplyBy<T>;
 }
 
 constexpr KernelTable makeTable() {

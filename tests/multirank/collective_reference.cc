@@ -176,9 +176,13 @@ double loadFloat(const unsigned char* src, loomDataType_t type) {
 
 // ---- Values of the reducing collectives --------------------------------------------------
 
+// A premultiplied sum's scalar on `rank` (floats; integers multiply by rank + 3): a power of two,
+// so the products are exact, and not the same on every rank.
+double preMulFactor(int rank) { return rank % 2 == 0 ? 0.5 : 1.0; }
+
 // The exact value rank `rank` contributes at element `index` (floats), chosen per op so that
 // every partial result is exact (see the header).
-double floatValue(loomDataType_t type, loomRedOp_t op, int nranks, uint64_t seed, int rank,
+double floatValue(loomDataType_t type, loomRedOp_t op, bool preMul, int nranks, uint64_t seed, int rank,
                   size_t index) {
   uint64_t h = mix(seed, rank, index);
   if (op == loomProd) {
@@ -190,6 +194,8 @@ double floatValue(loomDataType_t type, loomRedOp_t op, int nranks, uint64_t seed
     return ((h >> 59) & 1) ? -0.0 : 0.0;
   }
   int64_t bound = std::min<int64_t>((int64_t{1} << format.precision) / nranks, int64_t{1} << 40);
+  // Premultiplied by 0.5 on some ranks, a sum has one bit more below: half the range keeps it exact.
+  if (preMul) bound /= 2;
   auto k = static_cast<int64_t>(h % static_cast<uint64_t>(2 * bound + 1)) - bound;
   return std::ldexp(static_cast<double>(k), -format.fracBits);
 }
@@ -213,13 +219,18 @@ void fillIntegers(unsigned char* dst, size_t count, uint64_t seed, int rank, siz
 }
 
 template <typename T>
-void expectedIntegers(unsigned char* dst, size_t count, loomRedOp_t op, int nranks,
+void expectedIntegers(unsigned char* dst, size_t count, loomRedOp_t op, bool preMul, int nranks,
                       uint64_t seed, size_t first) {
   using U = std::make_unsigned_t<T>;
+  // Rank r's input, premultiplied (wrapping) where the call is a premultiplied sum.
+  auto input = [&](int r, size_t e) {
+    const U v = static_cast<U>(mix(seed, r, first + e));
+    return preMul ? static_cast<U>(v * static_cast<U>(r + 3)) : v;
+  };
   for (size_t e = 0; e < count; ++e) {
-    U acc = static_cast<U>(mix(seed, 0, first + e));
+    U acc = input(0, e);
     for (int r = 1; r < nranks; ++r) {
-      U v = static_cast<U>(mix(seed, r, first + e));
+      U v = input(r, e);
       switch (op) {
         case loomSum:
         case loomAvg: acc = static_cast<U>(acc + v); break;
@@ -235,7 +246,7 @@ void expectedIntegers(unsigned char* dst, size_t count, loomRedOp_t op, int nran
   }
 }
 
-void fillReduceInput(unsigned char* dst, loomDataType_t type, loomRedOp_t op, int nranks,
+void fillReduceInput(unsigned char* dst, loomDataType_t type, loomRedOp_t op, bool preMul, int nranks,
                      uint64_t seed, int rank, size_t first, size_t count) {
   switch (type) {
     case loomInt8: return fillIntegers<int8_t>(dst, count, seed, rank, first);
@@ -248,28 +259,33 @@ void fillReduceInput(unsigned char* dst, loomDataType_t type, loomRedOp_t op, in
   }
   size_t size = typeSize(type);
   for (size_t e = 0; e < count; ++e) {
-    storeFloat(dst + e * size, type, floatValue(type, op, nranks, seed, rank, first + e));
+    storeFloat(dst + e * size, type, floatValue(type, op, preMul, nranks, seed, rank, first + e));
   }
 }
 
 // op over ranks of the inputs at elements [first, first + count).
-void fillReduceExpected(unsigned char* dst, loomDataType_t type, loomRedOp_t op, int nranks,
+void fillReduceExpected(unsigned char* dst, loomDataType_t type, loomRedOp_t op, bool preMul, int nranks,
                         uint64_t seed, size_t first, size_t count) {
   switch (type) {
-    case loomInt8: return expectedIntegers<int8_t>(dst, count, op, nranks, seed, first);
-    case loomUint8: return expectedIntegers<uint8_t>(dst, count, op, nranks, seed, first);
-    case loomInt32: return expectedIntegers<int32_t>(dst, count, op, nranks, seed, first);
-    case loomUint32: return expectedIntegers<uint32_t>(dst, count, op, nranks, seed, first);
-    case loomInt64: return expectedIntegers<int64_t>(dst, count, op, nranks, seed, first);
-    case loomUint64: return expectedIntegers<uint64_t>(dst, count, op, nranks, seed, first);
+    case loomInt8: return expectedIntegers<int8_t>(dst, count, op, preMul, nranks, seed, first);
+    case loomUint8: return expectedIntegers<uint8_t>(dst, count, op, preMul, nranks, seed, first);
+    case loomInt32: return expectedIntegers<int32_t>(dst, count, op, preMul, nranks, seed, first);
+    case loomUint32: return expectedIntegers<uint32_t>(dst, count, op, preMul, nranks, seed, first);
+    case loomInt64: return expectedIntegers<int64_t>(dst, count, op, preMul, nranks, seed, first);
+    case loomUint64: return expectedIntegers<uint64_t>(dst, count, op, preMul, nranks, seed, first);
     default: break;
   }
   size_t size = typeSize(type);
   FloatFormat format = formatOf(type);
+  // Rank r's input, premultiplied (exactly: by 0.5 or 1) where the call is a premultiplied sum.
+  auto input = [&](int r, size_t e) {
+    const double v = floatValue(type, op, preMul, nranks, seed, r, first + e);
+    return preMul ? v * preMulFactor(r) : v;
+  };
   for (size_t e = 0; e < count; ++e) {
-    double acc = floatValue(type, op, nranks, seed, 0, first + e);
+    double acc = input(0, e);
     for (int r = 1; r < nranks; ++r) {
-      double v = floatValue(type, op, nranks, seed, r, first + e);
+      double v = input(r, e);
       switch (op) {
         case loomSum:
         case loomAvg: acc += v; break;  // exact: see floatValue
@@ -398,6 +414,23 @@ size_t typeSize(loomDataType_t type) {
   }
 }
 
+void preMulScalar(loomDataType_t type, int rank, unsigned char* out) {
+  switch (type) {
+    case loomInt8:
+    case loomUint8:
+    case loomInt32:
+    case loomUint32:
+    case loomInt64:
+    case loomUint64: {
+      // Little-endian: the low bytes of a uint64 are the value in every integer width.
+      const uint64_t v = static_cast<uint64_t>(rank) + 3;
+      std::memcpy(out, &v, typeSize(type));
+      return;
+    }
+    default: storeFloat(out, type, preMulFactor(rank));
+  }
+}
+
 bool isReducing(Collective collective) {
   return collective == Collective::kAllReduce || collective == Collective::kReduce ||
          collective == Collective::kReduceScatter;
@@ -407,7 +440,7 @@ bool hasInPlace(Collective collective) { return collective != Collective::kAllTo
 
 std::string CollectiveCase::describe() const {
   std::string text = std::string(collectiveName(collective)) + " " + typeName(type);
-  if (isReducing(collective)) text += std::string(" ") + opName(op);
+  if (isReducing(collective)) text += std::string(" ") + (preMulSum ? "premulsum" : opName(op));
   if (collective == Collective::kBroadcast || collective == Collective::kReduce) {
     text += " root=" + std::to_string(root);
   }
@@ -437,7 +470,7 @@ CollectiveRun::CollectiveRun(const CollectiveCase& c, int rank, int nranks)
   };
   auto input = [&](unsigned char* dst, size_t first, size_t count) {
     if (isReducing(k.collective)) {
-      fillReduceInput(dst, k.type, k.op, nranks, k.seed, rank, first, count);
+      fillReduceInput(dst, k.type, k.op, k.preMulSum, nranks, k.seed, rank, first, count);
     } else {
       fillBytes(dst, count, es, k.seed, rank, first);
     }
@@ -507,18 +540,32 @@ loomResult_t CollectiveRun::launchMirrored(loomComm_t comm, loomStream_t stream,
 }
 
 loomResult_t CollectiveRun::launchWith(loomComm_t comm, loomStream_t stream, const void* send, void* recv) const {
+  if (!case_.preMulSum) return launchOp(comm, stream, send, recv, case_.op);
+  unsigned char scalar[8];
+  preMulScalar(case_.type, rank_, scalar);
+  loomRedOp_t op = loomSum;
+  loomResult_t r = loomRedOpCreatePreMulSum(&op, scalar, case_.type, loomScalarHostImmediate, comm);
+  if (r != loomSuccess) return r;
+  r = launchOp(comm, stream, send, recv, op);
+  // As early as NCCL allows: the call (queued, or in a group) took the scalar with it.
+  const loomResult_t destroyed = loomRedOpDestroy(op, comm);
+  return r != loomSuccess ? r : destroyed;
+}
+
+loomResult_t CollectiveRun::launchOp(loomComm_t comm, loomStream_t stream, const void* send, void* recv,
+                                     loomRedOp_t op) const {
   const CollectiveCase& k = case_;
   switch (k.collective) {
     case Collective::kAllReduce:
-      return loomAllReduce(send, recv, k.count, k.type, k.op, comm, stream);
+      return loomAllReduce(send, recv, k.count, k.type, op, comm, stream);
     case Collective::kBroadcast:
       return loomBroadcast(send, recv, k.count, k.type, k.root, comm, stream);
     case Collective::kReduce:
-      return loomReduce(send, recv, k.count, k.type, k.op, k.root, comm, stream);
+      return loomReduce(send, recv, k.count, k.type, op, k.root, comm, stream);
     case Collective::kAllGather:
       return loomAllGather(send, recv, k.count, k.type, comm, stream);
     case Collective::kReduceScatter:
-      return loomReduceScatter(send, recv, k.count, k.type, k.op, comm, stream);
+      return loomReduceScatter(send, recv, k.count, k.type, op, comm, stream);
     case Collective::kAllToAll:
       return loomAllToAll(send, recv, k.count, k.type, comm, stream);
   }
@@ -535,7 +582,7 @@ std::string CollectiveRun::check() const {
 
   auto reduced = [&](size_t first, size_t count) {
     want.assign(count * es, 0);
-    fillReduceExpected(want.data(), k.type, k.op, nranks_, k.seed, first, count);
+    fillReduceExpected(want.data(), k.type, k.op, k.preMulSum, nranks_, k.seed, first, count);
     return want.data();
   };
   auto bytesOf = [&](int rank, size_t first, size_t count) {
@@ -546,7 +593,7 @@ std::string CollectiveRun::check() const {
   auto inputOf = [&](size_t count) {
     want.assign(count * es, 0);
     if (isReducing(k.collective)) {
-      fillReduceInput(want.data(), k.type, k.op, nranks_, k.seed, rank_, 0, count);
+      fillReduceInput(want.data(), k.type, k.op, k.preMulSum, nranks_, k.seed, rank_, 0, count);
     } else {
       fillBytes(want.data(), count, es, k.seed, rank_, 0);
     }
@@ -558,7 +605,7 @@ std::string CollectiveRun::check() const {
       std::string text = "; inputs by rank:";
       std::vector<unsigned char> one(es);
       for (int r = 0; r < nranks_; ++r) {
-        fillReduceInput(one.data(), k.type, k.op, nranks_, k.seed, r, first + index, 1);
+        fillReduceInput(one.data(), k.type, k.op, k.preMulSum, nranks_, k.seed, r, first + index, 1);
         text += " " + formatElement(one.data(), k.type);
       }
       return text;
@@ -735,6 +782,17 @@ CaseOutcome runDeterminismCase(loomDataType_t type, loomRedOp_t op, size_t count
 
 // ---- Case lists --------------------------------------------------------------------------
 
+namespace {
+
+// The case lists' ops: kAllOps, then a premultiplied sum.
+constexpr int kOpsAndPreMul = 6;
+void setOp(CollectiveCase& c, int index) {
+  c.preMulSum = index == 5;
+  c.op = c.preMulSum ? loomSum : kAllOps[index];
+}
+
+}  // namespace
+
 std::vector<CollectiveCase> sliceCases(int nranks, unsigned rotation) {
   static const size_t kCounts[] = {1, 7, 1023};
   std::vector<CollectiveCase> cases;
@@ -753,12 +811,12 @@ std::vector<CollectiveCase> sliceCases(int nranks, unsigned rotation) {
       // Two types per collective also get a 65537-element case (one op of them).
       bool big = ti == static_cast<int>((rotation + ci) % kTypeCount) ||
                  ti == static_cast<int>((rotation + ci + kTypeCount / 2) % kTypeCount);
-      int nops = isReducing(coll) ? 5 : 1;
+      int nops = isReducing(coll) ? kOpsAndPreMul : 1;
       for (int oi = 0; oi < nops; ++oi) {
         CollectiveCase c;
         c.collective = coll;
         c.type = kAllTypes[ti];
-        c.op = kAllOps[oi];
+        setOp(c, oi);
         c.count = kCounts[k % 3];
         c.inPlace = hasInPlace(coll) && (k / 3) % 2 == 1;
         c.root = static_cast<int>(k % static_cast<unsigned>(nranks));
@@ -803,14 +861,14 @@ std::vector<CollectiveCase> fullCases(int nranks, unsigned rotation) {
   unsigned k = rotation;
   for (Collective coll : kAllCollectives) {
     for (loomDataType_t type : kAllTypes) {
-      int nops = isReducing(coll) ? 5 : 1;
+      int nops = isReducing(coll) ? kOpsAndPreMul : 1;
       for (int oi = 0; oi < nops; ++oi) {
         for (size_t count : kCounts) {
           for (int inPlace = 0; inPlace < (hasInPlace(coll) ? 2 : 1); ++inPlace) {
             CollectiveCase c;
             c.collective = coll;
             c.type = type;
-            c.op = kAllOps[oi];
+            setOp(c, oi);
             c.count = count;
             c.inPlace = inPlace == 1;
             c.root = static_cast<int>(k++ % static_cast<unsigned>(nranks));

@@ -46,6 +46,9 @@ const char* typeName(loomDataType_t type);
 const char* opName(loomRedOp_t op);
 size_t typeSize(loomDataType_t type);
 bool isReducing(Collective collective);
+// A premultiplied sum's scalar on `rank`, typeSize(type) bytes into out: rank + 3 for
+// integers; 0.5 on even ranks and 1 on odd ones for floats (exact products).
+void preMulScalar(loomDataType_t type, int rank, unsigned char* out);
 // AllToAll has no in-place form (its buffers must not overlap).
 bool hasInPlace(Collective collective);
 
@@ -54,6 +57,8 @@ struct CollectiveCase {
   Collective collective = Collective::kAllReduce;
   loomDataType_t type = loomFloat32;
   loomRedOp_t op = loomSum;  // reducing collectives only
+  // A premultiplied sum (op is loomSum): each rank's input times preMulScalar(type, rank).
+  bool preMulSum = false;
   int root = 0;              // Broadcast and Reduce only
   size_t count = 0;          // as passed to the call: per rank block for AllGather,
                              // ReduceScatter and AllToAll
@@ -93,6 +98,7 @@ class CollectiveRun {
 
  private:
   loomResult_t launchWith(loomComm_t comm, loomStream_t stream, const void* send, void* recv) const;
+  loomResult_t launchOp(loomComm_t comm, loomStream_t stream, const void* send, void* recv, loomRedOp_t op) const;
 
   CollectiveCase case_;
   int rank_;

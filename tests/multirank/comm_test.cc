@@ -139,6 +139,18 @@ TEST(CommCxx, RaiiCommunicatorFromUniqueId) {
     EXPECT_FALSE(none);
     loom::cxx::Comm shrunk = comm.shrink({});  // nobody left out: a copy of comm
     EXPECT_EQ(shrunk.size(), 1);
+    {
+      float three = 3.0f;
+      loom::cxx::PreMulSum byThree(comm, &three, loomFloat32, loomScalarHostImmediate);
+      float value = 2.0f;
+      loom::cxx::check(loomAllReduce(&value, &value, 1, loomFloat32, byThree.op(), comm.get(), nullptr), comm.get());
+      EXPECT_EQ(value, 6.0f);
+      loom::cxx::PreMulSum moved = std::move(byThree);
+      EXPECT_EQ(moved.op(), static_cast<loomRedOp_t>(loomNumOps));
+    }
+    // Both gone with their scopes: the next op gets the first number again.
+    float one = 1.0f;
+    EXPECT_EQ(loom::cxx::PreMulSum(comm, &one, loomFloat32, loomScalarDevice).op(), static_cast<loomRedOp_t>(loomNumOps));
     try {
       loom::cxx::check(loomCommCount(nullptr, nullptr));
       ADD_FAILURE() << "no exception";

@@ -72,6 +72,36 @@ TEST(Validation, BadArgumentsAreRejectedAndTheCommunicatorKeepsWorking) {
                "excludes itself");
   EXPECT_ERROR(loomCommShrink(nullptr, &one, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, nullptr,
                "comm is NULL");
+  // Premultiplied sums: made and used on one communicator, for one type, while they live.
+  float two = 2.0f;
+  float values[4] = {};
+  loomRedOp_t premul = loomSum, premulOther = loomSum;
+  EXPECT_ERROR(loomRedOpCreatePreMulSum(nullptr, &two, loomFloat32, loomScalarHostImmediate, c), loomInvalidArgument,
+               c, "op is NULL");
+  EXPECT_ERROR(loomRedOpCreatePreMulSum(&premul, nullptr, loomFloat32, loomScalarHostImmediate, c),
+               loomInvalidArgument, c, "scalar is NULL");
+  EXPECT_ERROR(loomRedOpCreatePreMulSum(&premul, &two, loomNumTypes, loomScalarHostImmediate, c), loomInvalidArgument,
+               c, "datatype 12");
+  EXPECT_ERROR(loomRedOpCreatePreMulSum(&premul, &two, loomFloat32, static_cast<loomScalarResidence_t>(2), c),
+               loomInvalidArgument, c, "residence 2");
+  EXPECT_ERROR(loomRedOpCreatePreMulSum(&premul, &two, loomFloat32, loomScalarHostImmediate, nullptr),
+               loomInvalidArgument, nullptr, "comm is NULL");
+  LOOM_ASSERT_OK(loomRedOpCreatePreMulSum(&premul, &two, loomFloat32, loomScalarHostImmediate, c), c);
+  EXPECT_ERROR(loomAllReduce(values, values, 4, loomInt32, premul, c, nullptr), loomInvalidArgument, c,
+               "was made for datatype float32; the call's datatype is int32");
+  EXPECT_ERROR(loomReduce(values, values, 4, loomFloat32, premul, 0, comms[1], nullptr), loomInvalidArgument,
+               comms[1], "nor a live op from loomRedOpCreatePreMulSum on this communicator");
+  EXPECT_ERROR(loomRedOpDestroy(premul, comms[1]), loomInvalidArgument, comms[1], "not an op made by");
+  EXPECT_ERROR(loomRedOpDestroy(loomSum, c), loomInvalidArgument, c, "not an op made by");
+  LOOM_EXPECT_OK(loomRedOpCreatePreMulSum(&premulOther, &two, loomFloat32, loomScalarDevice, c), c);
+  EXPECT_NE(premul, premulOther);
+  LOOM_EXPECT_OK(loomRedOpDestroy(premul, c), c);
+  EXPECT_ERROR(loomRedOpDestroy(premul, c), loomInvalidArgument, c, "not an op made by");
+  EXPECT_ERROR(loomReduceScatter(values, values, 2, loomFloat32, premul, c, nullptr), loomInvalidArgument, c,
+               "nor a live op");
+  EXPECT_ERROR(loomAllReduce(values, values, 4, loomFloat32, static_cast<loomRedOp_t>(-1), c, nullptr),
+               loomInvalidArgument, c, "op -1");
+  LOOM_EXPECT_OK(loomRedOpDestroy(premulOther, c), c);
   EXPECT_ERROR(loomStreamSynchronize(&notAStream), loomInvalidUsage, nullptr, "not a live host stream");
   EXPECT_ERROR(loomGetVersion(nullptr), loomInvalidArgument, nullptr, "version is NULL");
 

@@ -749,6 +749,44 @@ TEST_P(ScaleTest, IntegersTruncateTowardZeroFloatsRoundOnce) {
 
 INSTANTIATE_TEST_SUITE_P(All, ScaleTest, testing::ValuesIn(allIsaTypes()), isaTypeName);
 
+// multiply (a premultiplied sum's first step) is the product against the scalar repeated:
+// every edge value times every edge value, and random inputs of every length, in place too.
+class MultiplyTest : public testing::TestWithParam<IsaType> {};
+
+TEST_P(MultiplyTest, IsTheProductWithTheScalarRepeated) {
+  const auto [isa, typeIndex] = GetParam();
+  LOOM_USE_ISA_OR_SKIP(isa);
+  const TypeInfo& t = kTypes[typeIndex];
+  std::vector<uint8_t> edges;
+  for (uint64_t x : edgeValues(t)) {
+    edges.resize(edges.size() + t.size);
+    putBits(&edges[edges.size() - t.size], t.size, x);
+  }
+  auto check = [&](const std::vector<uint8_t>& in, const uint8_t* scalar, const std::string& what) {
+    const size_t count = in.size() / t.size;
+    std::vector<uint8_t> repeated(in.size());
+    for (size_t i = 0; i < count; ++i) std::memcpy(&repeated[i * t.size], scalar, t.size);
+    const auto want = referenceReduce(t, loomProd, {in.data(), repeated.data()}, count);
+    for (size_t offset : {size_t{0}, size_t{1}}) {
+      GuardedBuffer out(std::vector<uint8_t>(in.size()), offset);
+      multiply(out.data(), in.data(), count, t.type, scalar);
+      EXPECT_EQ(firstDifference(t, out.contents(), want), "") << t.name << " " << what << " isa=" << isaName();
+      EXPECT_TRUE(out.guardsIntact());
+      GuardedBuffer inPlace(in, offset);
+      multiply(inPlace.data(), inPlace.data(), count, t.type, scalar);
+      EXPECT_EQ(firstDifference(t, inPlace.contents(), want), "") << t.name << " " << what << " in place";
+    }
+  };
+  for (size_t k = 0; k < edges.size(); k += t.size) check(edges, &edges[k], "edge values");
+  for (size_t count : {0, 1, 17, 1023, 65537}) {
+    const auto in = randomInput(t, loomProd, count, 11);
+    const auto scalars = randomInput(t, loomProd, 3, 13);
+    for (size_t k = 0; k < scalars.size(); k += t.size) check(in, &scalars[k], "count=" + std::to_string(count));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(All, MultiplyTest, testing::ValuesIn(allIsaTypes()), isaTypeName);
+
 // ---- Every path gives the portable path's bits ------------------------------------------
 
 struct Outputs {

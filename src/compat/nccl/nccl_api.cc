@@ -18,7 +18,6 @@
 #include "base/status.h"
 #include "compat/nccl/cuda_memory.h"
 #include "compat/nccl/nccl_environment.h"
-#include "compat/nccl/premul_sum.h"
 #include "compat/nccl/shim_comm.h"
 #include "loom/loom.h"
 
@@ -36,7 +35,6 @@ namespace {
 using loom::Status;
 using loom::nccl::CommUse;
 using loom::nccl::currentDevice;
-using loom::nccl::PreMulSum;
 using loom::nccl::ShimRegistry;
 
 thread_local std::string tLastError;
@@ -121,33 +119,6 @@ Status checkStream(const ncclComm& comm, cudaStream_t stream) {
 Status checkCollective(const ncclComm& comm, cudaStream_t stream) {
   LOOM_TRY(ready(comm, true));
   return checkStream(comm, stream);
-}
-
-// Runs a reducing collective with a Loom op. An op from ncclRedOpCreatePreMulSum becomes a
-// sum over the input multiplied first into scratch (sendCount elements of sendbuff).
-template <typename Run>
-Status withOp(ncclComm& comm, const void* sendbuff, size_t sendCount, const ncclDataType_t& type, const ncclRedOp_t& op,
-              Run run) {
-  const int bits = enumBits(op);
-  if (bits >= 0 && bits < ncclNumOps) return fromLoom(run(sendbuff, static_cast<loomRedOp_t>(bits)));
-  PreMulSum preMul;
-  LOOM_TRY(comm.preMulSumOps().find(bits, &preMul));
-  if (comm.device() >= 0) {
-    return loom::error(loomInvalidUsage,
-                       "op %d (ncclRedOpCreatePreMulSum) runs on host communicators only so far; this one is on "
-                       "device %d",
-                       bits, comm.device());
-  }
-  if (enumBits(type) != preMul.type) {
-    return loom::error(loomInvalidArgument, "op %d was created for datatype %d, the call's datatype is %d", bits,
-                       preMul.type, enumBits(type));
-  }
-  if (sendbuff == nullptr && sendCount > 0) {
-    return loom::error(loomInvalidArgument, "sendbuff is NULL with %zu elements to send", sendCount);
-  }
-  std::vector<unsigned char> scaled;
-  loom::nccl::preMultiply(preMul, sendbuff, sendCount, &scaled);
-  return fromLoom(run(scaled.data(), loomSum));
 }
 
 int countOf(const ncclComm& comm) {
@@ -540,24 +511,21 @@ NCCL_API ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win
 
 // ---- Reduction operations ----------------------------------------------------------------
 
+// Loom numbers its premultiplied-sum ops as NCCL does (from ncclNumOps, per communicator), so
+// they pass through the collectives unchanged.
+static_assert(static_cast<int>(ncclScalarDevice) == static_cast<int>(loomScalarDevice) &&
+                  static_cast<int>(ncclScalarHostImmediate) == static_cast<int>(loomScalarHostImmediate),
+              "scalar residences are Loom's");
+
 NCCL_API ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t* op, void* scalar, ncclDataType_t datatype,
                                                ncclScalarResidence_t residence, ncclComm_t comm) {
   return withComm(comm, "ncclRedOpCreatePreMulSum", [&](ncclComm& c) -> Status {
     LOOM_TRY(ready(c));
     if (op == nullptr) return loom::error(loomInvalidArgument, "op is NULL");
-    if (scalar == nullptr) return loom::error(loomInvalidArgument, "scalar is NULL");
-    const int type = enumBits(datatype);
-    if (type < 0 || type >= loomNumTypes) {
-      return loom::error(loomInvalidArgument, "datatype %d is not an ncclDataType_t", type);
-    }
-    const int where = enumBits(residence);
-    if (where != ncclScalarDevice && where != ncclScalarHostImmediate) {
-      return loom::error(loomInvalidArgument, "residence %d is not an ncclScalarResidence_t", where);
-    }
-    int created = 0;
-    LOOM_TRY(c.preMulSumOps().create(static_cast<loomDataType_t>(type), scalar, where == ncclScalarHostImmediate,
-                                      &created));
-    const ncclRedOp_t value = static_cast<ncclRedOp_t>(created);
+    loomRedOp_t created = loomSum;
+    LOOM_TRY(fromLoom(loomRedOpCreatePreMulSum(&created, scalar, static_cast<loomDataType_t>(enumBits(datatype)),
+                                               static_cast<loomScalarResidence_t>(enumBits(residence)), c.loom())));
+    const ncclRedOp_t value = static_cast<ncclRedOp_t>(enumBits(created));
     std::memcpy(op, &value, sizeof value);
     return Status::ok();
   });
@@ -569,7 +537,7 @@ NCCL_API ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
     if (bits >= 0 && bits < ncclNumOps) {
       return loom::error(loomInvalidArgument, "op %d is a built-in ncclRedOp_t, not a created one", bits);
     }
-    return c.preMulSumOps().destroy(bits);
+    return fromLoom(loomRedOpDestroy(static_cast<loomRedOp_t>(bits), c.loom()));
   });
 }
 
@@ -580,6 +548,7 @@ namespace {
 // Enum parameters travel by reference and are read as bits: a C caller may pass any int, and
 // loading an enum object that holds a value outside its enumerators is undefined.
 loomDataType_t loomType(const ncclDataType_t& type) { return static_cast<loomDataType_t>(enumBits(type)); }
+loomRedOp_t loomOp(const ncclRedOp_t& op) { return static_cast<loomRedOp_t>(enumBits(op)); }
 
 }  // namespace
 
@@ -587,9 +556,7 @@ NCCL_API ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t
                                     ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclAllReduce", [&](ncclComm& c) -> Status {
     LOOM_TRY(checkCollective(c, stream));
-    return withOp(c, sendbuff, count, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
-      return loomAllReduce(send, recvbuff, count, loomType(datatype), loomOp, c.loom(), stream);
-    });
+    return fromLoom(loomAllReduce(sendbuff, recvbuff, count, loomType(datatype), loomOp(op), c.loom(), stream));
   });
 }
 
@@ -597,9 +564,7 @@ NCCL_API ncclResult_t ncclReduce(const void* sendbuff, void* recvbuff, size_t co
                                  ncclRedOp_t op, int root, ncclComm_t comm, cudaStream_t stream) {
   return withComm(comm, "ncclReduce", [&](ncclComm& c) -> Status {
     LOOM_TRY(checkCollective(c, stream));
-    return withOp(c, sendbuff, count, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
-      return loomReduce(send, recvbuff, count, loomType(datatype), loomOp, root, c.loom(), stream);
-    });
+    return fromLoom(loomReduce(sendbuff, recvbuff, count, loomType(datatype), loomOp(op), root, c.loom(), stream));
   });
 }
 
@@ -608,14 +573,8 @@ NCCL_API ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, si
                                         cudaStream_t stream) {
   return withComm(comm, "ncclReduceScatter", [&](ncclComm& c) -> Status {
     LOOM_TRY(checkCollective(c, stream));
-    size_t sendCount = 0;
-    if (__builtin_mul_overflow(recvcount, static_cast<size_t>(countOf(c)), &sendCount)) {
-      return loom::error(loomInvalidArgument, "recvcount %zu times %d ranks overflows size_t", recvcount,
-                         countOf(c));
-    }
-    return withOp(c, sendbuff, sendCount, datatype, op, [&](const void* send, loomRedOp_t loomOp) {
-      return loomReduceScatter(send, recvbuff, recvcount, loomType(datatype), loomOp, c.loom(), stream);
-    });
+    return fromLoom(
+        loomReduceScatter(sendbuff, recvbuff, recvcount, loomType(datatype), loomOp(op), c.loom(), stream));
   });
 }
 

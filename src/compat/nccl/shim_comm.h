@@ -1,6 +1,6 @@
 // The communicator behind an ncclComm_t: a Loom communicator plus what NCCL's API has and
-// Loom's does not (non-blocking creation, finalize, premultiplied-sum ops),
-// and the error text ncclGetLastError returns. ShimRegistry tells live handles from stale
+// Loom's does not (non-blocking creation, finalize), and the error text ncclGetLastError
+// returns. ShimRegistry tells live handles from stale
 // ones, so a destroyed or made-up ncclComm_t is an error, not a crash.
 #pragma once
 
@@ -14,7 +14,6 @@
 #include <unordered_set>
 
 #include "base/status.h"
-#include "compat/nccl/premul_sum.h"
 #include "loom/loom.h"
 
 namespace loom::nccl {
@@ -51,7 +50,6 @@ struct ncclComm {
   void finalize() { finalized_.store(true, std::memory_order_release); }
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }
 
-  loom::nccl::PreMulSumOps& preMulSumOps() { return preMulSumOps_; }
 
   // The message ncclGetLastError(comm) returns; valid until the next error on this comm.
   void setLastError(std::string message);
@@ -69,7 +67,6 @@ struct ncclComm {
   std::atomic<loomResult_t> initState_{loomInProgress};
   std::thread initThread_;
   std::atomic<bool> finalized_{false};
-  loom::nccl::PreMulSumOps preMulSumOps_;
   std::mutex mutex_;  // guards lastError_
   std::string lastError_;
 };

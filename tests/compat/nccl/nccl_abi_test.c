@@ -577,6 +577,28 @@ static void preMulSumSection(ncclComm_t comm) {
       CHECK(out[i] == w, "premulsum reduce [%d]: %d, expected %d", i, out[i], w);
     }
   }
+  /* In a group the calls run at ncclGroupEnd, after their op was destroyed and its number
+   * given to another: each keeps the scalar it was called with. */
+  float three = 3.0f, grouped[100], regrouped[100];
+  ncclRedOp_t inGroup, again;
+  OK(ncclGroupStart());
+  OK(ncclRedOpCreatePreMulSum(&inGroup, &three, ncclFloat32, ncclScalarHostImmediate, comm));
+  OK(ncclAllReduce(x, grouped, 100, ncclFloat32, inGroup, comm, NULL));
+  OK(ncclRedOpDestroy(inGroup, comm));
+  OK(ncclRedOpCreatePreMulSum(&again, &two, ncclFloat32, ncclScalarHostImmediate, comm));
+  OK(ncclAllReduce(x, regrouped, 100, ncclFloat32, again, comm, NULL));
+  OK(ncclRedOpDestroy(again, comm));
+  OK(ncclGroupEnd());
+  wrong = 0;
+  for (int i = 0; i < 100; ++i) {
+    float want3 = 0, want100 = 0;
+    for (int r = 0; r < nranks; ++r) {
+      want3 += 3.0f * (float)(r + i);
+      want100 += 100.0f * (float)(r + i);
+    }
+    wrong += grouped[i] != want3 || regrouped[i] != want100;
+  }
+  CHECK(wrong == 0, "premulsum in a group: %d wrong", wrong);
   /* float8: 0.5 (e4m3 0x30) times 1 or 2, summed: multiples of 0.5 up to 4, all exact. */
   uint8_t half = 0x30, in8[16], out8[16];
   ncclRedOp_t float8Op;
