@@ -150,7 +150,8 @@ TEST(CommCxx, RaiiCommunicatorFromUniqueId) {
     }
     // Both gone with their scopes: the next op gets the first number again.
     float one = 1.0f;
-    EXPECT_EQ(loom::cxx::PreMulSum(comm, &one, loomFloat32, loomScalarDevice).op(), static_cast<loomRedOp_t>(loomNumOps));
+    EXPECT_EQ(loom::cxx::PreMulSum(comm, &one, loomFloat32, loomScalarDevice).op(),
+              static_cast<loomRedOp_t>(loomNumOps));
     try {
       loom::cxx::check(loomCommCount(nullptr, nullptr));
       ADD_FAILURE() << "no exception";
