@@ -48,23 +48,77 @@ loomDataType_t typeOf(const at::Tensor& t) {
   }
 }
 
-loomRedOp_t opOf(const c10d::ReduceOp& op, const at::Tensor& t) {
-  loomRedOp_t result;
-  switch (op.op_) {
-    case c10d::ReduceOp::SUM: result = loomSum; break;
-    case c10d::ReduceOp::AVG: result = loomAvg; break;
-    case c10d::ReduceOp::PRODUCT: result = loomProd; break;
-    case c10d::ReduceOp::MIN: result = loomMin; break;
-    case c10d::ReduceOp::MAX: result = loomMax; break;
-    default:
-      fail("reduce op " + std::to_string(static_cast<int>(op.op_)) +
-           " (BAND, BOR, BXOR, PREMUL_SUM) is not supported by Loom: its ops are SUM, AVG, PRODUCT, MIN, MAX");
-  }
-  if (t.scalar_type() == at::kBool && (result == loomSum || result == loomAvg)) {
-    fail("SUM and AVG of bool tensors are not supported by Loom (use MAX for a logical or, MIN for an and)");
-  }
-  return result;
+// A ReduceOp as Loom calls take it: one of Loom's ops, or PREMUL_SUM
+// (torch.distributed._make_nccl_premul_sum), made on the communicator for each call as a
+// loomRedOpCreatePreMulSum op. Its factor is a number (copied in the tensor's dtype) or a
+// one-element tensor (read when the call runs, on the tensor's device: kept alive here).
+// PREMUL_SUM's factor tensor; undefined where the factor is a number (torch 1.13 keeps a list
+// of them, one per device).
+at::Tensor factorTensor(const c10d::NCCLPreMulSumSupplement& supplement) {
+#if TORCH_VERSION_MAJOR >= 2
+  return supplement.tensor_factor;
+#else
+  return supplement.tensor_factors.empty() ? at::Tensor() : supplement.tensor_factors[0];
+#endif
 }
+
+class Reduction {
+ public:
+  Reduction(const c10d::ReduceOp& op, const at::Tensor& t) {
+    switch (op.op_) {
+      case c10d::ReduceOp::SUM: op_ = loomSum; break;
+      case c10d::ReduceOp::AVG: op_ = loomAvg; break;
+      case c10d::ReduceOp::PRODUCT: op_ = loomProd; break;
+      case c10d::ReduceOp::MIN: op_ = loomMin; break;
+      case c10d::ReduceOp::MAX: op_ = loomMax; break;
+      case c10d::ReduceOp::PREMUL_SUM: takeFactor(op, t); break;
+      default:
+        fail("reduce op " + std::to_string(static_cast<int>(op.op_)) +
+             " (BAND, BOR, BXOR) is not supported by Loom: its ops are SUM, AVG, PRODUCT, MIN, MAX, PREMUL_SUM");
+    }
+    if (t.scalar_type() == at::kBool && (op_ == loomSum || op_ == loomAvg || factor_.defined())) {
+      fail("SUM, AVG and PREMUL_SUM of bool tensors are not supported by Loom (use MAX for a logical or, MIN for an "
+           "and)");
+    }
+  }
+
+  // call(op) with this reduction's op on comm.
+  template <class Call>
+  loomResult_t on(loomComm_t comm, Call call) const {
+    if (!factor_.defined()) return call(op_);
+    loomRedOp_t op = loomSum;
+    loomResult_t r = loomRedOpCreatePreMulSum(&op, factor_.data_ptr(), type_, residence_, comm);
+    if (r != loomSuccess) return r;
+    r = call(op);
+    // As soon as the call returns: a call still queued or in a group took the scalar along.
+    const loomResult_t destroyed = loomRedOpDestroy(op, comm);
+    return r != loomSuccess ? r : destroyed;
+  }
+
+ private:
+  void takeFactor(const c10d::ReduceOp& op, const at::Tensor& t) {
+    const auto* supplement = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+    if (supplement == nullptr) fail("PREMUL_SUM without its factor (make it with _make_nccl_premul_sum)");
+    op_ = loomSum;
+    type_ = typeOf(t);
+    const at::Tensor factor = factorTensor(*supplement);
+    if (!factor.defined()) {
+      factor_ = at::scalar_tensor(supplement->double_factor, at::TensorOptions().dtype(t.scalar_type()));
+      residence_ = loomScalarHostImmediate;
+      return;
+    }
+    if (factor.numel() != 1 || factor.device() != t.device()) {
+      fail("PREMUL_SUM's factor tensor must hold one element on the input's device");
+    }
+    factor_ = factor.to(t.scalar_type()).contiguous();
+    residence_ = loomScalarDevice;
+  }
+
+  loomRedOp_t op_ = loomSum;
+  loomDataType_t type_ = loomFloat32;
+  loomScalarResidence_t residence_ = loomScalarHostImmediate;
+  at::Tensor factor_;  // PREMUL_SUM only
+};
 
 #ifdef LOOM_TORCH_CUDA
 constexpr bool kCudaTensors = true;
@@ -182,9 +236,11 @@ LoomOp reduceScatterTensor(at::Tensor& output, at::Tensor& input, const c10d::Re
   const at::Tensor in = input.contiguous();
   Buffer out(output);
   const loomDataType_t type = typeOf(in);
-  const loomRedOp_t op = opOf(reduceOp, in);
+  const Reduction op(reduceOp, in);
   return {[in, out, type, op](loomComm_t c, loomStream_t s) {
-            return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, op, c, s);
+            return op.on(c, [&](loomRedOp_t o) {
+              return loomReduceScatter(in.data_ptr(), out.ptr(), out.count(), type, o, c, s);
+            });
           },
           [out] { out.copyBack(); }, {output}, c10d::OpType::_REDUCE_SCATTER_BASE};
 }
@@ -299,9 +355,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce(std::vector<at::Tenso
   checkSingle(tensors, "allreduce");
   Buffer b(tensors[0]);
   const loomDataType_t type = typeOf(b.data);
-  const loomRedOp_t op = opOf(opts.reduceOp, b.data);
+  const Reduction op(opts.reduceOp, b.data);
   return enqueue(tensors[0], {[b, type, op](loomComm_t c, loomStream_t s) {
-                                return loomAllReduce(b.ptr(), b.ptr(), b.count(), type, op, c, s);
+                                return op.on(c, [&](loomRedOp_t o) {
+                                  return loomAllReduce(b.ptr(), b.ptr(), b.count(), type, o, c, s);
+                                });
                               },
                   [b] { b.copyBack(); }, tensors, c10d::OpType::ALLREDUCE}, waits(opts));
 }
@@ -316,12 +374,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::allreduce_coalesced(std::vector
     buffers.emplace_back(t);
     types.push_back(typeOf(t));
   }
-  const loomRedOp_t op = tensors.empty() ? loomSum : opOf(opts.reduceOp, tensors[0]);
-  return enqueue(first(tensors), {[buffers, types, op](loomComm_t c, loomStream_t s) {
+  std::vector<Reduction> ops;
+  for (const at::Tensor& t : tensors) ops.emplace_back(opts.reduceOp, t);
+  return enqueue(first(tensors), {[buffers, types, ops](loomComm_t c, loomStream_t s) {
                     return grouped([&](auto keep) {
                       for (size_t i = 0; i < buffers.size(); ++i) {
-                        keep(loomAllReduce(buffers[i].ptr(), buffers[i].ptr(), buffers[i].count(), types[i], op, c,
-                                           s));
+                        keep(ops[i].on(c, [&](loomRedOp_t o) {
+                          return loomAllReduce(buffers[i].ptr(), buffers[i].ptr(), buffers[i].count(), types[i], o, c,
+                                               s);
+                        }));
                       }
                     });
                   },
@@ -336,10 +397,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce(std::vector<at::Tensor>&
   checkSingle(tensors, "reduce");
   Buffer b(tensors[0]);
   const loomDataType_t type = typeOf(b.data);
-  const loomRedOp_t op = opOf(opts.reduceOp, b.data);
+  const Reduction op(opts.reduceOp, b.data);
   const int root = static_cast<int>(opts.rootRank);
   return enqueue(tensors[0], {[b, type, op, root](loomComm_t c, loomStream_t s) {
-                    return loomReduce(b.ptr(), b.ptr(), b.count(), type, op, root, c, s);
+                    return op.on(c, [&](loomRedOp_t o) {
+                      return loomReduce(b.ptr(), b.ptr(), b.count(), type, o, root, c, s);
+                    });
                   },
                   [b] { b.copyBack(); }, tensors, c10d::OpType::REDUCE}, waits(opts));
 }
@@ -519,9 +582,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupLoom::reduce_scatter(std::vector<at::
   }
   const at::Tensor flat = at::cat(pieces);
   const loomDataType_t type = typeOf(out.data);
-  const loomRedOp_t op = opOf(opts.reduceOp, out.data);
+  const Reduction op(opts.reduceOp, out.data);
   return enqueue(outputs[0], {[out, flat, type, op](loomComm_t c, loomStream_t s) {
-                    return loomReduceScatter(flat.data_ptr(), out.ptr(), out.count(), type, op, c, s);
+                    return op.on(c, [&](loomRedOp_t o) {
+                      return loomReduceScatter(flat.data_ptr(), out.ptr(), out.count(), type, o, c, s);
+                    });
                   },
                   [out] { out.copyBack(); }, outputs, c10d::OpType::REDUCE_SCATTER}, waits(opts));
 }

@@ -272,6 +272,41 @@ def case_p2p(rank, size):
     dist.barrier()
 
 
+def case_premul_sum(rank, size):
+    """PREMUL_SUM (torch's _make_nccl_premul_sum): each rank's input times its own factor, summed.
+    The factors (0.5 and 1) keep every product and sum exact."""
+    factor = lambda r: 0.5 if r % 2 == 0 else 1.0  # noqa: E731
+    want = lambda n, offset=0: sum(factor(r) * values(r, n, offset=offset).double() for r in range(size))  # noqa: E731
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        op = dist._make_nccl_premul_sum(factor(rank))
+        t = values(rank, N).to(dtype)
+        dist.all_reduce(t, op=op)
+        expect_equal(t, want(N), f"all_reduce {dtype} premul_sum")
+        flat = values(rank, size * N).to(dtype)
+        out = torch.zeros(N, dtype=dtype)
+        dist.reduce_scatter_tensor(out, flat, op=op)
+        expect_equal(out, want(size * N)[rank * N:(rank + 1) * N], f"reduce_scatter_tensor {dtype} premul_sum")
+        r = values(rank, N).to(dtype)
+        dist.reduce(r, dst=size - 1, op=op)
+        if rank == size - 1:
+            expect_equal(r, want(N), f"reduce {dtype} premul_sum")
+    # The factor as a one-element tensor, read when the call runs.
+    factor_tensor = torch.tensor([factor(rank)])
+    torch1 = torch.__version__.split(".")[0] == "1"
+    tensor_op = dist._make_nccl_premul_sum([factor_tensor] if torch1 else factor_tensor)
+    ts = [values(rank, 5 + k).float() for k in range(3)]
+    dist.all_reduce_coalesced(ts, op=tensor_op)
+    for k, t in enumerate(ts):
+        expect_equal(t, want(5 + k), "all_reduce_coalesced premul_sum (tensor factor)")
+    try:
+        dist.all_reduce(torch.ones(2, dtype=torch.bool), op=dist._make_nccl_premul_sum(2.0))
+    except RuntimeError as e:
+        if "bool" not in str(e):
+            raise AssertionError(f"bool PREMUL_SUM: unclear message: {e}")
+    else:
+        raise AssertionError("PREMUL_SUM of bools did not raise")
+
+
 def case_refusals(rank, size):
     t = torch.ones(4, dtype=torch.int32)
     for op in (dist.ReduceOp.BAND, dist.ReduceOp.BOR, dist.ReduceOp.BXOR):
@@ -481,6 +516,7 @@ CASES = {
     "alltoall": case_alltoall,
     "p2p": case_p2p,
     "coalesced": case_coalesced,
+    "premul_sum": case_premul_sum,
     "float8": case_float8,
     "cuda": case_cuda,
     "refusals": case_refusals,
