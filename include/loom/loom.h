@@ -113,6 +113,8 @@ typedef struct {
 /* loomCommShrink flags (NCCL's values). */
 #define LOOM_SHRINK_DEFAULT 0x00
 #define LOOM_SHRINK_ABORT 0x01 /* first end the calls in progress on comm (they fail) */
+/* loomCommRevoke flags (NCCL's value). */
+#define LOOM_REVOKE_DEFAULT 0x00
 
 /* ---- Results and version -------------------------------------------------------------- */
 
@@ -167,6 +169,13 @@ loomResult_t loomCommSplit(loomComm_t comm, int color, int key, loomComm_t* newc
  * (inherit comm's). */
 loomResult_t loomCommShrink(loomComm_t comm, const int* excludeRanks, int excludeCount,
                             loomComm_t* newcomm, loomConfig_t* config, int flags);
+/* Ends the calls in progress on comm (from other threads or streams: they fail, saying so) and
+ * returns once none runs; comm is then revoked: its collectives and point-to-point calls are
+ * loomInvalidUsage, loomCommSplit, loomCommShrink and loomCommDestroy remain, and
+ * loomCommGetAsyncError gives the failure comm had before (loomSuccess if none): revoking is
+ * no failure. Local: ranks revoke on their own (a peer's calls waiting on this rank end at its
+ * own revoke or its timeout). flags: LOOM_REVOKE_DEFAULT. */
+loomResult_t loomCommRevoke(loomComm_t comm, int flags);
 
 /* Local: frees the communicator once its queued work has finished (or failed). */
 loomResult_t loomCommDestroy(loomComm_t comm);

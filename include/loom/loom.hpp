@@ -99,6 +99,8 @@ class Comm {
     check(loomCommShrink(comm_, excluded.data(), static_cast<int>(excluded.size()), &c, config, flags), comm_);
     return Comm(c);
   }
+  // Ends the calls in progress; the communicator then only splits, shrinks and is destroyed.
+  void revoke() { check(loomCommRevoke(comm_, LOOM_REVOKE_DEFAULT), comm_); }
   explicit operator bool() const { return comm_ != nullptr; }
 
  private:

@@ -313,7 +313,8 @@ LOOM_API loomResult_t loomCommSplit(loomComm_t handle, int color, int key, loomC
     if (color < 0 && color != LOOM_SPLIT_NOCOLOR) {
       return loom::error(loomInvalidArgument, "color %d must be >= 0 or LOOM_SPLIT_NOCOLOR", color);
     }
-    LOOM_TRY(comm.usable());
+    // A revoked communicator splits: that is what revoking it prepares.
+    if (!comm.revoked()) LOOM_TRY(comm.usable());
     loom::CommConfig resolved;
     LOOM_TRY(loom::resolveConfig(config, &comm.config(), &resolved));
     std::unique_ptr<Communicator> child;
@@ -366,7 +367,7 @@ LOOM_API loomResult_t loomCommShrink(loomComm_t handle, const int* excludeRanks,
   s = checkShrink(*found, excludeRanks, excludeCount, newcomm, flags, &excluded);
   if (!s.isOk()) return report(s, found, "loomCommShrink");
   // Before the call counts as a use of comm: ending the calls in progress waits for all uses.
-  if (flags == LOOM_SHRINK_ABORT) found->endCallsInProgress();
+  if (flags == LOOM_SHRINK_ABORT) found->endCallsInProgress("loomCommShrink(LOOM_SHRINK_ABORT)");
   return withComm(handle, "loomCommShrink", [&](Communicator& comm) -> Status {
     // No usable() check: shrinking a communicator that lost a rank is what this call is for.
     loom::CommConfig resolved;
@@ -376,6 +377,19 @@ LOOM_API loomResult_t loomCommShrink(loomComm_t handle, const int* excludeRanks,
     registerComm(std::move(child), newcomm);
     return Status::ok();
   });
+}
+
+LOOM_API loomResult_t loomCommRevoke(loomComm_t handle, int flags) {
+  Communicator* comm = nullptr;
+  Status s = lookupComm(handle, &comm);
+  if (!s.isOk()) return report(s, nullptr, "loomCommRevoke");
+  if (flags != LOOM_REVOKE_DEFAULT) {
+    return report(loom::error(loomInvalidArgument, "flags %d: LOOM_REVOKE_DEFAULT (0) is the only one", flags), comm,
+                  "loomCommRevoke");
+  }
+  // Not counted as a use of comm: it waits until no call uses it.
+  comm->revoke();
+  return report(Status::ok(), comm, "loomCommRevoke");
 }
 
 LOOM_API loomResult_t loomCommDestroy(loomComm_t handle) {

@@ -629,28 +629,49 @@ Status Communicator::formChild(const std::vector<int>& members, const std::vecto
   return Status::ok();
 }
 
-void Communicator::endCallsInProgress() {
-  fail(error(loomInvalidUsage, "the communicator's calls were ended by loomCommShrink(LOOM_SHRINK_ABORT)"));
+bool Communicator::endCallsInProgress(const char* by) {
+  const bool first = fail(error(loomInvalidUsage, "the communicator's calls were ended by %s", by));
   cancel_.fire();
   if (deviceComm_ != nullptr) deviceComm_->abort();
   waitUntilUnused();
   // Every wait that could see the signal has ended; the bootstrap needs it clear again.
   cancel_.clear();
+  return first;
+}
+
+void Communicator::revoke() {
+  const bool first = endCallsInProgress("loomCommRevoke");
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!revoked_) beforeRevoke_ = first ? Status::ok() : failure_;
+  revoked_ = true;
+}
+
+bool Communicator::revoked() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return revoked_;
 }
 
 Status Communicator::usable() const {
   // Checked on every call: the common answer needs no lock.
   if (!failed_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard<std::mutex> lock(mutex_);
+  if (revoked_) {
+    return error(loomInvalidUsage,
+                 "the communicator was revoked (loomCommRevoke): only loomCommSplit, loomCommShrink and "
+                 "loomCommDestroy remain%s%s",
+                 beforeRevoke_.isOk() ? "" : "; it had failed before: ", beforeRevoke_.message().c_str());
+  }
   if (failure_.isOk()) return Status::ok();
   return Status(failure_.code(), "the communicator is in an error state: " + failure_.message());
 }
 
-void Communicator::fail(const Status& status) {
-  if (status.isOk()) return;
+bool Communicator::fail(const Status& status) {
+  if (status.isOk()) return false;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (failure_.isOk()) failure_ = status;
+  const bool first = failure_.isOk();
+  if (first) failure_ = status;
   failed_.store(true, std::memory_order_release);
+  return first;
 }
 
 loomResult_t Communicator::asyncError() const {
@@ -658,7 +679,8 @@ loomResult_t Communicator::asyncError() const {
   // copies it here only on its next look.
   if (deviceComm_ != nullptr) deviceComm_->collectFailure();
   std::lock_guard<std::mutex> lock(mutex_);
-  return failure_.code();
+  // Revoking is no failure, nor are the calls it ended.
+  return revoked_ ? beforeRevoke_.code() : failure_.code();
 }
 
 void Communicator::abort() {

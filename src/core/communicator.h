@@ -91,9 +91,15 @@ class Communicator {
   // Collective over the ranks not in `excluded` (sorted, unique, not this rank), which are
   // never contacted; works in the error state (loomCommShrink).
   Status shrink(const std::vector<int>& excluded, const CommConfig& config, std::unique_ptr<Communicator>* out);
-  // LOOM_SHRINK_ABORT: fails the communicator and the calls in progress on it, waits until
-  // they have ended, and leaves the bootstrap usable for a shrink. Not from inside a call.
-  void endCallsInProgress();
+  // LOOM_SHRINK_ABORT (`by` names it): fails the communicator and the calls in progress on it,
+  // waits until they have ended, and leaves the bootstrap usable for a shrink. Not from inside
+  // a call. Whether its failure was the first.
+  bool endCallsInProgress(const char* by);
+  // loomCommRevoke: ends the calls in progress as above and leaves the communicator revoked:
+  // collectives are refused, split, shrink and destroy remain, and its async error is the
+  // failure it had before (loomSuccess if none).
+  void revoke();
+  bool revoked() const;
   ~Communicator();
 
   int rank() const { return rank_; }
@@ -123,14 +129,16 @@ class Communicator {
 
   // OK while usable; otherwise the error that ended it (abort, dead peer, timeout).
   Status usable() const;
-  // Puts the communicator in its error state; the first failure sticks.
-  void fail(const Status& status);
+  // Puts the communicator in its error state; the first failure sticks. Whether it was first.
+  bool fail(const Status& status);
   loomResult_t asyncError() const;
   // Unblocks every wait of this communicator; later calls fail.
   void abort();
   // What a wait that saw cancelFd fire reports: the failure recorded before it fired (an
   // abort, or loomCommShrink ending the calls in progress).
   Status cancelReason() const;
+  // Whether the cancel signal has fired (and not been cleared since).
+  bool cancelled() const { return cancel_.fired(); }
 
   // The detailed message loomGetLastError(comm) returns.
   void setLastError(const std::string& message);
@@ -218,7 +226,9 @@ class Communicator {
 
   mutable std::mutex mutex_;
   Status failure_;
-  std::atomic<bool> failed_{false};  // failure_ is set
+  std::atomic<bool> failed_{false};  // failure_ is set, or revoked_
+  bool revoked_ = false;
+  Status beforeRevoke_;  // what failure_ was when revoke() came
   std::string lastError_;
   std::string lastErrorCopy_;  // what lastError() handed out, stable until the next call
   // Calls in progress, counted without the mutex (every call counts); a destroy waiting

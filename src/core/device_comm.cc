@@ -859,9 +859,11 @@ Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
       return error(loomRemoteError, "%s: rank %d is gone (its process exited or its connection closed)%s",
                    where.c_str(), peer, waiting.c_str());
     }
-    default:
-      return error(loomInvalidUsage, "%s: the communicator was aborted (loomCommAbort)%s", where.c_str(),
-                   waiting.c_str());
+    default: {
+      // loomCommAbort, loomCommRevoke or LOOM_SHRINK_ABORT: the communicator says which.
+      const Status why = comm_->cancelReason();
+      return error(why.code(), "%s: %s%s", where.c_str(), why.message().c_str(), waiting.c_str());
+    }
   }
 }
 
@@ -1018,9 +1020,15 @@ Status launchDeviceJobs(std::vector<DeviceJob>& jobs) {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return comms[a] < comms[b]; });
   std::vector<std::unique_lock<std::mutex>> locks;
   for (size_t i : order) locks.emplace_back(comms[i]->launchLock());
-  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(comms[i]->prepare(jobs[i]));
-  for (DeviceComm* c : comms) LOOM_TRY(c->connectOut());
-  for (DeviceComm* c : comms) LOOM_TRY(c->acceptIn());
+  // A connection's wait that the cancel signal ended (bootstrap, sockets) knows no reason; the
+  // communicator does.
+  auto why = [&](size_t i, const Status& s) {
+    Communicator& comm = *jobs[i].comm;
+    return !s.isOk() && comm.cancelled() ? comm.cancelReason().withContext("connecting its device FIFOs") : s;
+  };
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(why(i, comms[i]->prepare(jobs[i])));
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(why(i, comms[i]->connectOut()));
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(why(i, comms[i]->acceptIn()));
   for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(comms[i]->launchPrepared(jobs[i]));
   Status first;
   for (size_t i = 0; i < jobs.size(); ++i) {

@@ -152,6 +152,8 @@ TEST(CommCxx, RaiiCommunicatorFromUniqueId) {
     float one = 1.0f;
     EXPECT_EQ(loom::cxx::PreMulSum(comm, &one, loomFloat32, loomScalarDevice).op(),
               static_cast<loomRedOp_t>(loomNumOps));
+    shrunk.revoke();
+    EXPECT_EQ(shrunk.split(0, 0).size(), 1);
     try {
       loom::cxx::check(loomCommCount(nullptr, nullptr));
       ADD_FAILURE() << "no exception";

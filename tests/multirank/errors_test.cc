@@ -72,6 +72,8 @@ TEST(Validation, BadArgumentsAreRejectedAndTheCommunicatorKeepsWorking) {
                "excludes itself");
   EXPECT_ERROR(loomCommShrink(nullptr, &one, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, nullptr,
                "comm is NULL");
+  EXPECT_ERROR(loomCommRevoke(c, 1), loomInvalidArgument, c, "flags 1");
+  EXPECT_ERROR(loomCommRevoke(nullptr, LOOM_REVOKE_DEFAULT), loomInvalidArgument, nullptr, "comm is NULL");
   // Premultiplied sums: made and used on one communicator, for one type, while they live.
   float two = 2.0f;
   float values[4] = {};

@@ -1,7 +1,8 @@
 // loomCommShrink: the ranks left out do not call (alive or dead), the others get a working
 // communicator numbered in their old order; ranks that lost a peer carry on without it;
 // LOOM_SHRINK_ABORT ends a call still waiting on the lost rank; ranks that disagree on who
-// is left out fail (or time out) instead of hanging.
+// is left out fail (or time out) instead of hanging. loomCommRevoke ends a waiting call too,
+// and the revoked communicator splits.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <chrono>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "multirank/harness.h"
@@ -25,6 +27,25 @@ void stayUntilDone(const std::atomic<int>& finished, int others) {
   const auto until = Clock::now() + std::chrono::seconds(20);
   while (finished.load() < others && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
+
+// An allreduce on comm from a thread of its own, which waits for a rank that does not call;
+// made, it has had 300 ms to start waiting. join() gives its result and how long it took.
+struct WaitingCall {
+  loomResult_t result = loomSuccess;
+  double seconds = 0;
+  std::thread thread;
+
+  explicit WaitingCall(loomComm_t comm) {
+    thread = std::thread([this, comm] {
+      std::vector<float> values(1000, 1.0f);
+      const auto start = Clock::now();
+      result = loomAllReduce(values.data(), values.data(), values.size(), loomFloat32, loomSum, comm, nullptr);
+      seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  void join() { thread.join(); }
+};
 
 // The survivors' new communicator: its size and rank, and an allreduce of the parent ranks.
 void expectWorks(loomComm_t sub, const std::vector<int>& survivors, int parentRank) {
@@ -96,21 +117,13 @@ TEST(ShrinkAbort, EndsACallWaitingOnTheLeftOutRank) {
   options.timeoutMs = 30000;
   loomtest::runRanks(3, Mode::kThreads, [&](loomComm_t comm, int rank) {
     if (rank == 2) return stayUntilDone(finished, 2);
-    loomResult_t blocked = loomSuccess;
-    double blockedSeconds = 0;
-    std::thread caller([&] {
-      std::vector<float> values(1000, 1.0f);
-      const auto start = Clock::now();
-      blocked = loomAllReduce(values.data(), values.data(), values.size(), loomFloat32, loomSum, comm, nullptr);
-      blockedSeconds = std::chrono::duration<double>(Clock::now() - start).count();
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    WaitingCall caller(comm);
     const int silent = 2;
     loomComm_t sub = nullptr;
     LOOM_EXPECT_OK(loomCommShrink(comm, &silent, 1, &sub, nullptr, LOOM_SHRINK_ABORT), comm);
     caller.join();
-    EXPECT_NE(blocked, loomSuccess);
-    EXPECT_LT(blockedSeconds, 10.0);  // ended by the abort, long before the 30 s timeout
+    EXPECT_NE(caller.result, loomSuccess);
+    EXPECT_LT(caller.seconds, 10.0);  // ended by the abort, long before the 30 s timeout
     // Ended by this rank's abort, or first by the other survivor's (which closed its links).
     const std::string why = lastError(comm);
     EXPECT_TRUE(why.find("LOOM_SHRINK_ABORT") != std::string::npos || why.find("rank ") != std::string::npos) << why;
@@ -121,6 +134,54 @@ TEST(ShrinkAbort, EndsACallWaitingOnTheLeftOutRank) {
     finished.fetch_add(1);
   }, options);
 }
+
+// (mode, an emulated device communicator)
+class Revoke : public testing::TestWithParam<std::tuple<Mode, bool>> {};
+
+// Rank 0 revokes from a second thread while an allreduce waits for rank 1, which has not
+// called: the call ends at once, saying why (on the emulated device, its kernel stops). Both
+// ranks revoke; the communicator then refuses calls, reports no error (revoking is none) and
+// splits into one that works.
+TEST_P(Revoke, EndsAWaitingCallAndTheRanksSplitAgain) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 30000;
+  loomtest::ScopedEnv env;
+  if (std::get<1>(GetParam())) {
+    env.set("LOOM_DEVICE_EMULATION", "1");
+    options.device = 0;
+  }
+  loomtest::runRanks(2, std::get<0>(GetParam()), [](loomComm_t comm, int rank) {
+    if (rank == 0) {
+      WaitingCall caller(comm);
+      LOOM_EXPECT_OK(loomCommRevoke(comm, LOOM_REVOKE_DEFAULT), comm);
+      caller.join();
+      EXPECT_NE(caller.result, loomSuccess);
+      EXPECT_LT(caller.seconds, 10.0);  // ended by the revoke, long before the 30 s timeout
+      EXPECT_NE(lastError(comm).find("loomCommRevoke"), std::string::npos) << lastError(comm);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // silent meanwhile
+      LOOM_EXPECT_OK(loomCommRevoke(comm, LOOM_REVOKE_DEFAULT), comm);
+    }
+    loomResult_t async = loomInternalError;
+    LOOM_EXPECT_OK(loomCommGetAsyncError(comm, &async), comm);
+    EXPECT_EQ(async, loomSuccess);
+    std::vector<int> values(10, 1);
+    EXPECT_EQ(loomAllReduce(values.data(), values.data(), values.size(), loomInt32, loomSum, comm, nullptr),
+              loomInvalidUsage);
+    EXPECT_NE(lastError(comm).find("revoked"), std::string::npos) << lastError(comm);
+    loomComm_t sub = nullptr;
+    LOOM_ASSERT_OK(loomCommSplit(comm, 0, rank, &sub, nullptr), comm);
+    expectWorks(sub, {0, 1}, rank);
+    LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, Revoke, testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses),
+                                                          testing::Bool()),
+                         [](const auto& info) {
+                           return loomtest::modeName(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_emulated_device" : "_host");
+                         });
 
 // Ranks 0 and 2 leave out rank 3, rank 1 leaves out nobody (so it waits for rank 3, which
 // does not call): 0 and 2 see the disagreement in what rank 1 published, rank 1 gives up at

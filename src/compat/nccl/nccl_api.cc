@@ -369,8 +369,15 @@ NCCL_API ncclResult_t ncclCommShrink(ncclComm_t comm, int* excludeRanksList, int
   });
 }
 
-NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
-  return withComm(comm, "ncclCommRevoke", [&](ncclComm&) { return unsupported("ncclCommRevoke"); });
+static_assert(NCCL_REVOKE_DEFAULT == LOOM_REVOKE_DEFAULT, "revoke flags are Loom's");
+
+NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
+  return withComm(comm, "ncclCommRevoke", [&](ncclComm& c) -> Status {
+    LOOM_TRY(ready(c));
+    LOOM_TRY(fromLoom(loomCommRevoke(c.loom(), revokeFlags)));
+    c.revoke();
+    return Status::ok();
+  });
 }
 
 // Host calls have completed when they return and device calls are ordered on the caller's
@@ -378,6 +385,9 @@ NCCL_API ncclResult_t ncclCommRevoke(ncclComm_t comm, int) {
 NCCL_API ncclResult_t ncclCommFinalize(ncclComm_t comm) {
   return withComm(comm, "ncclCommFinalize", [&](ncclComm& c) -> Status {
     LOOM_TRY(ready(c));
+    if (c.revoked()) {
+      return loom::error(loomInvalidUsage, "the communicator was revoked (ncclCommRevoke): finalizing it is invalid");
+    }
     c.finalize();
     return Status::ok();
   });

@@ -1,7 +1,7 @@
 // The communicator behind an ncclComm_t: a Loom communicator plus what NCCL's API has and
 // Loom's does not (non-blocking creation, finalize), and the error text ncclGetLastError
-// returns. ShimRegistry tells live handles from stale
-// ones, so a destroyed or made-up ncclComm_t is an error, not a crash.
+// returns. ShimRegistry tells live handles from stale ones, so a destroyed or made-up
+// ncclComm_t is an error, not a crash.
 #pragma once
 
 #include <atomic>
@@ -49,6 +49,9 @@ struct ncclComm {
   // After ncclCommFinalize collectives are refused; Destroy still frees.
   void finalize() { finalized_.store(true, std::memory_order_release); }
   bool finalized() const { return finalized_.load(std::memory_order_acquire); }
+  // ncclCommRevoke was called: finalizing is invalid from then on.
+  void revoke() { revoked_.store(true, std::memory_order_release); }
+  bool revoked() const { return revoked_.load(std::memory_order_acquire); }
 
 
   // The message ncclGetLastError(comm) returns; valid until the next error on this comm.
@@ -67,6 +70,7 @@ struct ncclComm {
   std::atomic<loomResult_t> initState_{loomInProgress};
   std::thread initThread_;
   std::atomic<bool> finalized_{false};
+  std::atomic<bool> revoked_{false};
   std::mutex mutex_;  // guards lastError_
   std::string lastError_;
 };

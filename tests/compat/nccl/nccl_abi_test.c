@@ -511,7 +511,7 @@ static void errorsSection(ncclComm_t comm) {
   FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, buf, 0, &win, NCCL_WIN_DEFAULT));
   FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, buf, sizeof buf, NULL, NCCL_WIN_DEFAULT));
   FAILS(ncclInvalidArgument, ncclCommWindowRegister(comm, buf, sizeof buf, &win, 0x10));
-  FAILS(ncclInvalidUsage, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  FAILS(ncclInvalidArgument, ncclCommRevoke(comm, 1));
   ncclComm_t shrunk = comm;
   int exclude = rank;
   FAILS(ncclInvalidArgument, ncclCommShrink(comm, &exclude, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT));
@@ -685,12 +685,30 @@ static void lifecycleSection(ncclComm_t comm) {
 }
 
 /* Split by parity with the order reversed; ranks that pass NOCOLOR get no communicator. */
+/* ncclCommRevoke: the communicator then refuses collectives and finalize, reports no error
+ * (revoking is none), and splits again. */
+static void revokeAndSplit(ncclComm_t comm) {
+  OK(ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT));
+  ncclResult_t async = ncclInternalError;
+  OK(ncclCommGetAsyncError(comm, &async));
+  CHECK(async == ncclSuccess, "async error %s after revoke", ncclGetErrorString(async));
+  int v = 1, sum = 0;
+  FAILS(ncclInvalidUsage, ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, comm, NULL));
+  FAILS(ncclInvalidUsage, ncclCommFinalize(comm));
+  ncclComm_t again = NULL;
+  OK(ncclCommSplit(comm, 0, rank, &again, NULL));
+  OK(ncclAllReduce(&v, &sum, 1, ncclInt32, ncclSum, again, NULL));
+  CHECK(sum == nranks, "allreduce on the split of a revoked communicator: %d, expected %d", sum, nranks);
+  OK(ncclCommDestroy(again));
+}
+
 static void splitSection(ncclComm_t comm) {
   const int color = rank == nranks - 1 && nranks > 2 ? NCCL_SPLIT_NOCOLOR : rank % 2;
   ncclComm_t sub = (ncclComm_t)1;
   OK(ncclCommSplit(comm, color, -rank, &sub, NULL));
   if (color == NCCL_SPLIT_NOCOLOR) {
     CHECK(sub == NULL, "NOCOLOR gave a communicator");
+    revokeAndSplit(comm);
     return;
   }
   int n = 0, me = -1, members = 0, myIndex = 0;
@@ -712,6 +730,7 @@ static void splitSection(ncclComm_t comm) {
   }
   CHECK(sum == want, "allreduce on the split: %d, expected %d", sum, want);
   OK(ncclCommDestroy(sub));
+  revokeAndSplit(comm);
 }
 
 /* Under LOOM_CHECK=1 ranks that call with different counts all get ncclInvalidUsage. */
