@@ -231,6 +231,13 @@ loomResult_t loomStreamDestroy(loomStream_t stream);
  * cannot deadlock. */
 loomResult_t loomGroupStart(void);
 loomResult_t loomGroupEnd(void);
+/* Closes the group as loomGroupEnd does without making its calls: *estimatedUs gets the time
+ * the tuner predicts for them (each collective with the algorithm it would pick, each message
+ * at its link's latency and bandwidth), summed, in microseconds (NCCL's ncclGroupSimulateEnd).
+ * Local: a rank may simulate a group its peers never make, since the calls are taken back
+ * (the next collectives are numbered as if they had not been made). An inner (nested) call
+ * only closes its level and gives 0. */
+loomResult_t loomGroupSimulateEnd(double* estimatedUs);
 
 /* ---- Collectives ---------------------------------------------------------------------- */
 

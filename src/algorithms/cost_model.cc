@@ -484,6 +484,11 @@ const char* protocolName(Protocol protocol) {
   return "?";
 }
 
+double predictMessageUs(size_t bytes, bool otherHost, const CommProfile& p) {
+  const LinkCost& link = otherHost ? p.inter : p.intra;
+  return link.latencyUs + transferUs(static_cast<double>(bytes), link.gbps);
+}
+
 double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p) {
   if (!supports(kind, algorithm)) return kInfinity;
   if (protocol == Protocol::kStreaming && !pastTheCache(bytes, p)) return kInfinity;

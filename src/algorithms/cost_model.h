@@ -109,6 +109,9 @@ int channelsFor(size_t bytes, size_t sliceBytes, int links, bool device);
 // (the inter-host bandwidth then multiplies by channels) and where calls leave the cache
 // (if memGbps were above intra.gbps).
 double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p);
+// One message of `bytes` to a rank of this host (shared memory) or another one (the network):
+// a link's latency, then its bandwidth.
+double predictMessageUs(size_t bytes, bool otherHost, const CommProfile& p);
 
 struct Prediction {
   Algorithm algorithm;

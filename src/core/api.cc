@@ -550,6 +550,14 @@ LOOM_API loomResult_t loomGroupEnd(void) {
   return result;
 }
 
+LOOM_API loomResult_t loomGroupSimulateEnd(double* estimatedUs) {
+  if (estimatedUs == nullptr) {
+    return report(loom::error(loomInvalidArgument, "estimatedUs is NULL (the group stays open)"), nullptr,
+                  "loomGroupSimulateEnd");
+  }
+  return report(loom::group::simulateEnd(estimatedUs), nullptr, "loomGroupSimulateEnd");
+}
+
 namespace {
 loomResult_t pointToPoint(loom::P2POp::Direction direction, void* buffer, size_t count,
                           int type, int peer, loomComm_t handle, loomStream_t streamHandle,

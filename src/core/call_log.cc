@@ -1,6 +1,8 @@
 // A communicator's record of its last calls, and its lines in a failure's log (call_log.h).
 #include "core/call_log.h"
 
+#include <algorithm>
+
 #include "base/status.h"
 
 namespace loom {
@@ -31,17 +33,27 @@ void CallLog::addLocked(const Entry& e) {
   ++recorded_;
 }
 
+void CallLog::forget(uint64_t calls, uint64_t collectives) {
+  std::lock_guard<SpinLock> lock(lock_);
+  calls = std::min(calls, recorded_);
+  // The forgotten records' slots held the records kEntries before them.
+  oldest_ = std::max(oldest_, recorded_ > kEntries ? recorded_ - kEntries : 0);
+  recorded_ -= calls;
+  collectives_ -= std::min(collectives, collectives_);
+}
+
 std::vector<std::string> CallLog::lines() const {
   // Copied under the lock, formatted outside it (recorders spin while it is held).
   std::array<Entry, kEntries> entries;
-  uint64_t recorded;
+  uint64_t recorded, oldest;
   {
     std::lock_guard<SpinLock> lock(lock_);
     entries = entries_;
     recorded = recorded_;
+    oldest = oldest_;
   }
   std::vector<std::string> out;
-  for (uint64_t i = recorded > kEntries ? recorded - kEntries : 0; i < recorded; ++i) {
+  for (uint64_t i = std::max(oldest, recorded > kEntries ? recorded - kEntries : 0); i < recorded; ++i) {
     const Entry& e = entries[i % kEntries];
     out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, static_cast<unsigned long long>(e.info.count), e.peer)
                  : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info.describe().c_str())

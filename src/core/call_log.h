@@ -27,6 +27,9 @@ class CallLog {
   void recordBarrier();
   // A loomSend or loomRecv (`call`, a string literal) of `bytes` with `peer`.
   void recordPointToPoint(const char* call, int peer, uint64_t bytes);
+  // Takes back the last `calls` records, `collectives` of them collectives, whose numbers the
+  // next collectives get again (loomGroupSimulateEnd: calls recorded, then not made).
+  void forget(uint64_t calls, uint64_t collectives);
   // Oldest first, one line each: "#12 loomAllReduce(count 10, float32, sum)".
   std::vector<std::string> lines() const;
 
@@ -43,6 +46,8 @@ class CallLog {
   std::array<Entry, kEntries> entries_{};
   uint64_t recorded_ = 0;
   uint64_t collectives_ = 0;
+  // The oldest record still in entries_: forgotten ones overwrote older ones there.
+  uint64_t oldest_ = 0;
 };
 
 }  // namespace loom

@@ -149,6 +149,8 @@ std::string reasoning(const CollectiveCall& call, const Choice& choice) {
          describePredictions(shapeOf(call), comm.config().algorithms, comm.config().protocols, comm.profile());
 }
 
+double predictedUs(const CollectiveCall& call) { return chooseFor(call).predictedUs; }
+
 bool runsAlone(const CollectiveCall& call) {
   // LOOM_CHECK's exchange runs before a plan, so a checked call always makes one.
   return call.comm->board() != nullptr && !call.comm->config().check &&

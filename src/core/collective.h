@@ -28,6 +28,9 @@ void bufferBytes(const CallInfo& info, int rank, int nranks, size_t* sendBytes, 
 // Appends the call's steps to plan (plan.comm == call.comm), headers marked.
 void appendCollective(Plan& plan, const CollectiveCall& call);
 
+// The tuner's prediction for the call with the algorithm it picks, in µs.
+double predictedUs(const CollectiveCall& call);
+
 // A lone call (no group, NULL stream) that runs without a plan: a small allreduce on the
 // one-shot board, the latency-critical case.
 bool runsAlone(const CollectiveCall& call);

@@ -159,6 +159,42 @@ Status end(std::vector<Communicator*>* comms) {
   return s;
 }
 
+Status simulateEnd(double* estimatedUs) {
+  *estimatedUs = 0;
+  if (tGroup.depth == 0) return error(loomInvalidUsage, "loomGroupSimulateEnd without a matching loomGroupStart");
+  if (--tGroup.depth > 0) return Status::ok();
+  struct Taken {
+    uint64_t calls = 0, collectives = 0;
+  };
+  std::map<Communicator*, Taken> taken;
+  for (const Recorded& r : tGroup.calls) {
+    Communicator* comm = commOf(r.call);
+    Taken& t = taken[comm];
+    ++t.calls;
+    if (const CollectiveCall* c = std::get_if<CollectiveCall>(&r.call)) {
+      ++t.collectives;
+      *estimatedUs += predictedUs(*c);
+      continue;
+    }
+    // A message: the sender's link; to itself a rank copies once, at its receive.
+    const P2POp& op = std::get<P2POp>(r.call);
+    const CommProfile& profile = comm->profile();
+    if (op.peer == comm->rank()) {
+      if (op.direction == P2POp::Direction::kRecv) {
+        *estimatedUs += static_cast<double>(op.bytes) / (profile.copyGbps * 1e3);
+      }
+      continue;
+    }
+    const std::vector<PeerInfo>& peers = comm->bootstrap().peers();
+    const bool otherHost =
+        peers[static_cast<size_t>(op.peer)].hostHash != peers[static_cast<size_t>(comm->rank())].hostHash;
+    *estimatedUs += predictMessageUs(op.bytes, otherHost, profile);
+  }
+  for (auto& [comm, t] : taken) comm->callLog().forget(t.calls, t.collectives);
+  tGroup.calls.clear();
+  return Status::ok();
+}
+
 Status submit(const Call& call, HostStream* stream, void* cudaStream) {
   if (tGroup.depth > 0) {
     tGroup.calls.push_back({call, stream, cudaStream});

@@ -25,6 +25,11 @@ void start();
 // nesting level), so that a failure can be recorded on each.
 Status end(std::vector<Communicator*>* comms);
 bool active();
+// loomGroupSimulateEnd: closes the group as end() does, but instead of making the outermost
+// group's calls, *estimatedUs gets the tuner's predictions for them, summed, and each
+// communicator's call log takes them back (their numbers go to the next calls). 0 for an
+// inner End.
+Status simulateEnd(double* estimatedUs);
 
 // Records the call in the open group, or runs it now as a group of one. A call on a device
 // communicator names a CUDA stream (cudaStream; `stream` is then unused, but for the

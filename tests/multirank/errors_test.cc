@@ -73,6 +73,11 @@ TEST(Validation, BadArgumentsAreRejectedAndTheCommunicatorKeepsWorking) {
   EXPECT_ERROR(loomCommShrink(nullptr, &one, 1, &sub, nullptr, LOOM_SHRINK_DEFAULT), loomInvalidArgument, nullptr,
                "comm is NULL");
   EXPECT_ERROR(loomCommRevoke(c, 1), loomInvalidArgument, c, "flags 1");
+  double us = 0;
+  EXPECT_ERROR(loomGroupSimulateEnd(&us), loomInvalidUsage, nullptr, "without a matching loomGroupStart");
+  LOOM_EXPECT_OK(loomGroupStart(), nullptr);
+  EXPECT_ERROR(loomGroupSimulateEnd(nullptr), loomInvalidArgument, nullptr, "estimatedUs is NULL");
+  LOOM_EXPECT_OK(loomGroupEnd(), nullptr);  // the refused simulation left the group open
   EXPECT_ERROR(loomCommRevoke(nullptr, LOOM_REVOKE_DEFAULT), loomInvalidArgument, nullptr, "comm is NULL");
   // Premultiplied sums: made and used on one communicator, for one type, while they live.
   float two = 2.0f;

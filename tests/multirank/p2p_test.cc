@@ -91,6 +91,52 @@ INSTANTIATE_TEST_SUITE_P(Ranks, P2PTest,
                                   std::to_string(std::get<1>(info.param));
                          });
 
+class GroupSimulate : public testing::TestWithParam<Mode> {};
+
+// loomGroupSimulateEnd on rank 0 alone: a prediction that grows with the bytes, no data moved,
+// an inner level closed with 0; then both ranks' collectives line up, and the simulated calls'
+// numbers were taken back (a later failure names the call by its number).
+TEST_P(GroupSimulate, PredictsWithoutMakingTheCalls) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 1000;
+  loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
+    std::vector<float> in(1 << 20, 1.0f), out(in.size(), -1.0f);
+    if (rank == 0) {
+      auto simulate = [&](size_t count) {
+        double us = -1;
+        LOOM_EXPECT_OK(loomGroupStart(), comm);
+        LOOM_EXPECT_OK(loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr), comm);
+        LOOM_EXPECT_OK(loomSend(in.data(), count, loomFloat32, 1, comm, nullptr), comm);
+        LOOM_EXPECT_OK(loomGroupSimulateEnd(&us), comm);
+        return us;
+      };
+      const double small = simulate(16), large = simulate(in.size());
+      EXPECT_GT(small, 0.0);
+      EXPECT_GT(large, small);
+      for (float v : out) ASSERT_EQ(v, -1.0f) << "a simulated allreduce wrote its output";
+      double inner = -1;
+      LOOM_EXPECT_OK(loomGroupStart(), comm);
+      LOOM_EXPECT_OK(loomGroupStart(), comm);
+      LOOM_EXPECT_OK(loomGroupSimulateEnd(&inner), comm);
+      EXPECT_EQ(inner, 0.0);
+      LOOM_EXPECT_OK(loomGroupEnd(), comm);
+    }
+    for (size_t count : {size_t{4}, in.size()}) {
+      LOOM_ASSERT_OK(loomAllReduce(in.data(), out.data(), count, loomFloat32, loomSum, comm, nullptr), comm);
+      EXPECT_EQ(out[0], 2.0f);
+      EXPECT_EQ(out[count - 1], 2.0f);
+    }
+    if (rank != 0) return;
+    // A third collective that rank 1 does not make: its error numbers it #3, not #5.
+    EXPECT_NE(loomAllReduce(in.data(), out.data(), in.size(), loomFloat32, loomSum, comm, nullptr), loomSuccess);
+    const std::string why = loomGetLastError(comm);
+    EXPECT_NE(why.find("call #3 "), std::string::npos) << why;
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GroupSimulate, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
 // One thread drives four communicators of one loomCommInitAll, as NCCL users do with one
 // thread per process and several devices: only a group makes this possible.
 TEST(P2PSingleThread, OneThreadDrivesAllRanksInAGroup) {

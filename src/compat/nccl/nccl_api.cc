@@ -227,10 +227,6 @@ ncclResult_t reportCreate(const Status& s, ncclComm_t comm, const char* call) {
   return s.code() == loomInProgress ? ncclInProgress : report(s, comm, call);
 }
 
-Status unsupported(const char* what) {
-  return loom::error(loomInvalidUsage, "%s is not supported by Loom's NCCL library yet", what);
-}
-
 }  // namespace
 
 // ---- Version, ids, errors ----------------------------------------------------------------
@@ -687,28 +683,50 @@ NCCL_API ncclResult_t ncclGroupStart() {
   return report(fromLoom(loomGroupStart()), nullptr, "ncclGroupStart");
 }
 
-// The outermost End launches the recorded calls and waits for the communicators created
-// inside the group.
-NCCL_API ncclResult_t ncclGroupEnd() {
-  loom::nccl::applyNcclEnvironment();
+namespace {
+
+// Ends a group level with Loom's `end` (loomGroupEnd, or loomGroupSimulateEnd); the outermost
+// also waits for the communicators created inside the group.
+template <typename End>
+ncclResult_t endGroup(const char* call, End end) {
   if (tGroupDepth == 0) {
-    return report(loom::error(loomInvalidUsage, "ncclGroupEnd without ncclGroupStart"), nullptr, "ncclGroupEnd");
+    return report(loom::error(loomInvalidUsage, "%s without ncclGroupStart", call), nullptr, call);
   }
-  Status s = fromLoom(loomGroupEnd());
-  if (--tGroupDepth > 0) return report(s, nullptr, "ncclGroupEnd");
+  Status s = fromLoom(end());
+  if (--tGroupDepth > 0) return report(s, nullptr, call);
   std::vector<ncclComm*> created;
   created.swap(tGroupInits);
   for (ncclComm* comm : created) {
     const loomResult_t result = comm->waitInit();
     if (result != loomSuccess && s.isOk()) s = Status(result, comm->lastError());
   }
-  return report(s, nullptr, "ncclGroupEnd");
+  return report(s, nullptr, call);
 }
 
-NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t*) {
+// NCCL_SIM_INFO_INITIALIZER's magic: a simInfo not set from it is an error, as in NCCL.
+constexpr unsigned kSimInfoMagic = 0x74685283;
+
+}  // namespace
+
+NCCL_API ncclResult_t ncclGroupEnd() {
   loom::nccl::applyNcclEnvironment();
-  return report(unsupported("ncclGroupSimulateEnd (the group stays open: end it with ncclGroupEnd)"), nullptr,
-                "ncclGroupSimulateEnd");
+  return endGroup("ncclGroupEnd", [] { return loomGroupEnd(); });
+}
+
+// The group's calls are not made: simInfo's estimatedTime gets the time Loom's tuner predicts
+// for them (µs).
+NCCL_API ncclResult_t ncclGroupSimulateEnd(ncclSimInfo_t* simInfo) {
+  loom::nccl::applyNcclEnvironment();
+  if (simInfo == nullptr || simInfo->magic != kSimInfoMagic || simInfo->size < sizeof(ncclSimInfo_t)) {
+    return report(loom::error(loomInvalidArgument,
+                              "simInfo %p was not set from NCCL_SIM_INFO_INITIALIZER (the group stays open)",
+                              static_cast<void*>(simInfo)),
+                  nullptr, "ncclGroupSimulateEnd");
+  }
+  double us = 0;
+  const ncclResult_t r = endGroup("ncclGroupSimulateEnd", [&] { return loomGroupSimulateEnd(&us); });
+  if (r == ncclSuccess) simInfo->estimatedTime = static_cast<float>(us);
+  return r;
 }
 
 // ---- Profiling names ---------------------------------------------------------------------

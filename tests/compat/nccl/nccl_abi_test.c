@@ -519,10 +519,13 @@ static void errorsSection(ncclComm_t comm) {
   FAILS(ncclInvalidArgument, ncclCommShrink(comm, NULL, 0, &shrunk, NULL, 7));
   FAILS(ncclInvalidArgument, ncclCommShrink(comm, NULL, 0, NULL, NULL, NCCL_SHRINK_DEFAULT));
   FAILS(ncclInvalidUsage, ncclGroupEnd());
-  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
-  OK(ncclGroupStart());
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER, unset;
+  memset(&unset, 0, sizeof unset);
   FAILS(ncclInvalidUsage, ncclGroupSimulateEnd(&sim));
-  OK(ncclGroupEnd());
+  OK(ncclGroupStart());
+  FAILS(ncclInvalidArgument, ncclGroupSimulateEnd(&unset));
+  FAILS(ncclInvalidArgument, ncclGroupSimulateEnd(NULL));
+  OK(ncclGroupEnd()); /* the refused simulations left the group open */
   ncclUniqueId id;
   memset(&id, 0, sizeof id);
   ncclComm_t bad = NULL;
@@ -621,7 +624,25 @@ static void preMulSumSection(ncclComm_t comm) {
 }
 
 /* Queries, registration, memory, finalize, a non-blocking init, the scalable init and abort. */
+/* ncclGroupSimulateEnd on rank 0 alone: an estimate, no data moved; then every rank's
+ * allreduces still line up (the simulated calls were taken back). */
+static void simulateOnRankZero(ncclComm_t comm) {
+  float in[256], out[256];
+  for (int i = 0; i < 256; ++i) in[i] = 1.0f, out[i] = -1.0f;
+  if (rank == 0) {
+    ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+    OK(ncclGroupStart());
+    OK(ncclAllReduce(in, out, 256, ncclFloat32, ncclSum, comm, NULL));
+    OK(ncclGroupSimulateEnd(&sim));
+    CHECK(sim.estimatedTime > 0, "simulated group: estimatedTime %g", (double)sim.estimatedTime);
+    CHECK(out[0] == -1.0f, "a simulated allreduce wrote its output");
+  }
+  OK(ncclAllReduce(in, out, 256, ncclFloat32, ncclSum, comm, NULL));
+  CHECK(out[0] == (float)nranks && out[255] == (float)nranks, "allreduce after a simulated group: %g", out[0]);
+}
+
 static void lifecycleSection(ncclComm_t comm) {
+  simulateOnRankZero(comm);
   int count = -1, me = -1, device = 99;
   OK(ncclCommCount(comm, &count));
   OK(ncclCommUserRank(comm, &me));
