@@ -144,30 +144,71 @@ Status Bootstrap::connectionTo(int peer, const Deadline& deadline, int* fd) {
 }
 
 Status Bootstrap::acceptFrom(int peer, const Deadline& deadline) {
-  while (!in_[static_cast<size_t>(peer)].fd.valid()) {
+  while (!in_[static_cast<size_t>(peer)].fd.valid() && in_[static_cast<size_t>(peer)].broken.isOk()) {
     Acceptor::Connection conn;
     LOOM_TRY(acceptor_.next(deadline, cancelFd_, &conn));
-    const Hello& h = conn.hello;
-    if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= nranks_ ||
-        h.rank == rank_) {
-      LOOM_WARN("bootstrap: dropped a connection from %s claiming rank %d of %d, comm %016llx",
-                conn.peer.toString().c_str(), h.rank, h.nranks,
-                static_cast<unsigned long long>(h.commId));
-      continue;
-    }
-    Inbox& inbox = in_[static_cast<size_t>(h.rank)];
-    if (inbox.fd.valid()) {
-      LOOM_WARN("bootstrap: rank %d connected twice; keeping the first connection", h.rank);
-      continue;
-    }
-    inbox.fd = std::move(conn.fd);
+    adopt(conn);
   }
   return Status::ok();
+}
+
+bool Bootstrap::adopt(Acceptor::Connection& conn) {
+  const Hello& h = conn.hello;
+  if (h.commId != commId_ || h.nranks != nranks_ || h.rank < 0 || h.rank >= nranks_ || h.rank == rank_) {
+    LOOM_WARN("bootstrap: dropped a connection from %s claiming rank %d of %d, comm %016llx",
+              conn.peer.toString().c_str(), h.rank, h.nranks, static_cast<unsigned long long>(h.commId));
+    return false;
+  }
+  Inbox& inbox = in_[static_cast<size_t>(h.rank)];
+  if (inbox.fd.valid() || !inbox.broken.isOk()) {
+    LOOM_WARN("bootstrap: rank %d connected twice; keeping the first connection", h.rank);
+    return false;
+  }
+  inbox.fd = std::move(conn.fd);
+  return true;
+}
+
+bool Bootstrap::addWaitFds(uint32_t tag, std::vector<pollfd>* fds) const {
+  acceptor_.addWaitFds(fds);
+  bool here = false;
+  for (const Inbox& in : in_) {
+    if (in.fd.valid()) fds->push_back({in.fd.get(), POLLIN, 0});
+    for (const Message& m : in.unexpected) here = here || m.tag == tag;
+  }
+  return here;
+}
+
+int Bootstrap::arrived(uint32_t tag) {
+  Acceptor::Connection conn;
+  while (acceptor_.takeReady(&conn)) adopt(conn);
+  int first = -1;
+  for (int peer = 0; peer < nranks_; ++peer) {
+    Inbox& in = in_[static_cast<size_t>(peer)];
+    bool complete = in.fd.valid();
+    while (complete) {
+      Status s = pump(peer, &complete);
+      if (!s.isOk()) {
+        // Its next receive gives the failure; until then it is no more to watch.
+        in.broken = s;
+        in.fd.reset();
+        break;
+      }
+      if (complete) {
+        in.unexpected.push_back(std::move(in.current));
+        in.current = Message{};
+      }
+    }
+    for (const Message& m : in.unexpected) {
+      if (m.tag == tag && first < 0) first = peer;
+    }
+  }
+  return first;
 }
 
 Status Bootstrap::pump(int peer, bool* complete) {
   Inbox& in = in_[static_cast<size_t>(peer)];
   *complete = false;
+  if (!in.broken.isOk()) return in.broken;
   for (;;) {
     size_t got = 0;
     if (in.headerReceived < sizeof(in.header)) {

@@ -8,6 +8,8 @@
 // steal each other's data.
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -86,6 +88,14 @@ class Bootstrap {
   Status allGatherAmong(const std::vector<int>& ranks, void* data, size_t bytesPerRank);
   Status barrier();
 
+  // For a wait elsewhere that must also hear messages nobody has asked for yet (failure
+  // notices): adds what to poll (the listener, connections in their handshake, every peer's
+  // incoming connection) and says whether a whole message with `tag` is already here.
+  bool addWaitFds(uint32_t tag, std::vector<pollfd>* fds) const;
+  // After that poll, without waiting: takes new connections and the bytes that came, and names
+  // the first peer whose whole message with `tag` waits (-1: none) for recv to take.
+  int arrived(uint32_t tag);
+
  private:
   struct Message {
     uint32_t tag;
@@ -99,6 +109,7 @@ class Bootstrap {
     Message current;
     size_t bodyReceived = 0;
     std::deque<Message> unexpected;
+    Status broken;  // why the connection failed while nobody waited on it (then closed)
   };
   struct Outgoing;
 
@@ -111,6 +122,9 @@ class Bootstrap {
                        size_t recvBytes, uint32_t tag, const Deadline& until);
   Status connectionTo(int peer, const Deadline& deadline, int* fd);
   Status acceptFrom(int peer, const Deadline& deadline);
+  // Keeps an authenticated connection as its rank's incoming one; false (dropped, logged) when
+  // it claims to be no other rank of this channel or that rank is connected already.
+  bool adopt(Acceptor::Connection& conn);
   // Reads what is available from peer's inbox; true in *complete when a message is whole.
   Status pump(int peer, bool* complete);
   Status takeMessage(int peer, uint32_t tag, void* data, size_t bytes, bool* found);

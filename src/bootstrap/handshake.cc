@@ -91,18 +91,33 @@ void Acceptor::drop(Pending& pending, const char* why) {
   pending.fd.reset();
 }
 
-void Acceptor::acceptPending() {
+bool Acceptor::takeReady(Connection* out) {
   for (;;) {
     Fd fd;
     SocketAddress peer;
     Status s = acceptOne(listen_.get(), &fd, &peer);
     if (!s.isOk()) {
       LOOM_WARN("accept on %s: %s", address_.toString().c_str(), s.message().c_str());
-      return;
+      break;
     }
-    if (!fd.valid()) return;
+    if (!fd.valid()) break;
     pending_.push_back(Pending{std::move(fd), peer, {}, 0, Deadline::afterMs(handshakeTimeoutMs_)});
   }
+  for (size_t i = 0; i < pending_.size();) {
+    bool accepted = false;
+    if (advance(pending_[i], out, &accepted)) {
+      pending_.erase(pending_.begin() + static_cast<long>(i));
+      if (accepted) return true;
+    } else {
+      ++i;
+    }
+  }
+  return false;
+}
+
+void Acceptor::addWaitFds(std::vector<pollfd>* fds) const {
+  fds->push_back({listen_.get(), POLLIN, 0});
+  for (const Pending& p : pending_) fds->push_back({p.fd.get(), POLLIN, 0});
 }
 
 bool Acceptor::advance(Pending& p, Connection* out, bool* accepted) {
@@ -134,25 +149,13 @@ bool Acceptor::advance(Pending& p, Connection* out, bool* accepted) {
 
 Status Acceptor::next(const Deadline& deadline, int cancelFd, Connection* out) {
   for (;;) {
-    acceptPending();
-    for (size_t i = 0; i < pending_.size();) {
-      bool accepted = false;
-      if (advance(pending_[i], out, &accepted)) {
-        pending_.erase(pending_.begin() + static_cast<long>(i));
-        if (accepted) return Status::ok();
-      } else {
-        ++i;
-      }
-    }
+    if (takeReady(out)) return Status::ok();
     // Sleep until something arrives: a new connection, bytes of a pending hello, the
     // earliest handshake deadline, the caller's deadline, or an abort.
     Deadline wake = deadline;
     std::vector<pollfd> fds;
-    fds.push_back({listen_.get(), POLLIN, 0});
-    for (const Pending& p : pending_) {
-      fds.push_back({p.fd.get(), POLLIN, 0});
-      wake = wake.earlier(p.deadline);
-    }
+    addWaitFds(&fds);
+    for (const Pending& p : pending_) wake = wake.earlier(p.deadline);
     if (cancelFd >= 0) fds.push_back({cancelFd, POLLIN, 0});
     int rc = ::poll(fds.data(), fds.size(), wake.remainingMs());
     if (rc < 0 && errno != EINTR) return systemError("poll", errno);

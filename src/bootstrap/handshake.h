@@ -6,6 +6,8 @@
 //   link i32 | commId u64
 #pragma once
 
+#include <poll.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -75,6 +77,12 @@ class Acceptor {
 
   // Waits for the next authenticated connection.
   Status next(const Deadline& deadline, int cancelFd, Connection* out);
+  // Without waiting: takes new connections and what their hellos sent; true with *out when one
+  // is authenticated.
+  bool takeReady(Connection* out);
+  // What a caller's own poll watches to learn that takeReady may have work: the listener and
+  // the connections still presenting their secret.
+  void addWaitFds(std::vector<pollfd>* fds) const;
 
   const SocketAddress& address() const { return address_; }
   bool listening() const { return listen_.valid(); }
@@ -90,7 +98,6 @@ class Acceptor {
     Deadline deadline;
   };
 
-  void acceptPending();
   // Reads what a pending connection has sent; true when it is finished (accepted into
   // `out` or dropped).
   bool advance(Pending& pending, Connection* out, bool* accepted);

@@ -228,7 +228,9 @@ class DeviceCommImpl final : public DeviceComm {
 
 Status DeviceCommImpl::init() {
   const CommConfig& config = comm_->config();
-  LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, Registry::instance().emulatedDeviceBlocks(), &runtime_));
+  Registry& registry = Registry::instance();
+  LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, registry.emulatedDeviceBlocks(),
+                       registry.deviceHandover(), &runtime_));
   LOOM_TRY(agreeOnBlockBudget());
   // No plan uses more channels than fit its share of resident blocks (collective.cc), two
   // workers per channel at the least, so no more are connected: each costs FIFO memory.
@@ -583,7 +585,9 @@ Status DeviceCommImpl::acceptIn() {
   }
   // A process's block stays open to its peer until the peer has mapped it: a sender whose
   // call fits the FIFO may finish and destroy its communicator (removing the block's name)
-  // before the receiver, just connected, has opened it.
+  // before the receiver, just connected, has opened it. (A thread rank's block waits in the
+  // process's handover table instead, which no wait here could replace: one thread may drive
+  // both ranks.)
   for (int p : connecting_) {
     if (peers_[static_cast<size_t>(p)].offHost || info[static_cast<size_t>(p)].pid == ::getpid()) continue;
     uint8_t mappedNotice = 0;

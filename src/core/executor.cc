@@ -37,6 +37,20 @@ void reductionEnded(Communicator& comm, const StoreChooser::Choice& c, size_t by
 }
 
 constexpr size_t kHeaderBytes = kCallInfoWireBytes;
+// How long a wait goes on without progress before a peer's failure notice ends it: a failed
+// link names the failure first-hand, and where there is one it comes sooner.
+constexpr std::chrono::milliseconds kNoticeGrace(250);
+
+// The numbers of a plan's first and last collectives (0: it has none).
+std::pair<uint64_t, uint64_t> collectiveSeqs(const Plan& plan) {
+  uint64_t first = 0, last = 0;
+  for (const CallInfo& call : plan.calls) {
+    if (call.seq == 0) continue;
+    first = first == 0 ? call.seq : std::min(first, call.seq);
+    last = std::max(last, call.seq);
+  }
+  return {first, last};
+}
 
 // The rank whose failure a loomRemoteError while making links comes from: the peer the
 // transport found gone or, where that peer gave up itself, the cause it recorded on the
@@ -145,6 +159,11 @@ class Run {
   // went silent); -1 for a failure that is not a peer's.
   Status withCause(const Queue& q, const Status& s, int* cause);
   bool pending(size_t plan) const;
+  // Whether no pending plan before `plan` belongs to its communicator (one watch of each).
+  bool firstPendingOfItsComm(size_t plan) const;
+  // The first peer (-1: none) whose failure notice concerns a pending plan (*plan), and the
+  // rank it named (*cause).
+  int noticeConcerning(size_t* plan, int* cause) const;
   std::string describe(const Queue& q, int index) const;
 
   std::vector<Plan>& plans_;
@@ -662,24 +681,72 @@ Status Run::idle(bool spin) {
   }
   size_t firstCancel = fds.size();
   for (const PlanState& ps : state_) fds.push_back({ps.plan->comm->cancelFd(), POLLIN, 0});
+  // A sleep hears failure notices too: the peer that gave up may be one no link of this call
+  // reaches, or one whose link here has not failed (or never will: see failure_notices.h).
+  const size_t firstNotice = fds.size();
+  const bool sleeping = !(spin && recent);
+  if (sleeping) {
+    for (size_t i = 0; i < state_.size(); ++i) {
+      if (pending(i) && firstPendingOfItsComm(i)) state_[i].plan->comm->failureNotices().addWaitFds(&fds);
+    }
+  }
   std::chrono::nanoseconds waitFor{0};
-  if (spin && recent) {
+  if (!sleeping) {
     sched_yield();
     // A spinning pass checks for abort only every so often: poll is a system call.
     if ((++idlePasses_ & 255) != 0) return Status::ok();
-  } else if (spin) {
-    waitFor = napAfter(now - lastProgress);
   } else {
-    waitFor = std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
+    waitFor = spin ? napAfter(now - lastProgress)
+                   : std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
+    size_t plan = 0;
+    int cause = -1;
+    if (noticeConcerning(&plan, &cause) >= 0) {
+      waitFor = std::clamp<std::chrono::nanoseconds>(lastProgress + kNoticeGrace - now, std::chrono::nanoseconds(0),
+                                                     waitFor);
+    }
   }
   int rc = pollFor(fds.data(), fds.size(), waitFor);
   if (rc < 0 && errno != EINTR) return fail(systemError("ppoll", errno), SIZE_MAX);
-  for (size_t i = firstCancel; i < fds.size(); ++i) {
+  for (size_t i = firstCancel; i < firstNotice; ++i) {
     if (fds[i].revents & POLLIN) {
       return fail(state_[i - firstCancel].plan->comm->cancelReason(), i - firstCancel);
     }
   }
-  return Status::ok();
+  if (!sleeping) return Status::ok();
+  bool stirred = false;
+  for (size_t i = firstNotice; i < fds.size(); ++i) stirred = stirred || fds[i].revents != 0;
+  for (size_t i = 0; stirred && i < state_.size(); ++i) {
+    if (pending(i) && firstPendingOfItsComm(i)) state_[i].plan->comm->failureNotices().listen();
+  }
+  size_t plan = 0;
+  int cause = -1;
+  const int from = noticeConcerning(&plan, &cause);
+  if (from < 0 || Clock::now() - lastProgress < kNoticeGrace) return Status::ok();
+  const Plan& p = *state_[plan].plan;
+  const std::string what = p.calls.empty() ? std::string("a barrier") : p.calls.front().describeNumbered();
+  Status s = cause >= 0 && cause != from
+                 ? error(loomRemoteError, "%s: rank %d gave up because rank %d failed (its failure notice)",
+                         what.c_str(), from, cause)
+                 : error(loomRemoteError, "%s: rank %d gave up (its failure notice)", what.c_str(), from);
+  return fail(s, plan, cause >= 0 ? cause : from);
+}
+
+int Run::noticeConcerning(size_t* plan, int* cause) const {
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (!pending(i)) continue;
+    const int from = state_[i].plan->comm->failureNotices().concerning(collectiveSeqs(*state_[i].plan).second, cause);
+    if (from < 0) continue;
+    *plan = i;
+    return from;
+  }
+  return -1;
+}
+
+bool Run::firstPendingOfItsComm(size_t plan) const {
+  for (size_t i = 0; i < plan; ++i) {
+    if (pending(i) && state_[i].plan->comm == state_[plan].plan->comm) return false;
+  }
+  return true;
 }
 
 Status Run::failToConnect(size_t plan, const Status& s) {
@@ -696,7 +763,7 @@ Status Run::fail(const Status& s, size_t origin, int causeRank) {
     // Another communicator's peer is no rank of this one.
     // The board first: a peer that finds this rank's links gone looks there for the cause.
     if (own && plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(causeRank);
-    plans_[i].comm->failureNotices().tellPeers(own ? causeRank : -1);
+    plans_[i].comm->failureNotices().tellPeers(own ? causeRank : -1, collectiveSeqs(plans_[i]).first);
     plans_[i].comm->transport().closeAll(own ? causeRank : -1);
   }
   return s;

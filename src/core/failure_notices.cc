@@ -6,39 +6,74 @@
 namespace loom {
 namespace {
 
-constexpr uint32_t kNoticeTag = 0x464c5201;  // "FLR" 1
-constexpr int kNotAsked = -2;
+constexpr uint32_t kNoticeTag = 0x464c5202;  // "FLR" 2
 // All notices of a rank that gives up together: a peer on a host that is down costs a
 // connect timeout, which must not hold the failed call for long.
 constexpr long long kTellBudgetMs = 1000;
 // A peer's notice may still be on its way when its link fails.
 constexpr long long kNoticeWaitMs = 50;
 
+struct NoticeWire {
+  int32_t cause;
+  uint32_t unused;
+  uint64_t seq;
+};
+
 }  // namespace
 
 FailureNotices::FailureNotices(Bootstrap& bootstrap)
-    : bootstrap_(bootstrap), noticed_(static_cast<size_t>(bootstrap.nranks()), kNotAsked) {}
+    : bootstrap_(bootstrap), heard_(static_cast<size_t>(bootstrap.nranks())) {}
 
-void FailureNotices::tellPeers(int causeRank) {
+void FailureNotices::tellPeers(int causeRank, uint64_t seq) {
   if (told_) return;
   told_ = true;
   const Deadline until = Deadline::afterMs(kTellBudgetMs);
-  const int32_t cause = causeRank;
+  const NoticeWire notice{causeRank, 0, seq};
   for (int peer = 0; peer < bootstrap_.nranks(); ++peer) {
     if (peer == bootstrap_.rank() || peer == causeRank) continue;
-    (void)bootstrap_.send(peer, kNoticeTag, &cause, sizeof cause, until);
+    (void)bootstrap_.send(peer, kNoticeTag, &notice, sizeof notice, until);
   }
 }
 
+void FailureNotices::take(int peer, const Deadline& until) {
+  Heard& heard = heard_[static_cast<size_t>(peer)];
+  NoticeWire notice{};
+  if (heard.came || !bootstrap_.recv(peer, kNoticeTag, &notice, sizeof notice, until).isOk()) return;
+  heard.came = true;
+  heard.cause = notice.cause != bootstrap_.rank() ? notice.cause : -1;
+  heard.seq = notice.seq;
+}
+
 int FailureNotices::causeFrom(int peer) {
-  if (peer < 0 || peer >= static_cast<int>(noticed_.size())) return -1;
-  int& noticed = noticed_[static_cast<size_t>(peer)];
-  if (noticed == kNotAsked) {
-    int32_t cause = -1;
-    const Status s = bootstrap_.recv(peer, kNoticeTag, &cause, sizeof cause, Deadline::afterMs(kNoticeWaitMs));
-    noticed = s.isOk() && cause != bootstrap_.rank() ? cause : -1;
+  if (peer < 0 || peer >= static_cast<int>(heard_.size())) return -1;
+  Heard& heard = heard_[static_cast<size_t>(peer)];
+  if (!heard.asked) {
+    heard.asked = true;
+    take(peer, Deadline::afterMs(kNoticeWaitMs));
   }
-  return noticed;
+  return heard.came ? heard.cause : -1;
+}
+
+void FailureNotices::addWaitFds(std::vector<pollfd>* fds) {
+  if (bootstrap_.addWaitFds(kNoticeTag, fds)) listen();
+}
+
+void FailureNotices::listen() {
+  // Each one is whole and here: taking it does not wait.
+  for (int peer = bootstrap_.arrived(kNoticeTag); peer >= 0; peer = bootstrap_.arrived(kNoticeTag)) {
+    if (heard_[static_cast<size_t>(peer)].came) break;  // a second notice from one rank: never sent
+    take(peer, Deadline::afterMs(0));
+  }
+}
+
+int FailureNotices::concerning(uint64_t lastSeq, int* cause) const {
+  for (size_t peer = 0; peer < heard_.size(); ++peer) {
+    const Heard& heard = heard_[peer];
+    if (!heard.came || (lastSeq != 0 && heard.seq > lastSeq)) continue;
+    *cause = heard.cause;
+    return static_cast<int>(peer);
+  }
+  return -1;
 }
 
 }  // namespace loom

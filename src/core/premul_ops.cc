@@ -22,26 +22,32 @@ Status PreMulOps::create(loomDataType_t type, const void* scalar, bool immediate
   return Status::ok();
 }
 
+std::optional<PreMulOps::Entry>* PreMulOps::liveSlot(int op) {
+  const long slot = static_cast<long>(op) - kFirstOp;
+  if (slot < 0 || static_cast<size_t>(slot) >= ops_.size() || !ops_[static_cast<size_t>(slot)]) return nullptr;
+  return &ops_[static_cast<size_t>(slot)];
+}
+
 Status PreMulOps::destroy(int op) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const long slot = static_cast<long>(op) - kFirstOp;
-  if (slot < 0 || static_cast<size_t>(slot) >= ops_.size() || !ops_[static_cast<size_t>(slot)]) {
+  std::optional<Entry>* slot = liveSlot(op);
+  if (slot == nullptr) {
     return error(loomInvalidArgument, "op %d is not an op made by loomRedOpCreatePreMulSum on this communicator", op);
   }
-  ops_[static_cast<size_t>(slot)].reset();
+  slot->reset();
   return Status::ok();
 }
 
 Status PreMulOps::find(int op, loomDataType_t type, PreMul* out) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const long slot = static_cast<long>(op) - kFirstOp;
-  if (slot < 0 || static_cast<size_t>(slot) >= ops_.size() || !ops_[static_cast<size_t>(slot)]) {
+  const std::optional<Entry>* slot = liveSlot(op);
+  if (slot == nullptr) {
     return error(loomInvalidArgument,
                  "op %d is neither a loomRedOp_t (0..%d) nor a live op from loomRedOpCreatePreMulSum on this "
                  "communicator",
                  op, loomNumOps - 1);
   }
-  const Entry& entry = *ops_[static_cast<size_t>(slot)];
+  const Entry& entry = **slot;
   if (entry.type != type) {
     return error(loomInvalidArgument, "op %d was made for datatype %s; the call's datatype is %s", op,
                  typeName(entry.type), typeName(type));

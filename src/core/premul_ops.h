@@ -31,6 +31,9 @@ class PreMulOps {
     loomDataType_t type;
     PreMul preMul;
   };
+  // The slot of a live op numbered `op` (null: none); the caller holds mutex_.
+  std::optional<Entry>* liveSlot(int op);
+
   std::mutex mutex_;
   std::vector<std::optional<Entry>> ops_;
 };

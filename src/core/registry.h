@@ -1,8 +1,8 @@
 // The one place Loom keeps process-wide mutable state: the live communicators, host streams
 // and DDP reducers (so a destroyed or made-up handle is an error, not a crash), loomMemAlloc's
 // allocations, the bootstrap
-// roots loomGetUniqueId started, the host's topology and calibration, and the emulated
-// device's blocks.
+// roots loomGetUniqueId started, the host's topology and calibration, the emulated
+// device's blocks, and device memory handed to thread ranks.
 // Thread-safe. The log's sink is the one object kept elsewhere (base/log.cc): the ground
 // may not reach up to this layer, and the sink is fixed by the environment at first use.
 #pragma once
@@ -21,6 +21,7 @@
 #include "base/slot_pool.h"
 #include "base/spin_lock.h"
 #include "base/status.h"
+#include "device/handover.h"
 #include "topology/discover.h"
 
 namespace loom {
@@ -71,6 +72,8 @@ class Registry {
   // The emulated device's resident blocks, shared by the process's emulated communicators
   // (LOOM_DEVICE_EMULATION_BLOCKS).
   SlotPool& emulatedDeviceBlocks() { return emulatedDeviceBlocks_; }
+  // Device communicators' FIFO memory on its way to a peer of the same process (handover.h).
+  device::Handover& deviceHandover() { return deviceHandover_; }
 
  private:
   Registry();
@@ -90,6 +93,7 @@ class Registry {
   std::mutex calibrationsMutex_;
   std::map<std::pair<std::string, int>, MachineCalibration> calibrations_;
   SlotPool emulatedDeviceBlocks_;
+  device::Handover deviceHandover_;
 };
 
 }  // namespace loom

@@ -10,9 +10,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "base/cuda_call.h"
+#include "device/handover.h"
 #include "device/plan_kernel.h"
 #include "device/runtime.h"
 
@@ -44,7 +46,7 @@ static_assert(sizeof(cudaIpcMemHandle_t) <= sizeof(SharedHandle::data), "an IPC 
 
 class CudaRuntime final : public DeviceRuntime {
  public:
-  explicit CudaRuntime(int device) : device_(device) {}
+  CudaRuntime(int device, Handover& handover) : device_(device), handover_(handover) {}
   ~CudaRuntime() override;
   Status init();
 
@@ -84,6 +86,7 @@ class CudaRuntime final : public DeviceRuntime {
 
  private:
   Status copyOnOwnStream(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  Status allocZeroed(size_t bytes, cuda::DevicePtr* out);
 
   int device_;
   std::string deviceName_;
@@ -91,7 +94,10 @@ class CudaRuntime final : public DeviceRuntime {
   int multiprocessors_ = 0;
   int planKernelArchitecture_ = 0;  // of the build loaded: 80, 90, ...
   int blocksPerMultiprocessor_ = 0;
+  Handover& handover_;
   std::vector<cuda::DevicePtr> deviceMemory_;
+  std::vector<std::shared_ptr<void>> handedOver_;  // given to thread ranks, who may keep it (handover.h)
+  std::vector<std::shared_ptr<void>> takenOver_;
   std::vector<cuda::PinnedPtr> pinned_;
   std::vector<void*> opened_;  // peers' memory mapped through IPC
   cuda::StreamPtr own_;        // for writeWord: never a stream of the caller's
@@ -130,22 +136,35 @@ CudaRuntime::~CudaRuntime() {
   for (void* p : opened_) cudaIpcCloseMemHandle(p);
 }
 
-Status CudaRuntime::allocDevice(size_t bytes, void** out) {
+Status CudaRuntime::allocZeroed(size_t bytes, cuda::DevicePtr* out) {
   DeviceScope scope(device_);
   cuda::RelaxedCapture capture;
-  cuda::DevicePtr memory;
-  LOOM_TRY(cuda::allocDevice(bytes, &memory));
+  LOOM_TRY(cuda::allocDevice(bytes, out));
   // On the runtime's own stream: cudaMemset would go on the legacy stream, which waits for the
   // caller's streams, where a kernel may be waiting for this very rank.
-  LOOM_CUDA_TRY(cudaMemsetAsync(memory.get(), 0, bytes, own_.get()));
+  LOOM_CUDA_TRY(cudaMemsetAsync(out->get(), 0, bytes, own_.get()));
   LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
+  return Status::ok();
+}
+
+Status CudaRuntime::allocDevice(size_t bytes, void** out) {
+  cuda::DevicePtr memory;
+  LOOM_TRY(allocZeroed(bytes, &memory));
   *out = memory.get();
   deviceMemory_.push_back(std::move(memory));
   return Status::ok();
 }
 
-Status CudaRuntime::allocShared(size_t bytes, int, void** out, SharedHandle* handle) {
-  LOOM_TRY(allocDevice(bytes, out));
+Status CudaRuntime::allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) {
+  if (peerPid == ::getpid()) {
+    cuda::DevicePtr memory;
+    LOOM_TRY(allocZeroed(bytes, &memory));
+    *out = memory.get();
+    handedOver_.emplace_back(std::move(memory));
+    handover_.give(reinterpret_cast<uint64_t>(*out), handedOver_.back());
+  } else {
+    LOOM_TRY(allocDevice(bytes, out));
+  }
   *handle = SharedHandle{};
   handle->pid = static_cast<int32_t>(::getpid());
   handle->bytes = static_cast<uint32_t>(bytes);
@@ -157,10 +176,7 @@ Status CudaRuntime::allocShared(size_t bytes, int, void** out, SharedHandle* han
 }
 
 Status CudaRuntime::openShared(const SharedHandle& handle, int peer, void** out) {
-  if (handle.pid == ::getpid()) {
-    *out = reinterpret_cast<void*>(handle.address);
-    return Status::ok();
-  }
+  if (handle.pid == ::getpid()) return handover_.take(handle.address, peer, &takenOver_, out);
   DeviceScope scope(device_);
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data, sizeof ipc);
@@ -268,8 +284,8 @@ Status checkDeviceExists(int device) {
   return Status::ok();
 }
 
-Status makeCudaRuntime(int device, std::unique_ptr<DeviceRuntime>* out) {
-  auto runtime = std::make_unique<CudaRuntime>(device);
+Status makeCudaRuntime(int device, Handover& handover, std::unique_ptr<DeviceRuntime>* out) {
+  auto runtime = std::make_unique<CudaRuntime>(device, handover);
   LOOM_TRY(runtime->init());
   *out = std::move(runtime);
   return Status::ok();

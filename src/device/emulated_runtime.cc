@@ -21,6 +21,7 @@
 #include "base/env.h"
 #include "base/host_stream.h"
 #include "base/slot_pool.h"
+#include "device/handover.h"
 #include "device/host_worker.h"
 #include "device/interpreter.h"
 #include "device/runtime.h"
@@ -35,7 +36,7 @@ struct FreeDeleter {
 
 class EmulatedRuntime final : public DeviceRuntime {
  public:
-  explicit EmulatedRuntime(SlotPool& blocks) : blocks_(blocks) {}
+  EmulatedRuntime(SlotPool& blocks, Handover& handover) : blocks_(blocks), handover_(handover) {}
   ~EmulatedRuntime() override;
 
   const char* name() const override { return "emulated"; }
@@ -86,7 +87,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   void serve(uint32_t index);
 
   SlotPool& blocks_;  // the device's resident blocks, shared by the process's emulated runtimes
-  std::vector<std::unique_ptr<void, FreeDeleter>> heap_;
+  Handover& handover_;
+  std::vector<std::shared_ptr<void>> heap_;  // shared: a thread rank may keep its block (handover.h)
+  std::vector<std::shared_ptr<void>> takenOver_;
   std::vector<transport::ShmSegment> segments_;
 
   std::mutex mutex_;
@@ -111,7 +114,7 @@ Status EmulatedRuntime::allocHeap(size_t bytes, void** out) {
   void* p = std::aligned_alloc(4096, size == 0 ? 4096 : size);
   if (p == nullptr) return error(loomSystemError, "out of memory for %zu bytes of emulated device memory", bytes);
   std::memset(p, 0, size == 0 ? 4096 : size);
-  heap_.emplace_back(p);
+  heap_.emplace_back(p, FreeDeleter());
   *out = p;
   return Status::ok();
 }
@@ -122,6 +125,7 @@ Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, void** out, Share
   handle->bytes = static_cast<uint32_t>(bytes);
   if (peerPid == ::getpid()) {
     LOOM_TRY(allocHeap(bytes, out));
+    handover_.give(reinterpret_cast<uint64_t>(*out), heap_.back());
   } else {
     transport::ShmSegment segment;
     LOOM_TRY(transport::ShmSegment::create(env::getOrDefault("LOOM_SHM_DIR"), bytes, "emulated device FIFO", &segment));
@@ -138,10 +142,7 @@ Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, void** out, Share
 }
 
 Status EmulatedRuntime::openShared(const SharedHandle& handle, int peer, void** out) {
-  if (handle.pid == ::getpid()) {
-    *out = reinterpret_cast<void*>(handle.address);
-    return Status::ok();
-  }
+  if (handle.pid == ::getpid()) return handover_.take(handle.address, peer, &takenOver_, out);
   char name[sizeof handle.data + 1] = {};
   std::memcpy(name, handle.data, sizeof handle.data);
   transport::ShmSegment segment;
@@ -225,11 +226,11 @@ Status EmulatedRuntime::finishLaunches(const LaunchStream& stream) {
 
 }  // namespace
 
-Status makeEmulatedRuntime(SlotPool& pool, std::unique_ptr<DeviceRuntime>* out) {
+Status makeEmulatedRuntime(SlotPool& pool, Handover& handover, std::unique_ptr<DeviceRuntime>* out) {
   long long blocks = 0;
   LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION_BLOCKS", 0, 1 << 20, &blocks));
   pool.setCapacity(static_cast<int>(blocks));
-  *out = std::make_unique<EmulatedRuntime>(pool);
+  *out = std::make_unique<EmulatedRuntime>(pool, handover);
   return Status::ok();
 }
 

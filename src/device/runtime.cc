@@ -5,11 +5,12 @@
 
 namespace loom::device {
 
-Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, std::unique_ptr<DeviceRuntime>* out) {
-  if (emulated) return makeEmulatedRuntime(emulatedBlocks, out);
+Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, Handover& handover,
+                   std::unique_ptr<DeviceRuntime>* out) {
+  if (emulated) return makeEmulatedRuntime(emulatedBlocks, handover, out);
   LOOM_TRY(checkDeviceExists(device));
 #if LOOM_HAVE_CUDA
-  return makeCudaRuntime(device, out);
+  return makeCudaRuntime(device, handover, out);
 #else
   return Status::ok();  // unreachable: checkDeviceExists refuses
 #endif

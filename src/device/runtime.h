@@ -3,9 +3,10 @@
 // the very same plan interpreter on host threads over host memory so that CI tests the
 // device protocol without a GPU. The device communicator (device_comm.h) sees only this.
 //
-// Every allocation lives as long as the runtime: device memory is never freed while
+// Every allocation lives as long as the runtime, or longer: device memory is never freed while
 // communicators run (freeing on a GPU waits for the whole device, where another rank's kernel
-// may be waiting for this one).
+// may be waiting for this one), and memory shared with a thread rank of the same process goes
+// with the last of the two runtimes (handover.h).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +24,8 @@ class SlotPool;
 }
 
 namespace loom::device {
+
+class Handover;
 
 // What a peer needs to reach memory this rank shares with it.
 struct SharedHandle {
@@ -55,9 +58,11 @@ class DeviceRuntime {
   virtual Status checkReduction(loomDataType_t type) const = 0;
   virtual std::string deviceKey() const = 0;
 
-  // Memory a peer may map, zeroed. `peerPid`: the process that will open it.
+  // Memory a peer may map, zeroed. `peerPid`: the process that will open it (this one: the
+  // memory is handed over, see handover.h).
   virtual Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) = 0;
-  // A peer's shared memory in this process (mapped once per handle). `peer` names it in errors.
+  // A peer's shared memory in this process (mapped, or taken over, once per handle). `peer`
+  // names it in errors.
   virtual Status openShared(const SharedHandle& handle, int peer, void** out) = 0;
   // Memory the host and the kernel both reach (pinned and mapped on a GPU), zeroed: *host is
   // the host's address, *device the kernel's.
@@ -88,13 +93,15 @@ class DeviceRuntime {
 
 // The runtime for a device communicator on `device`: the emulation when LOOM_DEVICE_EMULATION
 // is 1, else CUDA. `emulatedBlocks`: the emulated device's resident blocks, one pool for
-// every emulated runtime of the process (the caller's registry keeps it).
-Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, std::unique_ptr<DeviceRuntime>* out);
+// every emulated runtime of the process; `handover`: the process's table of memory shared
+// with thread ranks (the caller's registry keeps both).
+Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, Handover& handover,
+                   std::unique_ptr<DeviceRuntime>* out);
 // Whether this process can run a device communicator on `device` (not the emulation): a
 // clear error when the build lacks CUDA or the device is not there, asked before a
 // communicator reaches its root.
 Status checkDeviceExists(int device);
-Status makeEmulatedRuntime(SlotPool& blocks, std::unique_ptr<DeviceRuntime>* out);
-Status makeCudaRuntime(int device, std::unique_ptr<DeviceRuntime>* out);  // builds with CUDA only
+Status makeEmulatedRuntime(SlotPool& blocks, Handover& handover, std::unique_ptr<DeviceRuntime>* out);
+Status makeCudaRuntime(int device, Handover& handover, std::unique_ptr<DeviceRuntime>* out);  // with CUDA only
 
 }  // namespace loom::device

@@ -268,6 +268,32 @@ TEST_P(EmulatedDeviceDepartures, ASenderThatLeavesRightAfterSendingStillDelivers
 INSTANTIATE_TEST_SUITE_P(Hosts, EmulatedDeviceDepartures, testing::Values(false, true),
                          [](const auto& info) { return std::string(info.param ? "two_hosts" : "one_host"); });
 
+// The same between thread ranks, whose FIFO blocks are each other's memory by address: the
+// sender destroys its communicator before the receiver has even connected, and the receiver
+// then writes its consumer counters into the sender's block. The block must outlive the
+// sender's communicator until the receiver's is gone too (ASan and TSan see it if not).
+TEST(EmulatedDeviceThreadDepartures, ASenderThatDestroysItsCommunicatorFirstLeavesItsBlockToThePeer) {
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  env.set("LOOM_DEVICE_FIFO_BYTES", "65536");
+  const size_t count = 8 << 10;  // fits the FIFO: the send ends without the receiver
+  loomtest::runRanks(2, Mode::kThreads, [&](loomComm_t comm, int rank) {
+    // A communicator of the body's own, so that the sender destroys it while its peer runs.
+    loomComm_t sub = nullptr;
+    LOOM_ASSERT_OK(loomCommSplit(comm, 0, rank, &sub, nullptr), comm);
+    std::vector<int32_t> buf(count);
+    if (rank == 0) {
+      for (size_t i = 0; i < count; ++i) buf[i] = static_cast<int32_t>(i * 5 + 3);
+      LOOM_EXPECT_OK(loomSend(buf.data(), count, loomInt32, 1, sub, nullptr), sub);
+      LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    LOOM_EXPECT_OK(loomRecv(buf.data(), count, loomInt32, 0, sub, nullptr), sub);
+    for (size_t i = 0; i < count; ++i) EXPECT_EQ(buf[i], static_cast<int32_t>(i * 5 + 3)) << "element " << i;
+    LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+  }, emulated(20000));
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, EmulatedDeviceErrors, testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
