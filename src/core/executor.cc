@@ -734,7 +734,21 @@ Status Run::idle(bool spin) {
 int Run::noticeConcerning(size_t* plan, int* cause) const {
   for (size_t i = 0; i < state_.size(); ++i) {
     if (!pending(i)) continue;
-    const int from = state_[i].plan->comm->failureNotices().concerning(collectiveSeqs(*state_[i].plan).second, cause);
+    const Plan& p = *state_[i].plan;
+    const uint64_t last = collectiveSeqs(p).second;
+    auto talksTo = [&p](int rank) {
+      return std::any_of(p.steps.begin(), p.steps.end(), [rank](const Step& s) { return s.peer == rank; });
+    };
+    const int from = p.comm->failureNotices().first(
+        [&](int peer, int named, uint64_t seq) {
+          // Every rank takes part in a collective: one that gave up in it, or before, or in calls
+          // without a number, will not finish it; one that gave up later finished it, and its data
+          // may be on its way. Sends and receives wait on their own peers alone.
+          if (p.calls.empty()) return true;  // a barrier
+          if (last != 0) return seq == 0 || seq <= last;
+          return talksTo(peer) || (named >= 0 && talksTo(named));
+        },
+        cause);
     if (from < 0) continue;
     *plan = i;
     return from;
@@ -750,8 +764,11 @@ bool Run::firstPendingOfItsComm(size_t plan) const {
 }
 
 Status Run::failToConnect(size_t plan, const Status& s) {
+  Communicator& comm = *plans_[plan].comm;
+  // The transports' waits know only that the cancel signal fired, not what fired it.
+  if (comm.cancelled()) return fail(connectError(plans_[plan], comm.cancelReason(), -1, -1), plan);
   int gone = -1;
-  const int cause = connectFailureCause(*plans_[plan].comm, s, &gone);
+  const int cause = connectFailureCause(comm, s, &gone);
   return fail(connectError(plans_[plan], s, gone, cause), plan, cause);
 }
 

@@ -66,14 +66,4 @@ void FailureNotices::listen() {
   }
 }
 
-int FailureNotices::concerning(uint64_t lastSeq, int* cause) const {
-  for (size_t peer = 0; peer < heard_.size(); ++peer) {
-    const Heard& heard = heard_[peer];
-    if (!heard.came || (lastSeq != 0 && heard.seq > lastSeq)) continue;
-    *cause = heard.cause;
-    return static_cast<int>(peer);
-  }
-  return -1;
-}
-
 }  // namespace loom

@@ -32,11 +32,19 @@ class FailureNotices {
   void addWaitFds(std::vector<pollfd>* fds);
   // Takes the notices that came, without waiting.
   void listen();
-  // The first peer whose notice (taken) concerns a call numbered up to `lastSeq` (0: calls
-  // without a number): it gave up in such a call or an earlier one, so will not finish it; -1:
-  // none. A peer that gave up in a later call finished this one, whose data may still be on
-  // its way. *cause: the rank it named (-1: it gave up on its own).
-  int concerning(uint64_t lastSeq, int* cause) const;
+  // The first peer (-1: none) whose notice, taken, satisfies concerns(peer, cause, seq): the
+  // rank it named (-1: it gave up on its own, then also in *cause) and the collective it gave
+  // up in (0: calls without a number).
+  template <typename Concerns>
+  int first(Concerns concerns, int* cause) const {
+    for (size_t peer = 0; peer < heard_.size(); ++peer) {
+      const Heard& heard = heard_[peer];
+      if (!heard.came || !concerns(static_cast<int>(peer), heard.cause, heard.seq)) continue;
+      *cause = heard.cause;
+      return static_cast<int>(peer);
+    }
+    return -1;
+  }
 
  private:
   struct Heard {

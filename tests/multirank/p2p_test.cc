@@ -134,6 +134,42 @@ TEST_P(GroupSimulate, PredictsWithoutMakingTheCalls) {
   }, options);
 }
 
+// A rank that gives up tells every peer (its failure notice), and a waiting call hears it; but
+// a receive waits on its own peer alone. Rank 2's receive is ended by its revoke while rank 0
+// waits 1.5 s for rank 1's late send: rank 0's call must finish, not fail on rank 2's notice.
+class P2PNotices : public testing::TestWithParam<Mode> {};
+
+TEST_P(P2PNotices, ANoticeFromARankOutsideTheExchangeEndsNothing) {
+  loomtest::RankOptions options;
+  options.timeoutMs = 20000;
+  loomtest::runRanks(3, GetParam(), [](loomComm_t comm, int rank) {
+    int32_t value = -1;
+    if (rank == 2) {
+      std::thread revoker([comm] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        LOOM_EXPECT_OK(loomCommRevoke(comm, LOOM_REVOKE_DEFAULT), comm);
+      });
+      EXPECT_NE(loomRecv(&value, 1, loomInt32, 0, comm, nullptr), loomSuccess);  // rank 0 never sends
+      revoker.join();
+      // Ended while it still waited for its link: named after the revoke all the same.
+      const std::string text = loomGetLastError(comm);
+      EXPECT_NE(text.find("loomCommRevoke"), std::string::npos) << text;
+      return;
+    }
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      value = 41;
+      LOOM_EXPECT_OK(loomSend(&value, 1, loomInt32, 0, comm, nullptr), comm);
+      return;
+    }
+    LOOM_EXPECT_OK(loomRecv(&value, 1, loomInt32, 1, comm, nullptr), comm);
+    EXPECT_EQ(value, 41);
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, P2PNotices, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
 INSTANTIATE_TEST_SUITE_P(Modes, GroupSimulate, testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
