@@ -34,6 +34,10 @@ constexpr int kRounds = 3;
 // Non-temporal stores win at a size only when at least this much faster: within it the
 // two are a tie, and a tie keeps the cache.
 constexpr double kWinMargin = 0.97;
+// Plain copies run at memory speed within this factor of the largest size's speed, and a
+// cache shows as a size at least kCacheFactor faster than the largest.
+constexpr double kMemoryFactor = 1.5;
+constexpr double kCacheFactor = 2;
 
 // GB/s of `run` moving `bytes` per call in this thread, best of a few rounds.
 template <typename Run>
@@ -233,17 +237,33 @@ Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out) {
       }
     }
   }
-  // The smallest size from which non-temporal stores win at every size up.
-  figures.streamingMinBytes = 0;
-  for (size_t i = sizes.size(); i-- > 0 && streaming[i] <= kWinMargin * plain[i];) figures.streamingMinBytes = sizes[i];
   figures.streamingSpeedup = plain.back() / streaming.back();
   for (size_t i = 0; i < sizes.size(); ++i) {
     const double bytes = static_cast<double>(sizes[i]);
     figures.copies.push_back({sizes[i], bytes / plain[i] / 1e9, bytes / streaming[i] / 1e9});
   }
+  figures.streamingMinBytes = pastCacheBytes(figures.copies);
   figures.seconds = secondsBetween(begin, Clock::now());
   *out = figures;
   return Status::ok();
+}
+
+size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies) {
+  if (copies.empty()) return 0;
+  double fastest = 0;
+  for (const MachineFigures::Copy& c : copies) fastest = std::max(fastest, c.plainGbps);
+  const double memory = copies.back().plainGbps;
+  const bool cacheSeen = fastest >= kCacheFactor * memory;
+  size_t atMemorySpeed = 0, streamingWins = 0;
+  for (size_t i = copies.size(); i-- > 0 && cacheSeen && copies[i].plainGbps <= kMemoryFactor * memory;) {
+    atMemorySpeed = copies[i].bytes;
+  }
+  // Non-temporal copies take at most kWinMargin of the plain ones' time.
+  for (size_t i = copies.size(); i-- > 0 && 1 / copies[i].streamingGbps <= kWinMargin / copies[i].plainGbps;) {
+    streamingWins = copies[i].bytes;
+  }
+  if (atMemorySpeed == 0 || streamingWins == 0) return std::max(atMemorySpeed, streamingWins);
+  return std::min(atMemorySpeed, streamingWins);
 }
 
 std::vector<std::string> machineCalibrationKeys() {

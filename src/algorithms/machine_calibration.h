@@ -6,11 +6,10 @@
 //   copy.gbps, reduce.gbps  one core's memcpy and float32 sum of 1 MiB arrays (in cache)
 //   streaming.min_bytes     `threads` threads copy back and forth between their own two
 //                           buffers at once, 512 KiB to 64 MiB each, with plain and with
-//                           non-temporal stores: the smallest size from which non-temporal
-//                           stores win at every larger size (0: at none). Each thread's copy
-//                           of S bytes touches 2S, as an out-of-place call of S bytes does
-//                           on each rank, and reads what the copy before it wrote, as a
-//                           collective reads what arrived.
+//                           non-temporal stores: the size from which calls are past the
+//                           cache (pastCacheBytes). Each thread's copy of S bytes touches 2S,
+//                           as an out-of-place call of S bytes does on each rank, and reads
+//                           what the copy before it wrote, as a collective reads what arrived.
 //   streaming.gbps          mem.gbps (built in) times how much faster non-temporal stores
 //                           copied at the largest size.
 // The rest (shared-memory and network links, one-shot, mem.gbps) needs ranks:
@@ -31,7 +30,7 @@ struct MachineFigures {
   int threads = 1;
   double copyGbps = 0;
   double reduceGbps = 0;
-  size_t streamingMinBytes = 0;  // 0: non-temporal stores never won
+  size_t streamingMinBytes = 0;  // pastCacheBytes(copies)
   double streamingSpeedup = 0;   // plain-store time over non-temporal time at maxBytes
   size_t maxBytes = 0;           // the largest copy measured per thread
   // Each size measured: GB/s per thread with plain stores and with non-temporal ones.
@@ -50,6 +49,14 @@ constexpr size_t kCalibrationMaxCopyBytes = size_t{64} << 20;
 // Measures with `threads` threads (1 or more; pinned one per CPU this process may use when
 // it may use that many), copying up to `maxCopyBytes` (512 KiB or more) per thread.
 Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out);
+
+// From which copy size calls are past the cache (0: none): the smallest size from which, at
+// every larger size too, plain copies run at memory speed (no more than 1.5x the largest
+// size's, where the fastest size ran at least twice that: a cache to leave), or non-temporal
+// stores win (at least 3 % faster). Whether a call past the cache then stores non-temporally
+// is decided while calls run (LOOM_REDUCTION_STORES, LOOM_SHM_FIFO_STORES): a lone copy's
+// verdict differs from a collective's on both machines met (docs/RESULTS.md).
+size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies);
 
 // The calibration's keys (tuning_file.h) and their values for `figures`, over `base` (whose
 // mem.gbps scales streaming.gbps).

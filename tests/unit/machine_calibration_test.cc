@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "algorithms/calibration_cache.h"
 #include "algorithms/machine_calibration.h"
@@ -63,6 +64,35 @@ TEST(MachineCalibration, MeasuresEveryFigureOnOneAndTwoThreads) {
     EXPECT_NEAR(p.streamingGbps, base.memGbps * figures.streamingSpeedup, p.streamingGbps * 0.005);
     EXPECT_EQ(p.intra.gbps, base.intra.gbps);
   }
+}
+
+// Copies of 512 KiB to 64 MiB per thread, plain and non-temporal GB/s from a ladder.
+std::vector<MachineFigures::Copy> ladder(const std::vector<double>& plain, const std::vector<double>& streaming) {
+  std::vector<MachineFigures::Copy> copies;
+  for (size_t i = 0; i < plain.size(); ++i) copies.push_back({(size_t{512} << 10) << i, plain[i], streaming[i]});
+  return copies;
+}
+
+TEST(MachineCalibration, PastTheCacheWherePlainCopiesReachMemorySpeedOrStreamingWins) {
+  constexpr size_t MiB = size_t{1} << 20;
+  // The AMD EPYC VM (docs/RESULTS.md, "The machine calibration on the AMD EPYC VM"): both
+  // rules say 16 MiB (8 MiB's plain copies are still twice the memory's speed).
+  EXPECT_EQ(loom::pastCacheBytes(
+                ladder({44, 35, 40, 43, 14, 9.4, 8.0, 7.5}, {12.7, 13.5, 13.2, 13.3, 13.0, 12.5, 12.3, 12.1})),
+            16 * MiB);
+  // The Intel Xeon VM (2 MiB L2 a core): plain copies reach memory speed from 2 MiB, and its
+  // non-temporal stores never win a lone copy (they do inside a mapped allreduce).
+  EXPECT_EQ(loom::pastCacheBytes(
+                ladder({31.6, 19.3, 10.0, 10.0, 8.7, 6.0, 5.2, 7.4}, {5.2, 5.0, 5.7, 6.4, 6.4, 6.7, 6.7, 6.5})),
+            2 * MiB);
+  // A size in between that runs fast again is still in the cache.
+  EXPECT_EQ(loom::pastCacheBytes(ladder({30, 10, 10, 20, 10, 10, 10, 10}, {5, 5, 5, 5, 5, 5, 5, 5})), 8 * MiB);
+  // Non-temporal stores winning from a smaller size decide.
+  EXPECT_EQ(loom::pastCacheBytes(ladder({40, 40, 40, 20, 9, 8, 8, 8}, {10, 10, 10, 21, 10, 9, 9, 9})), 4 * MiB);
+  // No cache to leave (every size within 2x of the largest): only streaming can say.
+  EXPECT_EQ(loom::pastCacheBytes(ladder({15, 12, 11, 10, 10, 10, 10, 10}, {8, 8, 8, 8, 8, 8, 8, 8})), 0u);
+  EXPECT_EQ(loom::pastCacheBytes(ladder({15, 12, 11, 10, 10, 10, 10, 10}, {8, 8, 8, 8, 11, 11, 11, 11})), 8 * MiB);
+  EXPECT_EQ(loom::pastCacheBytes({}), 0u);
 }
 
 TEST(MachineCalibration, ManyThreadsShareTheBufferBudget) {
