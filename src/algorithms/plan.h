@@ -118,9 +118,19 @@ struct Step {
   // read directly. The sender writes that range again (the next allreduce reduces into it):
   // lines the peer read stay shared between the two cores' caches, and every one of them
   // then costs the sender's read-modify-write an invalidation (docs/RESULTS.md).
+  // kSend: the peer takes these bytes through the FIFO (takesThroughFifo below), so they are
+  // written there at once, never offered for a direct read: an offer the peer declines holds
+  // back the link's later sends, and with them the forwarding of reduced pieces from the cache.
   bool viaFifo = false;
   uint64_t round = 0;      // kOneShot, kMapped: the (first) board round, taken when the plan starts running
 };
+
+// Whether a receive surely reads its bytes out of a shared-memory FIFO: one marked so, or a
+// reduction free to write its destination from the start (it reads the FIFO in place). The
+// send it matches on the peer is then marked viaFifo.
+inline bool takesThroughFifo(const Step& recv) {
+  return recv.viaFifo || (recv.kind == Step::Kind::kRecvReduce && recv.writeAfter == Step::kNone);
+}
 
 // A step over the link to `peer` (channel picks among the peer's links).
 inline Step linkStep(Step::Kind kind, int peer, int channel, const void* src, void* dst, size_t bytes,

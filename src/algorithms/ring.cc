@@ -101,12 +101,17 @@ void ringReduce(const CollectiveArgs& a, Plan& plan) {
   char* partial = (v > 0 && v < n - 1) ? plan.scratch(a.info.count * es) : nullptr;
   forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
     size_t bytes = s.size() * es;
+    // Every send goes to a rank that reduces it as it arrives (Step::viaFifo).
     if (v == 0) {
-      plan.add(linkStep(Step::Kind::kSend, next, c, a.sendAt(s.begin), nullptr, bytes));
+      Step st = linkStep(Step::Kind::kSend, next, c, a.sendAt(s.begin), nullptr, bytes);
+      st.viaFifo = true;
+      plan.add(st);
     } else if (v < n - 1) {
       char* at = partial + s.begin * es;
       int got = plan.add(linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), at, bytes));
-      plan.add(linkStep(Step::Kind::kSend, next, c, at, nullptr, bytes, got));
+      Step st = linkStep(Step::Kind::kSend, next, c, at, nullptr, bytes, got);
+      st.viaFifo = true;
+      plan.add(st);
     } else {
       Step st = linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), a.recvAt(s.begin), bytes);
       st.finalize = avg;

@@ -53,7 +53,10 @@ void ringPass(const CollectiveArgs& a, Plan& plan, LastWrite& last, size_t slice
     for (int c = 0; c < a.channels; ++c) {
       Range out = slice(range(c, sendK), se, j);
       if (out.size() > 0) {
-        plan.add(linkStep(Step::Kind::kSend, next, c, source(s, out), nullptr, out.size() * es, last.at(c, sendK, j)));
+        Step st = linkStep(Step::Kind::kSend, next, c, source(s, out), nullptr, out.size() * es, last.at(c, sendK, j));
+        // The next rank takes it with the step its incoming(s) makes, as this rank does.
+        st.viaFifo = takesThroughFifo(incoming(s, out));
+        plan.add(st);
       }
       Range in = slice(range(c, recvK), se, j);
       if (in.size() > 0) {

@@ -123,6 +123,7 @@ void sendDown(Plan& plan, const TreeNode& node, int channel, void* data, size_t 
     if (child < 0) continue;
     Step st = linkStep(Step::Kind::kSend, child, channel, data, nullptr, bytes);
     st.after = ready;
+    st.viaFifo = viaFifo;  // the child's receive from here is marked alike
     plan.add(st);
   }
 }

@@ -180,6 +180,7 @@ class ShmTransport::ShmLink : public Link {
   void consume(size_t bytes) override;
   // Declines a posted send that is next in the stream, so that it comes through the FIFO.
   void preferMapped() override;
+  uint64_t offeredSends() const override { return postedCount_; }
   // After a failure the bytes in flight do not matter: close without waiting for the peer,
   // telling it which rank's failure (-1: none known) made this one give up.
   void abandon(int causeRank) {

@@ -85,6 +85,9 @@ class Link {
   // send where peek shows it instead: a reduction reads it there in place, where a direct
   // copy would need a staging buffer and a second pass.
   virtual void preferMapped() {}
+  // Sends offered so far for the peer to read straight from this process (shared memory's
+  // cross-memory attach); for tests.
+  virtual uint64_t offeredSends() const { return 0; }
   // Once the link reported that the peer closed its end: the rank whose failure made the
   // peer give up, when the peer said (see Transport::closeAll); -1 otherwise.
   virtual int closedBecauseOf() const { return -1; }

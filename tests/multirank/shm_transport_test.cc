@@ -515,13 +515,15 @@ std::string mountTinyTmpfs(const std::string& dir) {
 // protocol's reductions stored non-temporally (from its scratch) and plainly (LOOM_REDUCTION_STORES),
 // with an average divided piece by piece, and with a FIFO far smaller than a piece
 // (forwarding stops part-way), and with non-temporal stores into the FIFO; with the default
-// FIFO bytes are forwarded.
+// FIFO bytes are forwarded, also where sends from 4 KiB could be offered for direct reads
+// (the ring's sends are not: Step::viaFifo).
 struct ForwardingSetting {
   const char* name;
   const char* fifoBytes;       // LOOM_SHM_FIFO_BYTES
   const char* streamingBytes;  // LOOM_STREAMING_MIN_BYTES (with LOOM_PROTO=streaming)
   const char* fifoStores = "cached";  // LOOM_SHM_FIFO_STORES
   const char* reductionStores = "auto";  // LOOM_REDUCTION_STORES
+  bool directReads = false;  // LOOM_SHM_DIRECT=all from 4 KiB
 };
 using ForwardingParam = std::tuple<Mode, int, ForwardingSetting>;
 class ShmForwarding : public ::testing::TestWithParam<ForwardingParam> {};
@@ -532,6 +534,7 @@ TEST_P(ShmForwarding, AllReduceResultsAreExactAndReducedBytesGoOnFromTheCache) {
   env.set("LOOM_TRANSPORTS", "shm").set("LOOM_ALGO", "ring").set("LOOM_CHUNK_SIZE", "65536");
   env.set("LOOM_SHM_FIFO_STORES", setting.fifoStores).set("LOOM_REDUCTION_STORES", setting.reductionStores);
   if (setting.fifoBytes != nullptr) env.set("LOOM_SHM_FIFO_BYTES", setting.fifoBytes);
+  if (setting.directReads) env.set("LOOM_SHM_DIRECT", "all").set("LOOM_SHM_DIRECT_MIN_BYTES", "4096");
   if (setting.streamingBytes != nullptr) {
     env.set("LOOM_PROTO", "streaming").set("LOOM_STREAMING_MIN_BYTES", setting.streamingBytes);
   }
@@ -556,9 +559,27 @@ TEST_P(ShmForwarding, AllReduceResultsAreExactAndReducedBytesGoOnFromTheCache) {
         }
       }
     }
+    auto& communicator = *reinterpret_cast<loom::Communicator*>(comm);
     if (setting.fifoBytes == nullptr) {
-      EXPECT_GT(reinterpret_cast<loom::Communicator*>(comm)->forwardedBytes(), 0u) << "rank " << rank;
+      EXPECT_GT(communicator.forwardedBytes(), 0u) << "rank " << rank;
     }
+    if (!setting.directReads) return;
+    auto offered = [&] {
+      uint64_t sends = 0;
+      for (int peer = 0; peer < nranks; ++peer) {
+        for (int l = 0; peer != rank && l < communicator.transport().linksPerPeer(); ++l) {
+          const Link* link = communicator.transport().link(peer, l);  // nullptr: never connected
+          if (link != nullptr) sends += link->offeredSends();
+        }
+      }
+      return sends;
+    };
+    EXPECT_EQ(offered(), 0u) << "rank " << rank;
+    // An allgather's receivers copy, so its sends are offered.
+    std::vector<int32_t> all(count * static_cast<size_t>(nranks));
+    ASSERT_EQ(loomAllGather(all.data() + count * static_cast<size_t>(rank), all.data(), count, loomInt32, comm, nullptr),
+              loomSuccess);
+    EXPECT_GT(offered(), 0u) << "rank " << rank;
   });
 }
 
@@ -570,7 +591,8 @@ INSTANTIATE_TEST_SUITE_P(
                                          ForwardingSetting{"streaming", nullptr, "4096", "cached", "streaming"},
                                          ForwardingSetting{"streaming_plain_reductions", nullptr, "4096", "cached",
                                                            "cached"},
-                                         ForwardingSetting{"streaming_fifo_stores", nullptr, nullptr, "streaming"})),
+                                         ForwardingSetting{"streaming_fifo_stores", nullptr, nullptr, "streaming"},
+                                         ForwardingSetting{"direct_reads", nullptr, nullptr, "cached", "auto", true})),
     [](const ::testing::TestParamInfo<ForwardingParam>& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
              std::get<2>(info.param).name;

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -334,6 +335,26 @@ TEST(Schedules, AnyRingOrderDeliversTheSameResults) {
   }
 }
 
+// Rank `rank` of `n`'s plan of 1024 int32 (sum, root 0) on 2 channels of 256-byte slices.
+Plan planOf(const Case& c, int rank, int n, int32_t* send, int32_t* recv) {
+  CollectiveArgs a;
+  a.info.kind = c.kind;
+  a.info.type = loomInt32;
+  a.info.op = loomSum;
+  a.info.count = 1024;
+  a.info.root = 0;
+  a.rank = rank;
+  a.nranks = n;
+  a.channels = 2;
+  a.sliceBytes = 256;
+  a.send = send;
+  a.recv = recv;
+  Plan plan;
+  plan.beginCall(a.info);
+  c.build(a, plan);
+  return plan;
+}
+
 // A receive of a range its sender reduces into again (the result of an allreduce) comes
 // through the FIFO; every other plain receive may read the sender's buffer.
 TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
@@ -341,24 +362,11 @@ TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
     if (c.build == recursiveDoublingAllReduce) continue;  // its plan is one-shot steps
     for (int n : {2, 3, 4, 8}) {
       std::vector<int32_t> send(4096, 1), recv(4096 * static_cast<size_t>(n));
-      CollectiveArgs a;
-      a.info.kind = c.kind;
-      a.info.type = loomInt32;
-      a.info.op = loomSum;
-      a.info.count = 1024;
-      a.info.root = 0;
-      a.rank = n - 1;
-      a.nranks = n;
-      a.channels = 2;
-      a.sliceBytes = 256;
-      a.send = send.data();
-      a.recv = recv.data();
-      Plan plan;
-      plan.beginCall(a.info);
-      c.build(a, plan);
+      const Plan plan = planOf(c, n - 1, n, send.data(), recv.data());
       const bool allReduce = c.kind == CallInfo::Kind::kAllReduce;
       int receives = 0;
       for (const Step& s : plan.steps) {
+        if (s.kind == Step::Kind::kSend) continue;  // the next test
         if (s.kind != Step::Kind::kRecv) {
           EXPECT_FALSE(s.viaFifo) << c.name << " n=" << n;
           continue;
@@ -368,6 +376,56 @@ TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
       }
       if (c.kind != CallInfo::Kind::kReduce && c.kind != CallInfo::Kind::kReduceScatter) {
         EXPECT_GT(receives, 0) << c.name << " n=" << n;
+      }
+    }
+  }
+}
+
+// A send is written straight into the FIFO (Step::viaFifo), never offered for a direct read,
+// only where the receive it meets on the peer surely takes it from there; the ring's reducing
+// collectives mark every send so, those whose receivers copy (and may read directly) none.
+TEST(Schedules, SendsGoThroughTheFifoWhereTheirReceiversTakeThem) {
+  const std::set<std::string> allMarked = {"ring allreduce", "ring allreduce slice by slice", "ring reduce",
+                                           "ring reducescatter"};
+  const std::set<std::string> noneMarked = {"ring broadcast", "tree broadcast", "ring allgather",
+                                            "pairwise alltoall"};
+  for (const Case& c : kCases) {
+    if (c.build == recursiveDoublingAllReduce) continue;  // its plan is one-shot steps
+    for (int n : {2, 3, 4, 8}) {
+      std::vector<std::vector<int32_t>> sends(static_cast<size_t>(n), std::vector<int32_t>(4096, 1));
+      std::vector<std::vector<int32_t>> recvs(static_cast<size_t>(n),
+                                              std::vector<int32_t>(4096 * static_cast<size_t>(n)));
+      std::vector<Plan> plans;
+      for (int r = 0; r < n; ++r) {
+        plans.push_back(planOf(c, r, n, sends[static_cast<size_t>(r)].data(), recvs[static_cast<size_t>(r)].data()));
+      }
+      // The k-th receive of `to` from `from` on `channel`, as the links deliver in order.
+      auto receive = [&](int to, int from, int channel, int k) -> const Step* {
+        for (const Step& s : plans[static_cast<size_t>(to)].steps) {
+          const bool receives = s.kind == Step::Kind::kRecv || s.kind == Step::Kind::kRecvReduce;
+          if (receives && s.peer == from && s.channel == channel && k-- == 0) return &s;
+        }
+        return nullptr;
+      };
+      int total = 0, marked = 0;
+      for (int r = 0; r < n; ++r) {
+        std::map<std::pair<int, int>, int> sentOn;  // (peer, channel): sends so far
+        for (const Step& s : plans[static_cast<size_t>(r)].steps) {
+          if (s.kind != Step::Kind::kSend) continue;
+          const Step* there = receive(s.peer, r, s.channel, sentOn[{s.peer, s.channel}]++);
+          ASSERT_NE(there, nullptr) << c.name << " n=" << n << ": rank " << r << "'s send to " << s.peer;
+          ++total;
+          if (!s.viaFifo) continue;
+          ++marked;
+          EXPECT_TRUE(takesThroughFifo(*there)) << c.name << " n=" << n << ": rank " << r << " to " << s.peer;
+        }
+      }
+      EXPECT_GT(total, 0) << c.name << " n=" << n;
+      if (allMarked.count(c.name) > 0) {
+        EXPECT_EQ(marked, total) << c.name << " n=" << n;
+      }
+      if (noneMarked.count(c.name) > 0) {
+        EXPECT_EQ(marked, 0) << c.name << " n=" << n;
       }
     }
   }
