@@ -558,10 +558,8 @@ Status Run::advanceSpan(Queue& q, bool* moved) {
         kernels::copy(from, data, done);
       }
       q.link->consume(done);
-    } else if (q.send && step(q.head).viaFifo && q.link->copiesSends()) {
-      // The span's steps come after every earlier send of the link was done, so none is in
-      // progress, as sendCopy needs.
-      done = q.link->sendCopy(from, static_cast<size_t>(to - from));
+    } else if (q.send && step(q.head).viaFifo) {
+      LOOM_TRY(q.link->sendBuffered(from, static_cast<size_t>(to - from), &done));
     } else {
       LOOM_TRY(q.send ? q.link->sendSome(from, static_cast<size_t>(to - from), &done)
                       : q.link->recvSome(from, static_cast<size_t>(to - from), &done));

@@ -171,6 +171,7 @@ class ShmTransport::ShmLink : public Link {
   ~ShmLink() override;
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
+  Status sendBuffered(const void* data, size_t bytes, size_t* done) override;
   bool copiesSends() const override { return true; }
   size_t sendCopy(const void* data, size_t bytes) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
@@ -338,6 +339,12 @@ Status ShmTransport::ShmLink::sendSome(const void* data, size_t bytes, size_t* d
     post(data, bytes);
     return Status::ok();
   }
+  *done = writeFifo(data, bytes);
+  return *done > 0 ? Status::ok() : stalled();
+}
+
+Status ShmTransport::ShmLink::sendBuffered(const void* data, size_t bytes, size_t* done) {
+  if (posted_ || declinedLeft_ > 0) return sendSome(data, bytes, done);  // an earlier send's rest comes first
   *done = writeFifo(data, bytes);
   return *done > 0 ? Status::ok() : stalled();
 }

@@ -38,6 +38,11 @@ class Link {
     (void)bodyBytes;
     return recvSome(header, headerBytes, done);
   }
+  // sendSome for bytes the peer reads out of the link's own buffer whatever it is offered (it
+  // reduces them as they arrive, or takes them through the FIFO: Step::viaFifo). A link that
+  // could offer a large send for the peer to read straight from this process (shared memory)
+  // copies it in at once instead: the offer would wait for the peer to decline it.
+  virtual Status sendBuffered(const void* data, size_t bytes, size_t* done) { return sendSome(data, bytes, done); }
   // Copying send, for links whose sendSome copies the bytes at once (shared memory's FIFO):
   // copies up to `bytes` of `data` into the link now, keeping no pointer to it, and returns
   // how many (0: no room now). Lets the executor forward bytes it has just reduced while
