@@ -126,10 +126,11 @@ const std::vector<Variable>& variables() {
        "algorithm. 0: never. Default: 65536 where every rank is a thread of one process (their buffers are "
        "always reachable), else 1048576 (docs/ARCHITECTURE.md, 'The mapped allreduce')."},
       {"LOOM_REDUCTION_STORES", "auto", kData,
-       "How a host call on the streaming protocol writes what it reduces into the receive buffer (32 KiB "
-       "pieces): streaming: non-temporal stores, from a piece in the cache; cached: plain stores, which "
-       "read each line first; auto (default): each communicator times one of every 32 pieces (one sample "
-       "in 8 with the stores not in use), starting non-temporal, and turns to the other kind once the "
+       "How a host call on the streaming protocol, or a mapped allreduce out of place from "
+       "LOOM_STREAMING_MIN_BYTES, writes what it reduces into the receive buffer (32 KiB pieces): streaming: "
+       "non-temporal stores, from a piece in the cache; cached: plain stores, which read each line first; "
+       "auto (default): each communicator times one of every 32 pieces (one sample in 8 with the stores not "
+       "in use), starting non-temporal, and turns to the other kind once the "
        "medians of the last 5 samples say it writes a tenth faster. On the AMD EPYC VM plain reductions "
        "ran 1.25x faster inside a 2-rank allreduce, where a lone core's streamed one is the faster "
        "(docs/RESULTS.md). The protocol's copies out of a link always store non-temporally."},
