@@ -102,16 +102,16 @@ void ringReduce(const CollectiveArgs& a, Plan& plan) {
   forEachSlice(a.info.count, a.channels, a.sliceElems(), [&](int c, const Range& s) {
     size_t bytes = s.size() * es;
     // Every send goes to a rank that reduces it as it arrives (Step::viaFifo).
-    if (v == 0) {
-      Step st = linkStep(Step::Kind::kSend, next, c, a.sendAt(s.begin), nullptr, bytes);
+    auto sendOn = [&](const void* from, int after) {
+      Step st = linkStep(Step::Kind::kSend, next, c, from, nullptr, bytes, after);
       st.viaFifo = true;
       plan.add(st);
+    };
+    if (v == 0) {
+      sendOn(a.sendAt(s.begin), Step::kNone);
     } else if (v < n - 1) {
       char* at = partial + s.begin * es;
-      int got = plan.add(linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), at, bytes));
-      Step st = linkStep(Step::Kind::kSend, next, c, at, nullptr, bytes, got);
-      st.viaFifo = true;
-      plan.add(st);
+      sendOn(at, plan.add(linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), at, bytes)));
     } else {
       Step st = linkStep(Step::Kind::kRecvReduce, prev, c, a.sendAt(s.begin), a.recvAt(s.begin), bytes);
       st.finalize = avg;

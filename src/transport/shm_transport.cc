@@ -212,6 +212,9 @@ class ShmTransport::ShmLink : public Link {
   };
 
   size_t writeFifo(const void* data, size_t bytes);
+  // sendSome (mayOffer) and sendBuffered: a large send is offered for a direct read only where
+  // the caller may; the rest of an earlier send comes first either way.
+  Status send(const void* data, size_t bytes, bool mayOffer, size_t* done);
   void post(const void* data, size_t bytes);
   Status continuePosted(const void* data, size_t bytes, size_t* done);
 
@@ -327,25 +330,26 @@ ShmTransport::ShmLink::~ShmLink() {
 // ---- Writing ----
 
 Status ShmTransport::ShmLink::sendSome(const void* data, size_t bytes, size_t* done) {
-  *done = 0;
-  if (posted_) return continuePosted(data, bytes, done);
-  if (bytes == 0) return Status::ok();
-  if (declinedLeft_ > 0) {
-    *done = writeFifo(data, std::min(bytes, declinedLeft_));
-    declinedLeft_ -= *done;
-    return *done > 0 ? Status::ok() : stalled();
-  }
-  if (postLarge_ && bytes >= directMinBytes_) {
-    post(data, bytes);
-    return Status::ok();
-  }
-  *done = writeFifo(data, bytes);
-  return *done > 0 ? Status::ok() : stalled();
+  return send(data, bytes, true, done);
 }
 
 Status ShmTransport::ShmLink::sendBuffered(const void* data, size_t bytes, size_t* done) {
-  if (posted_ || declinedLeft_ > 0) return sendSome(data, bytes, done);  // an earlier send's rest comes first
-  *done = writeFifo(data, bytes);
+  return send(data, bytes, false, done);
+}
+
+Status ShmTransport::ShmLink::send(const void* data, size_t bytes, bool mayOffer, size_t* done) {
+  *done = 0;
+  if (posted_) return continuePosted(data, bytes, done);
+  if (bytes == 0) return Status::ok();
+  size_t take = bytes;
+  if (declinedLeft_ > 0) {
+    take = std::min(bytes, declinedLeft_);
+  } else if (mayOffer && postLarge_ && bytes >= directMinBytes_) {
+    post(data, bytes);
+    return Status::ok();
+  }
+  *done = writeFifo(data, take);
+  declinedLeft_ -= std::min(declinedLeft_, *done);
   return *done > 0 ? Status::ok() : stalled();
 }
 
