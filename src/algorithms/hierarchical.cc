@@ -153,9 +153,12 @@ struct HostShards {
     for (int q = 0; q < K; ++q) ranks.push_back(rankOn(hosts.host, q));
     return RingOrder(ranks);
   }
-  // Sends slice `s` from `from` to `peer` on channel c once step `after` is done.
-  int send(Plan& plan, int peer, int c, const void* from, const Range& s, int after) const {
-    return plan.add(linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after));
+  // Sends slice `s` from `from` to `peer` on channel c once step `after` is done. `viaFifo`:
+  // the peer reduces it as it arrives, or takes it viaFifo (Step::viaFifo).
+  int send(Plan& plan, int peer, int c, const void* from, const Range& s, int after, bool viaFifo) const {
+    Step st = linkStep(Step::Kind::kSend, peer, c, from, nullptr, s.size() * es, after);
+    st.viaFifo = viaFifo;
+    return plan.add(st);
   }
   // This leader's extras: its host's ranks local + K, local + 2K, ...
   std::vector<int> extras() const {
@@ -236,7 +239,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
     const int leader = h.rankOn(host, local % K);
     std::vector<int> sends;
     h.forEachShardSlice([&](int c, int, const Range& s) {
-      sends.push_back(h.send(plan, leader, c, a.sendAt(s.begin), s, Step::kNone));
+      sends.push_back(h.send(plan, leader, c, a.sendAt(s.begin), s, Step::kNone, true));
     });
     size_t i = 0;
     h.forEachShardSlice([&](int c, int, const Range& s) {
@@ -292,7 +295,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
 
   for (int extra : h.extras()) {
     h.forEachShardSlice([&](int c, int, const Range& s) {
-      h.send(plan, extra, c, a.recvAt(s.begin), s, h.written.latest(s));
+      h.send(plan, extra, c, a.recvAt(s.begin), s, h.written.latest(s), true);
     });
   }
 }
@@ -323,8 +326,8 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
       } else {
         have = receive(prev, c, s);
       }
-      if (onChain < size - 1) h.send(plan, next, c, from, s, have);
-      if (k == local) h.send(plan, leaderAlong(1, k), c, from, s, have);
+      if (onChain < size - 1) h.send(plan, next, c, from, s, have, false);
+      if (k == local) h.send(plan, leaderAlong(1, k), c, from, s, have, false);
     });
     return;
   }
@@ -340,7 +343,7 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
     if (k != local) return;
     const int got = receive(leaderAlong(-1, k), c, s);
     h.written.record(s, got);
-    if (hostsFromRoot < H - 1) h.send(plan, leaderAlong(1, k), c, a.recvAt(s.begin), s, got);
+    if (hostsFromRoot < H - 1) h.send(plan, leaderAlong(1, k), c, a.recvAt(s.begin), s, got, false);
   });
   if (K > 1) {  // the shards around the host's leaders
     const RingOrder hostRing = h.leaders();
@@ -356,7 +359,8 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
     h.learn(last, K, h.shardSlices, shard);
   }
   for (int extra : h.extras()) {
-    h.forEachShardSlice([&](int c, int, const Range& s) { h.send(plan, extra, c, a.recvAt(s.begin), s, h.written.latest(s)); });
+    h.forEachShardSlice(
+        [&](int c, int, const Range& s) { h.send(plan, extra, c, a.recvAt(s.begin), s, h.written.latest(s), false); });
   }
 }
 
@@ -402,14 +406,15 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
         last = reduceFrom(fromChain, c, mine, s, last, isRoot && avg);
         mine = acc(s.begin);
       }
-      if (!isRoot) h.send(plan, towardRoot, c, mine, s, last);
+      if (!isRoot) h.send(plan, towardRoot, c, mine, s, last, true);
     });
     return;
   }
 
   if (local >= K) {  // an extra: the whole buffer into its leader
     const int leader = h.rankOn(host, local % K);
-    h.forEachShardSlice([&](int c, int, const Range& s) { h.send(plan, leader, c, a.sendAt(s.begin), s, Step::kNone); });
+    h.forEachShardSlice(
+        [&](int c, int, const Range& s) { h.send(plan, leader, c, a.sendAt(s.begin), s, Step::kNone, true); });
     return;
   }
 
@@ -423,7 +428,7 @@ void hierarchicalReduce(const CollectiveArgs& a, Plan& plan) {
       last = reduceFrom(h.rankOn(mod(host + 1, H), local), c, partial, s, last, false);
       partial = acc(s.begin);
     }
-    h.send(plan, h.rankOn(mod(host - 1, H), local), c, partial, s, last);
+    h.send(plan, h.rankOn(mod(host - 1, H), local), c, partial, s, last, true);
   });
 }
 

@@ -85,11 +85,25 @@ TreeNode hostDoubleTree(const std::vector<int>& hostStarts, int n, int p, int t)
 
 namespace {
 
+// Whether the rank at position p is its parent's first child in `shape` (a position's node,
+// neighbours as positions): the parent reduces that child's bytes as they arrive, through
+// the FIFO, where it stages a later child's until the first is reduced (reduceUp).
+template <class Shape>
+bool firstChild(Shape shape, int p) {
+  const int parent = shape(p).parent;
+  if (parent < 0) return false;
+  for (int child : shape(parent).children) {
+    if (child >= 0) return child == p;
+  }
+  return false;
+}
+
 // Up the tree for one slice: reduce what the children send into `acc` (starting from this
 // rank's own `own`), then pass it to the parent. Returns the step after which `acc` holds
 // the slice's result for this subtree (kNone when there are no children: then it is `own`).
+// `upViaFifo`: this rank is its parent's first child (Step::viaFifo).
 int reduceUp(Plan& plan, const TreeNode& node, int channel, const void* own, void* acc, size_t bytes,
-             bool finalizeAtRoot) {
+             bool finalizeAtRoot, bool upViaFifo) {
   int last = Step::kNone;
   int childCount = (node.children[0] >= 0) + (node.children[1] >= 0) + (node.children[2] >= 0);
   int seen = 0;
@@ -105,6 +119,7 @@ int reduceUp(Plan& plan, const TreeNode& node, int channel, const void* own, voi
   if (node.parent >= 0) {
     Step st = linkStep(Step::Kind::kSend, node.parent, channel, last == Step::kNone ? own : acc, nullptr, bytes);
     st.after = last;
+    st.viaFifo = upViaFifo;
     plan.add(st);
   }
   return last;
@@ -151,12 +166,12 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
   const bool avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
   if (n == 1) return copyAlone(a, plan, a.info.count);
-  auto tree = [&](int t) {
-    const std::vector<int>* hosts = a.order ? &a.order->hostStarts() : nullptr;
-    return inRanks(a, hosts && hosts->size() > 1 ? hostDoubleTree(*hosts, n, a.position(), t)
-                                                  : doubleTree(n, a.position(), t));
+  const std::vector<int>* hosts = a.order && a.order->hostStarts().size() > 1 ? &a.order->hostStarts() : nullptr;
+  auto shape = [&](int t) {
+    return [&, t](int p) { return hosts ? hostDoubleTree(*hosts, n, p, t) : doubleTree(n, p, t); };
   };
-  const TreeNode nodes[2] = {tree(0), tree(1)};
+  const TreeNode nodes[2] = {inRanks(a, shape(0)(a.position())), inRanks(a, shape(1)(a.position()))};
+  const bool upViaFifo[2] = {firstChild(shape(0), a.position()), firstChild(shape(1), a.position())};
   const Range halves[2] = {part(a.info.count, 2, 0), part(a.info.count, 2, 1)};
   const size_t slices = sliceCount(halves[0], se);
   for (size_t j = 0; j < slices; ++j) {
@@ -165,7 +180,7 @@ void treeAllReduce(const CollectiveArgs& a, Plan& plan) {
       if (s.size() == 0) continue;
       size_t bytes = s.size() * es;
       int channel = t % a.channels;
-      int done = reduceUp(plan, nodes[t], channel, a.sendAt(s.begin), a.recvAt(s.begin), bytes, avg);
+      int done = reduceUp(plan, nodes[t], channel, a.sendAt(s.begin), a.recvAt(s.begin), bytes, avg, upViaFifo[t]);
       sendDown(plan, nodes[t], channel, a.recvAt(s.begin), bytes, done, true);
     }
   }
@@ -186,7 +201,9 @@ void treeBroadcast(const CollectiveArgs& a, Plan& plan) {
 
 // Inner ranks other than the root reduce into scratch: a non-root's recvbuff is not touched.
 void treeReduce(const CollectiveArgs& a, Plan& plan) {
-  const TreeNode node = inRanks(a, rootedTree(a.nranks, a.position(), a.positionOf(a.info.root)));
+  auto shape = [&](int p) { return rootedTree(a.nranks, p, a.positionOf(a.info.root)); };
+  const TreeNode node = inRanks(a, shape(a.position()));
+  const bool upViaFifo = firstChild(shape, a.position());
   const bool isRoot = a.rank == a.info.root, avg = a.info.op == loomAvg;
   const size_t se = a.sliceElems(), es = a.elemSize();
   if (a.nranks == 1) return copyAlone(a, plan, a.info.count);
@@ -194,7 +211,7 @@ void treeReduce(const CollectiveArgs& a, Plan& plan) {
   char* partial = (!isRoot && inner) ? plan.scratch(a.info.count * es) : nullptr;
   forEachSlice(a.info.count, a.channels, se, [&](int c, const Range& s) {
     void* acc = isRoot ? a.recvAt(s.begin) : (partial ? partial + s.begin * es : nullptr);
-    reduceUp(plan, node, c, a.sendAt(s.begin), acc, s.size() * es, avg);
+    reduceUp(plan, node, c, a.sendAt(s.begin), acc, s.size() * es, avg, upViaFifo);
   });
 }
 

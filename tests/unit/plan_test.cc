@@ -336,7 +336,7 @@ TEST(Schedules, AnyRingOrderDeliversTheSameResults) {
 }
 
 // Rank `rank` of `n`'s plan of 1024 int32 (sum, root 0) on 2 channels of 256-byte slices.
-Plan planOf(const Case& c, int rank, int n, int32_t* send, int32_t* recv) {
+Plan planOf(const Case& c, int rank, int n, int32_t* send, int32_t* recv, const RingOrder* order = nullptr) {
   CollectiveArgs a;
   a.info.kind = c.kind;
   a.info.type = loomInt32;
@@ -347,6 +347,7 @@ Plan planOf(const Case& c, int rank, int n, int32_t* send, int32_t* recv) {
   a.nranks = n;
   a.channels = 2;
   a.sliceBytes = 256;
+  a.order = order;
   a.send = send;
   a.recv = recv;
   Plan plan;
@@ -384,53 +385,6 @@ TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
 // A send is written straight into the FIFO (Step::viaFifo), never offered for a direct read,
 // only where the receive it meets on the peer surely takes it from there; the ring's reducing
 // collectives mark every send so, those whose receivers copy (and may read directly) none.
-TEST(Schedules, SendsGoThroughTheFifoWhereTheirReceiversTakeThem) {
-  const std::set<std::string> allMarked = {"ring allreduce", "ring allreduce slice by slice", "ring reduce",
-                                           "ring reducescatter"};
-  const std::set<std::string> noneMarked = {"ring broadcast", "tree broadcast", "ring allgather",
-                                            "pairwise alltoall"};
-  for (const Case& c : kCases) {
-    if (c.build == recursiveDoublingAllReduce) continue;  // its plan is one-shot steps
-    for (int n : {2, 3, 4, 8}) {
-      std::vector<std::vector<int32_t>> sends(static_cast<size_t>(n), std::vector<int32_t>(4096, 1));
-      std::vector<std::vector<int32_t>> recvs(static_cast<size_t>(n),
-                                              std::vector<int32_t>(4096 * static_cast<size_t>(n)));
-      std::vector<Plan> plans;
-      for (int r = 0; r < n; ++r) {
-        plans.push_back(planOf(c, r, n, sends[static_cast<size_t>(r)].data(), recvs[static_cast<size_t>(r)].data()));
-      }
-      // The k-th receive of `to` from `from` on `channel`, as the links deliver in order.
-      auto receive = [&](int to, int from, int channel, int k) -> const Step* {
-        for (const Step& s : plans[static_cast<size_t>(to)].steps) {
-          const bool receives = s.kind == Step::Kind::kRecv || s.kind == Step::Kind::kRecvReduce;
-          if (receives && s.peer == from && s.channel == channel && k-- == 0) return &s;
-        }
-        return nullptr;
-      };
-      int total = 0, marked = 0;
-      for (int r = 0; r < n; ++r) {
-        std::map<std::pair<int, int>, int> sentOn;  // (peer, channel): sends so far
-        for (const Step& s : plans[static_cast<size_t>(r)].steps) {
-          if (s.kind != Step::Kind::kSend) continue;
-          const Step* there = receive(s.peer, r, s.channel, sentOn[{s.peer, s.channel}]++);
-          ASSERT_NE(there, nullptr) << c.name << " n=" << n << ": rank " << r << "'s send to " << s.peer;
-          ++total;
-          if (!s.viaFifo) continue;
-          ++marked;
-          EXPECT_TRUE(takesThroughFifo(*there)) << c.name << " n=" << n << ": rank " << r << " to " << s.peer;
-        }
-      }
-      EXPECT_GT(total, 0) << c.name << " n=" << n;
-      if (allMarked.count(c.name) > 0) {
-        EXPECT_EQ(marked, total) << c.name << " n=" << n;
-      }
-      if (noneMarked.count(c.name) > 0) {
-        EXPECT_EQ(marked, 0) << c.name << " n=" << n;
-      }
-    }
-  }
-}
-
 // Hosts of equal and unequal sizes (first positions of each host), not in rank order, so
 // positions and ranks differ.
 struct HostsLayout {
@@ -465,6 +419,64 @@ const std::vector<HostsLayout>& hostsLayouts() {
                                                    HostsLayout({0, 1, 4}, 3), HostsLayout({0, 4, 5}, 3),
                                                    HostsLayout({0, 2, 5, 9}, 3)};
   return layouts;
+}
+
+// A send is marked viaFifo exactly where the step that takes it on the peer reads through the
+// FIFO: a mark the receiver does not honour would skip a direct read it takes, and a missing
+// one makes the sender post the bytes and wait for the receiver's decline. Returns the sends
+// and how many were marked.
+std::pair<int, int> expectSendsMarkedAsTaken(const Case& c, int n, const RingOrder* order) {
+  std::vector<std::vector<int32_t>> sends(static_cast<size_t>(n), std::vector<int32_t>(4096, 1));
+  std::vector<std::vector<int32_t>> recvs(static_cast<size_t>(n),
+                                          std::vector<int32_t>(4096 * static_cast<size_t>(n)));
+  std::vector<Plan> plans;
+  for (int r = 0; r < n; ++r) {
+    plans.push_back(planOf(c, r, n, sends[static_cast<size_t>(r)].data(), recvs[static_cast<size_t>(r)].data(), order));
+  }
+  // The k-th receive of `to` from `from` on `channel`, as the links deliver in order.
+  auto receive = [&](int to, int from, int channel, int k) -> const Step* {
+    for (const Step& s : plans[static_cast<size_t>(to)].steps) {
+      const bool receives = s.kind == Step::Kind::kRecv || s.kind == Step::Kind::kRecvReduce;
+      if (receives && s.peer == from && s.channel == channel && k-- == 0) return &s;
+    }
+    return nullptr;
+  };
+  int total = 0, marked = 0;
+  const std::string where = std::string(c.name) + " n=" + std::to_string(n) + (order ? " across hosts" : "");
+  for (int r = 0; r < n; ++r) {
+    std::map<std::pair<int, int>, int> sentOn;  // (peer, channel): sends so far
+    for (const Step& s : plans[static_cast<size_t>(r)].steps) {
+      if (s.kind != Step::Kind::kSend) continue;
+      const Step* there = receive(s.peer, r, s.channel, sentOn[{s.peer, s.channel}]++);
+      EXPECT_NE(there, nullptr) << where << ": rank " << r << "'s send to " << s.peer;
+      if (there == nullptr) continue;
+      ++total;
+      marked += s.viaFifo;
+      EXPECT_EQ(s.viaFifo, takesThroughFifo(*there)) << where << ": rank " << r << " to " << s.peer;
+    }
+  }
+  EXPECT_GT(total, 0) << where;
+  return {total, marked};
+}
+
+TEST(Schedules, SendsGoThroughTheFifoWhereTheirReceiversTakeThem) {
+  const std::set<std::string> allMarked = {"ring allreduce", "ring allreduce slice by slice", "ring reduce",
+                                           "ring reducescatter"};
+  const std::set<std::string> noneMarked = {"ring broadcast", "tree broadcast", "ring allgather",
+                                            "pairwise alltoall"};
+  for (const Case& c : kCases) {
+    if (c.build == recursiveDoublingAllReduce) continue;  // its plan is one-shot steps
+    for (int n : {2, 3, 4, 5, 8}) {
+      const auto [total, marked] = expectSendsMarkedAsTaken(c, n, nullptr);
+      if (allMarked.count(c.name) > 0) {
+        EXPECT_EQ(marked, total) << c.name << " n=" << n;
+      }
+      if (noneMarked.count(c.name) > 0) {
+        EXPECT_EQ(marked, 0) << c.name << " n=" << n;
+      }
+    }
+    for (const HostsLayout& layout : hostsLayouts()) expectSendsMarkedAsTaken(c, layout.n, &layout.order);
+  }
 }
 
 // What the plans of a call of 4096 int32 send between hosts: the most any host sends, and the
