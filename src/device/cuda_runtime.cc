@@ -156,7 +156,8 @@ Status CudaRuntime::allocDevice(size_t bytes, void** out) {
 }
 
 Status CudaRuntime::allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) {
-  if (peerPid == ::getpid()) {
+  const bool sameProcess = peerPid == ::getpid();
+  if (sameProcess) {
     cuda::DevicePtr memory;
     LOOM_TRY(allocZeroed(bytes, &memory));
     *out = memory.get();
@@ -169,6 +170,9 @@ Status CudaRuntime::allocShared(size_t bytes, int peerPid, void** out, SharedHan
   handle->pid = static_cast<int32_t>(::getpid());
   handle->bytes = static_cast<uint32_t>(bytes);
   handle->address = reinterpret_cast<uint64_t>(*out);
+  // A thread of this process takes the block over by its address (openShared); only another
+  // process needs the IPC handle.
+  if (sameProcess) return Status::ok();
   cudaIpcMemHandle_t ipc;
   LOOM_CUDA_TRY(cudaIpcGetMemHandle(&ipc, *out));
   std::memcpy(handle->data, &ipc, sizeof ipc);
