@@ -382,9 +382,6 @@ TEST(Schedules, OnlyAllReduceResultsAreReceivedThroughTheFifo) {
   }
 }
 
-// A send is written straight into the FIFO (Step::viaFifo), never offered for a direct read,
-// only where the receive it meets on the peer surely takes it from there; the ring's reducing
-// collectives mark every send so, those whose receivers copy (and may read directly) none.
 // Hosts of equal and unequal sizes (first positions of each host), not in rank order, so
 // positions and ranks differ.
 struct HostsLayout {
@@ -431,7 +428,8 @@ std::pair<int, int> expectSendsMarkedAsTaken(const Case& c, int n, const RingOrd
                                           std::vector<int32_t>(4096 * static_cast<size_t>(n)));
   std::vector<Plan> plans;
   for (int r = 0; r < n; ++r) {
-    plans.push_back(planOf(c, r, n, sends[static_cast<size_t>(r)].data(), recvs[static_cast<size_t>(r)].data(), order));
+    const size_t i = static_cast<size_t>(r);
+    plans.push_back(planOf(c, r, n, sends[i].data(), recvs[i].data(), order));
   }
   // The k-th receive of `to` from `from` on `channel`, as the links deliver in order.
   auto receive = [&](int to, int from, int channel, int k) -> const Step* {
@@ -459,6 +457,8 @@ std::pair<int, int> expectSendsMarkedAsTaken(const Case& c, int n, const RingOrd
   return {total, marked};
 }
 
+// The ring's reducing collectives mark every send, those whose receivers copy (and may read
+// directly) none; every algorithm's marks match its receivers, on one host and across hosts.
 TEST(Schedules, SendsGoThroughTheFifoWhereTheirReceiversTakeThem) {
   const std::set<std::string> allMarked = {"ring allreduce", "ring allreduce slice by slice", "ring reduce",
                                            "ring reducescatter"};
