@@ -22,52 +22,80 @@
 
 namespace loom::device {
 
-// What a receive does with the bytes that arrive: simple pieces come as a range of FIFO
-// memory that the worker's threads share (range), low-latency ones as 8-byte words, each on
-// the thread that polled it (word). `at` is the offset in the step.
-
+// What a receive does with the bytes that arrive: copies them to dst, divides them by
+// `divisor` into dst (kScale), or stores src op them into dst (kReduce; the reduction fused
+// into the receive). Simple pieces come as a range of FIFO memory that the worker's threads
+// share (range), low-latency ones as 8-byte words, each on the thread that polled it (word).
+// `at` is the offset in the step.
+//
+// The type and op are looked at per piece or word, not made template parameters: one
+// receive instance then serves every type x op. An instance per type x op (61 of them, each
+// with both wires' loops) was half of the plan kernel's PTX and most of ptxas's time: 7
+// minutes for sm_90 where it now takes half a minute (docs/TESTING.md). The cost is a call
+// per piece and per low-latency word that is not a plain copy.
 template <class W>
-struct CopyOut {
+struct Arrivals {
+  enum Kind { kCopy, kScale, kReduce };
   W& w;
+  Kind kind;
+  loomDataType_t type;
+  loomRedOp_t op;
   uint8_t* dst;
-  LOOM_HD void range(uint64_t at, const uint8_t* fifo, uint64_t n) { copyBytes<true>(w, dst + at, fifo, n); }
-  LOOM_HD void word(uint64_t at, uint64_t v, uint64_t n) { memcpy(dst + at, &v, n); }
-};
-
-template <class T, class W>
-struct ScaleOut {
-  W& w;
-  uint8_t* dst;
+  const uint8_t* src;  // kReduce only
   int divisor;
+
   LOOM_HD void range(uint64_t at, const uint8_t* fifo, uint64_t n) {
-    elementwise<T, true, false>(w, dst + at, fifo, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
-  }
-  LOOM_HD void word(uint64_t at, uint64_t v, uint64_t n) {
-    for (uint64_t e = 0; e < n; e += sizeof(T)) {
-      T x;
-      memcpy(&x, reinterpret_cast<const uint8_t*>(&v) + e, sizeof x);
-      const T r = ScaleJob<T>{divisor}(x, x);
-      memcpy(dst + at + e, &r, sizeof r);
+    if (kind == kCopy) {
+      copyBytes<true>(w, dst + at, fifo, n);
+    } else {
+      combineRange(at, fifo, n);
     }
   }
-};
-
-// dst = src op incoming, reduced as it arrives (the reduction fused into the receive).
-template <class T, class Op, class W>
-struct ReduceInto {
-  W& w;
-  uint8_t* dst;
-  const uint8_t* src;
-  int divisor;
-  LOOM_HD void range(uint64_t at, const uint8_t* fifo, uint64_t n) {
-    elementwise<T, false, true>(w, dst + at, src + at, fifo, n / sizeof(T), ReduceJob<T, Op>{divisor});
-  }
   LOOM_HD void word(uint64_t at, uint64_t v, uint64_t n) {
+    if (kind == kCopy) {
+      memcpy(dst + at, &v, n);
+    } else {
+      combineWord(at, v, n);
+    }
+  }
+
+  LOOM_HD_CALLED void combineRange(uint64_t at, const uint8_t* fifo, uint64_t n) const {
+    byType<kPlanFloat8>(type, false, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (kind == kScale) {
+        elementwise<T, true, false>(w, dst + at, fifo, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
+        return true;
+      }
+      return byOp(op, false, [&](auto opTag) {
+        using Op = typename decltype(opTag)::type;
+        elementwise<T, false, true>(w, dst + at, src + at, fifo, n / sizeof(T), ReduceJob<T, Op>{divisor});
+        return true;
+      });
+    });
+  }
+  LOOM_HD_CALLED void combineWord(uint64_t at, uint64_t v, uint64_t n) const {
+    byType<kPlanFloat8>(type, false, [&](auto tag) {
+      using T = typename decltype(tag)::type;
+      if (kind == kScale) {
+        combineElements<T>(at, v, n, ScaleJob<T>{divisor});
+        return true;
+      }
+      return byOp(op, false, [&](auto opTag) {
+        combineElements<T>(at, v, n, ReduceJob<T, typename decltype(opTag)::type>{divisor});
+        return true;
+      });
+    });
+  }
+  // dst[at + e] = job(own, in) for the elements of one word: `in` from the word, `own` from
+  // src (a two-input job) or `in` again.
+  template <class T, class Job>
+  LOOM_HD void combineElements(uint64_t at, uint64_t v, uint64_t n, const Job& job) const {
     for (uint64_t e = 0; e < n; e += sizeof(T)) {
-      T own, in;
-      memcpy(&own, src + at + e, sizeof own);
+      T in;
       memcpy(&in, reinterpret_cast<const uint8_t*>(&v) + e, sizeof in);
-      const T r = ReduceJob<T, Op>{divisor}(own, in);
+      T own = in;
+      if constexpr (Job::kInputs == 2) memcpy(&own, src + at + e, sizeof own);
+      const T r = job(own, in);
       memcpy(dst + at + e, &r, sizeof r);
     }
   }
@@ -75,9 +103,9 @@ struct ReduceInto {
 
 // Receives a step's bytes into `consume` over its connection and wire, then stores the end's
 // counter back for the next step (or launch).
-template <class W, class Consumer>
+template <class W>
 LOOM_HD_CALLED bool receive(const Ctx<W>& ctx, const Connection& c, const DeviceStep& s, const uint8_t* header,
-                     Consumer& consume) {
+                            Arrivals<W>& consume) {
   const int wire = s.wire == Wire::kSimple ? 0 : 1;
   uint64_t done = c.counters[wire];
   const bool ok = s.wire == Wire::kSimple ? recvSimple(ctx, c, s.bytes, header, consume, &done)
@@ -97,6 +125,12 @@ LOOM_HD_CALLED bool send(const Ctx<W>& ctx, const Connection& c, const DeviceSte
   ctx.w.sync();
   if (ctx.w.thread() == 0) c.counters[wire] = done;
   return ok;
+}
+
+// Whether this kernel has the type's instances (float8 is left out below sm_90, where the
+// runtime refuses such calls before they reach a kernel).
+LOOM_HD bool hasType(loomDataType_t type) {
+  return byType<kPlanFloat8>(type, false, [](auto) { return true; });
 }
 
 // Whether step `index` is done in this launch, the same answer on every thread.
@@ -149,35 +183,25 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
       });
     }
     case StepKind::kSend: return send(ctx, *c, s, header);
-    case StepKind::kRecv:
-      if (divisor == 0) {
-        CopyOut<W> out{w, dst};
-        return receive(ctx, *c, s, header, out);
-      }
-      return byType<kPlanFloat8>(type, false, [&](auto tag) {
-        ScaleOut<typename decltype(tag)::type, W> out{w, dst, divisor};
-        return receive(ctx, *c, s, header, out);
-      });
-    case StepKind::kRecvReduce:
-      return byType<kPlanFloat8>(type, false, [&](auto tag) {
-        using T = typename decltype(tag)::type;
-        return byOp(op, false, [&](auto opTag) {
-          using Op = typename decltype(opTag)::type;
-          if (s.writeAfter < 0 || isDone(ctx, s.writeAfter)) {
-            ReduceInto<T, Op, W> into{w, dst, src, divisor};
-            return receive(ctx, *c, s, header, into);
-          }
-          // The destination may not be written yet (a peer may still be reading it): the bytes
-          // wait in scratch, so the sender is not held up, and are reduced once it may.
-          auto* scratch = static_cast<uint8_t*>(s.scratch);
-          CopyOut<W> park{w, scratch};
-          if (!receive(ctx, *c, s, header, park)) return false;
-          if (!waitAtLeast(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr,
-                           Wait{kWaitStep, static_cast<uint32_t>(s.writeAfter)})) return false;
-          elementwise<T, false, false>(w, dst, src, scratch, s.bytes / sizeof(T), ReduceJob<T, Op>{divisor});
-          return true;
-        });
-      });
+    case StepKind::kRecv: {
+      if (divisor != 0 && !hasType(type)) return false;
+      Arrivals<W> out{w, divisor == 0 ? Arrivals<W>::kCopy : Arrivals<W>::kScale, type, op, dst, nullptr, divisor};
+      return receive(ctx, *c, s, header, out);
+    }
+    case StepKind::kRecvReduce: {
+      if (!hasType(type) || !byOp(op, false, [](auto) { return true; })) return false;
+      Arrivals<W> into{w, Arrivals<W>::kReduce, type, op, dst, src, divisor};
+      if (s.writeAfter < 0 || isDone(ctx, s.writeAfter)) return receive(ctx, *c, s, header, into);
+      // The destination may not be written yet (a peer may still be reading it): the bytes
+      // wait in scratch, so the sender is not held up, and are reduced once it may.
+      auto* scratch = static_cast<uint8_t*>(s.scratch);
+      Arrivals<W> park{w, Arrivals<W>::kCopy, type, op, scratch, nullptr, 0};
+      if (!receive(ctx, *c, s, header, park)) return false;
+      if (!waitAtLeast(ctx, &ctx.args.stepFlags[s.writeAfter], ctx.launch, nullptr,
+                       Wait{kWaitStep, static_cast<uint32_t>(s.writeAfter)})) return false;
+      into.combineRange(0, scratch, s.bytes);
+      return true;
+    }
   }
   return false;
 }

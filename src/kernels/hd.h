@@ -6,9 +6,9 @@
 
 #if defined(__CUDACC__)
 #define LOOM_HD __host__ __device__ __forceinline__
-// A function the plan kernel calls rather than inlines: the kernel holds one instance of
-// every type x op x wire, and inlining them all into one function costs ptxas tens of
-// minutes and gigabytes (register allocation grows faster than the function).
+// A function the plan kernel calls rather than inlines: the kernel holds a loop for every
+// type x op, and inlining them all into one function costs ptxas tens of minutes and
+// gigabytes (register allocation grows faster than the function).
 #define LOOM_HD_CALLED __host__ __device__ __noinline__
 // Before a __host__ __device__ template that calls what its arguments bring: a host-only
 // callable then makes only the host instance, which nvcc would otherwise warn about.
