@@ -150,7 +150,7 @@ LOOM_HD bool runStep(const Ctx<W>& ctx, const DeviceStep& s, const DeviceCall& c
   const loomRedOp_t op = static_cast<loomRedOp_t>(call.op);
   const int divisor = (s.flags & kStepFinalize) != 0 ? call.divisor : 0;
   const uint8_t* header = (s.flags & kStepHeader) != 0 ? call.header : nullptr;
-  // The connection table is host-mapped memory (a PCIe read on a GPU): read once per step.
+  // The step's connection, copied once from the table (device memory) for the whole step.
   Connection local{};
   if (s.conn >= 0) local = ctx.args.conns[s.conn];
   const Connection* c = s.conn >= 0 ? &local : nullptr;
