@@ -330,10 +330,11 @@ LOOM_HD R byType(loomDataType_t type, R invalid, F&& f) {
 }
 
 // Whether the plan interpreter has float8 instances: not in the plan kernel built for GPUs
-// without float8 instructions, where float8 in software, inlined into every type x op x wire,
-// made ptxas take 3.7x as long for the whole kernel (1248 s against 336 s on the AMD EPYC
-// VM). Communicators on such GPUs refuse float8 reductions at the call (DeviceRuntime), as
-// NCCL's do below compute capability 9.0. (Only the interpreter, a device function of the one
+// without float8 instructions. Communicators on such GPUs refuse float8 reductions at the
+// call (DeviceRuntime), as NCCL's do below compute capability 9.0. (The rule came from
+// compile time: float8 in software, inlined into every type x op x wire, made ptxas take
+// 3.7x as long. Since the receive loops are shared across types, it would cost 29 s of ptxas
+// for sm_80 against 22.5 s without, on the Intel Xeon VM.) (Only the interpreter, a device function of the one
 // non-template kernel, may depend on the architecture: kernels launched from host code must
 // be instantiated alike in every compilation pass.)
 constexpr bool kPlanFloat8 = !LOOM_ON_DEVICE || LOOM_FLOAT8_INSTRUCTIONS;
