@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "device/data_moves.h"
 #include "device/fifo.h"
@@ -60,28 +61,29 @@ struct Arrivals {
   }
 
   LOOM_HD_CALLED void combineRange(uint64_t at, const uint8_t* fifo, uint64_t n) const {
-    byType<kPlanFloat8>(type, false, [&](auto tag) {
+    withJob([&](auto tag, const auto& job) {
       using T = typename decltype(tag)::type;
-      if (kind == kScale) {
-        elementwise<T, true, false>(w, dst + at, fifo, nullptr, n / sizeof(T), ScaleJob<T>{divisor});
-        return true;
+      if constexpr (std::decay_t<decltype(job)>::kInputs == 1) {
+        elementwise<T, true, false>(w, dst + at, fifo, nullptr, n / sizeof(T), job);
+      } else {
+        elementwise<T, false, true>(w, dst + at, src + at, fifo, n / sizeof(T), job);
       }
-      return byOp(op, false, [&](auto opTag) {
-        using Op = typename decltype(opTag)::type;
-        elementwise<T, false, true>(w, dst + at, src + at, fifo, n / sizeof(T), ReduceJob<T, Op>{divisor});
-        return true;
-      });
     });
   }
   LOOM_HD_CALLED void combineWord(uint64_t at, uint64_t v, uint64_t n) const {
+    withJob([&](auto tag, const auto& job) { combineElements<typename decltype(tag)::type>(at, v, n, job); });
+  }
+  // Calls f(Tag<T>, job) with this call's type and its job: the scale, or the reduction by op.
+  template <class F>
+  LOOM_HD void withJob(F&& f) const {
     byType<kPlanFloat8>(type, false, [&](auto tag) {
       using T = typename decltype(tag)::type;
       if (kind == kScale) {
-        combineElements<T>(at, v, n, ScaleJob<T>{divisor});
+        f(tag, ScaleJob<T>{divisor});
         return true;
       }
       return byOp(op, false, [&](auto opTag) {
-        combineElements<T>(at, v, n, ReduceJob<T, typename decltype(opTag)::type>{divisor});
+        f(tag, ReduceJob<T, typename decltype(opTag)::type>{divisor});
         return true;
       });
     });
