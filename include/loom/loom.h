@@ -201,8 +201,9 @@ loomResult_t loomCommDeregister(loomComm_t comm, void* handle);
  * on a communicator whose ranks share this host reads and writes such buffers straight on
  * every rank, without copying through shared memory (docs/ARCHITECTURE.md, "The mapped
  * allreduce"); ranks that are threads of one process get that with any buffer. *ptr is
- * page-aligned and zeroed, `size` rounded up to whole pages. Like MAP_SHARED memory, it stays
- * shared with a child forked after the allocation. loomMemFree(NULL) does nothing; any
+ * page-aligned and zeroed, `size` rounded up to whole pages. A child forked after the
+ * allocation gets it as it would heap memory: what the child writes stays its own (pages it has
+ * not written yet may still show what the parent writes later). loomMemFree(NULL) does nothing; any
  * other pointer must come from loomMemAlloc and not be freed twice. Thread-safe. */
 loomResult_t loomMemAlloc(void** ptr, size_t size);
 loomResult_t loomMemFree(void* ptr);

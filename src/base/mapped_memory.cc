@@ -81,6 +81,20 @@ bool MappedAllocations::find(const void* p, size_t bytes, MappedRange* out) cons
   return true;
 }
 
+void MappedAllocations::beforeFork() { mutex_.lock(); }
+
+void MappedAllocations::afterForkInParent() { mutex_.unlock(); }
+
+void MappedAllocations::afterForkInChild() {
+  for (auto& [start, a] : byStart_) {
+    // In place, so every pointer into it stays good; should the system refuse, the child keeps
+    // the shared mapping rather than lose the memory.
+    (void)::mmap(reinterpret_cast<void*>(start), a.mapping.size(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_FIXED,
+                 a.fd.get(), 0);
+  }
+  mutex_.unlock();
+}
+
 Status mapPeerAllocation(int pid, const MappedRange& range, Mapping* out) {
   const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(range.fd);
   Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));

@@ -55,6 +55,12 @@ class MappedAllocations {
   // Whether [p, p + bytes) lies in one allocation, and where (bytes >= 1).
   bool find(const void* p, size_t bytes, MappedRange* out) const;
 
+  // fork()'s handlers (the registry's): no allocation changes across the fork, and the
+  // child's copies of the allocations become private mappings of the same files.
+  void beforeFork();
+  void afterForkInParent();
+  void afterForkInChild();
+
  private:
   struct Allocation {
     Fd fd;

@@ -19,10 +19,12 @@ Registry::Registry() {
   // Makes the log's sink before this registry, so the sink outlives it: the roots this
   // registry stops at process exit may still log.
   (void)log::enabled(log::Level::kWarn);
-  ::pthread_atfork(nullptr, nullptr, &Registry::forgetInheritedThreads);
+  ::pthread_atfork([] { instance().mappedAllocations_.beforeFork(); },
+                   [] { instance().mappedAllocations_.afterForkInParent(); }, &Registry::afterForkInChild);
 }
 
-void Registry::forgetInheritedThreads() {
+void Registry::afterForkInChild() {
+  instance().mappedAllocations_.afterForkInChild();
   // Joining a copied std::thread could wait on whatever thread the child makes next
   // with the same descriptor; leaking the handful of root objects is the safe choice.
   for (auto& root : instance().roots_) (void)root.release();

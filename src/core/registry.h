@@ -78,9 +78,10 @@ class Registry {
  private:
   Registry();
   ~Registry();
-  // In a child after fork(): the parent's threads do not exist here, so the roots they
-  // ran are forgotten (their memory is left alone), never joined.
-  static void forgetInheritedThreads();
+  // In a child after fork(): loomMemAlloc's memory becomes the child's own
+  // (mapped_memory.h), and, the parent's threads not existing here, the roots they ran are
+  // forgotten (their memory is left alone), never joined.
+  static void afterForkInChild();
 
   std::mutex mutex_;
   HandleSet comms_;

@@ -2,8 +2,10 @@
 // type and op, in place and out of place, on 2-4 ranks as threads and as processes, with
 // buffers from loomMemAlloc, from the heap and mixed; it runs mapped exactly where every
 // rank reaches every other's buffers and otherwise the call's plan gives the same result;
-// mismatched calls and a dead peer are errors, not hangs; loomMemAlloc's own errors.
+// mismatched calls and a dead peer are errors, not hangs; loomMemAlloc's own errors, and its
+// memory in a forked child.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "core/communicator.h"
+#include "core/registry.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
 
@@ -284,6 +287,32 @@ TEST(LoomMemAlloc, GivesZeroedPagesAndRefusesBadArguments) {
   EXPECT_EQ(loomMemFree(p), loomSuccess);
   EXPECT_EQ(loomMemFree(p), loomInvalidArgument);  // twice
   EXPECT_EQ(loomMemFree(nullptr), loomSuccess);
+}
+
+TEST(LoomMemAlloc, AForkedChildsWritesStayInTheChild) {
+  constexpr size_t kBytes = 3 * 4096;
+  void* p = nullptr;
+  ASSERT_EQ(loomMemAlloc(&p, kBytes), loomSuccess);
+  auto* bytes = static_cast<unsigned char*>(p);
+  std::memset(bytes, 0xab, kBytes);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::memset(bytes, 0xcd, kBytes);
+    ::_exit(bytes[kBytes - 1] == 0xcd ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "the child could not write its copy";
+  for (size_t i = 0; i < kBytes; ++i) ASSERT_EQ(bytes[i], 0xab) << "the child's write reached the parent at byte " << i;
+  // The parent's memory is still what its peers map.
+  loom::MappedRange range;
+  ASSERT_TRUE(loom::Registry::instance().mappedAllocations().find(p, kBytes, &range));
+  loom::Mapping asPeer;
+  ASSERT_TRUE(loom::mapPeerAllocation(::getpid(), range, &asPeer).isOk());
+  bytes[5] = 0x5a;
+  EXPECT_EQ(static_cast<unsigned char>(asPeer.data()[5]), 0x5a);
+  EXPECT_EQ(loomMemFree(p), loomSuccess);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/extension.h>
 
+#include "compat/torch/mapped_tensors.h"
 #include "compat/torch/process_group_loom.h"
 
 PYBIND11_MODULE(_C, m) {
@@ -12,6 +13,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("create_process_group", &loom::torch_backend::ProcessGroupLoom::create, pybind11::arg("store"),
         pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
         pybind11::call_guard<pybind11::gil_scoped_release>());
+  m.def("is_mapped", &loom::torch_backend::isMappedCpuMemory, pybind11::arg("tensor"));
   // Whether CUDA tensors were built in: loom_torch then registers the backend for "cuda" too.
 #ifdef LOOM_TORCH_CUDA
   m.attr("cuda") = true;

@@ -4,6 +4,7 @@
 #ifdef LOOM_TORCH_CUDA
 #include "compat/torch/device_calls.h"
 #endif
+#include "compat/torch/mapped_tensors.h"
 #include "compat/torch/rendezvous.h"
 
 #include <ATen/ATen.h>
@@ -11,8 +12,10 @@
 #include <pybind11/pybind11.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -278,6 +281,21 @@ bool waits(const Options& opts) {
   return waits(opts, 0);
 }
 
+// LOOM_TORCH_MAPPED_MIN_BYTES (src/base/env.cc's table; the extension reads it itself, as it
+// reads nothing else of libloom's environment): 1 MiB, where LOOM_MAPPED_MIN_BYTES's default
+// for processes starts the mapped allreduce.
+size_t mappedMinBytes() {
+  const char* value = std::getenv("LOOM_TORCH_MAPPED_MIN_BYTES");
+  if (value == nullptr || *value == '\0') return size_t{1} << 20;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long bytes = std::strtoull(value, &end, 10);
+  if (*end != '\0' || errno != 0 || value[0] == '-') {
+    fail(std::string("LOOM_TORCH_MAPPED_MIN_BYTES=") + value + " is not a number of bytes");
+  }
+  return static_cast<size_t>(bytes);
+}
+
 }  // namespace
 
 c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
@@ -285,7 +303,11 @@ c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusi
                                                               std::chrono::duration<float> timeout) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   const int timeoutMs = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, INT32_MAX)));
-  return c10::make_intrusive<ProcessGroupLoom>(store, rank, size, timeoutMs);
+  const size_t mappedMin = size > 1 ? mappedMinBytes() : 0;  // refused before any thread starts
+  auto group = c10::make_intrusive<ProcessGroupLoom>(store, rank, size, timeoutMs);
+  // From here on, tensors made for this group's collectives (DDP's buckets) can be mapped.
+  if (mappedMin > 0) useMappedCpuMemory(mappedMin);
+  return group;
 }
 
 // ---- The process group ----------------------------------------------------------------------

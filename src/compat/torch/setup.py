@@ -18,7 +18,7 @@ root = os.environ.get("LOOM_SOURCE_ROOT", os.path.join(here, "..", "..", ".."))
 lib_dir = os.environ["LOOM_LIB_DIR"]
 
 cuda = torch.version.cuda is not None and CUDA_HOME is not None
-sources = ["bindings.cc", "process_group_loom.cc", "runner.cc", "rendezvous.cc"] + (["device_calls.cc"] if cuda else [])
+sources = ["bindings.cc", "process_group_loom.cc", "runner.cc", "rendezvous.cc", "mapped_tensors.cc"] + (["device_calls.cc"] if cuda else [])
 print(f"loom_torch: building against torch {torch.__version__}, "
       + (f"CUDA tensors too (CUDA {torch.version.cuda}, {CUDA_HOME})" if cuda else "CPU tensors only (torch without CUDA)"))
 # torch 1.13's tooling asks for C++14, which Loom's sources outgrow; torch 2 asks for the standard

@@ -8,7 +8,9 @@ against values computed here: every operation of the process group for every dty
 Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
 refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
 2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
-mid-training, after which every survivor raises within the timeout. Where loom_torch has CUDA
+mid-training, after which every survivor raises within the timeout; DDP once more with its
+buckets in loomMemAlloc memory (case ddp_mapped) and the allocator that puts them there (case
+mapped_tensors). Where loom_torch has CUDA
 tensors and a GPU exists (every rank on one), the collectives and DDP on CUDA tensors too
 (cases cuda, ddp_cuda); torch 2's coalesced tensor collectives (case coalesced) and float8
 dtypes (case float8, torch 2.1 and later). A case this
@@ -18,12 +20,14 @@ Prints one line per case and rank count, then "N passed, N failed, N skipped"; e
 failure, 77 (meson's skip) with the reason when torch or loom_torch cannot be imported.
 """
 import argparse
+import ctypes
 import datetime
 import faulthandler
 import gc
 import inspect
 import os
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -491,6 +495,60 @@ def case_cuda(rank, size):
     expect_equal(v.cpu(), reduced(size, N, dist.ReduceOp.SUM), "cuda all_reduce polled")
 
 
+def case_mapped_tensors(rank, size):
+    """Once a group of two or more ranks exists, CPU tensors from 1 MiB get loomMemAlloc memory
+    (LOOM_TORCH_MAPPED_MIN_BYTES), so that allreduces on them run mapped: their results, a freed
+    block reused, a forked child's writes kept from the parent, and torch's allocator again once
+    the blocks would hold a quarter of the descriptor limit."""
+    is_mapped = loom_torch._C.is_mapped
+    n = 1 << 18  # float32 elements: 1 MiB
+    t = torch.empty(n)
+    if size == 1:
+        if is_mapped(t):
+            raise AssertionError("a group of one rank maps tensors")
+        return
+    below = torch.empty(n - 1024)
+    if not is_mapped(t) or is_mapped(below):
+        raise AssertionError(f"1 MiB mapped: {is_mapped(t)}, 1 MiB less 4 KiB mapped: {is_mapped(below)}")
+    for offset in range(3):
+        v = values(rank, n + 17, offset=offset).float()
+        if not is_mapped(v):
+            raise AssertionError("the input is not mapped")
+        dist.all_reduce(v)
+        expect_equal(v, reduced(size, n + 17, dist.ReduceOp.SUM, offset=offset), f"mapped all_reduce {offset}")
+    # A block kept for reuse still holds what it held (a fresh one is zeroed pages).
+    t.fill_(7.0)
+    address = t.data_ptr()
+    del t
+    t = torch.empty(n)
+    if t.data_ptr() != address or not bool(t.eq(7.0).all()):
+        raise AssertionError("a freed block was not reused for a tensor of its size")
+    t.fill_(1.0)
+    child = os.fork()
+    if child == 0:
+        ctypes.memset(t.data_ptr(), 0, 4 * n)
+        os._exit(0)
+    os.waitpid(child, 0)
+    if not bool(t.eq(1.0).all()):
+        raise AssertionError("a forked child's write reached the parent's tensor")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    open_now = len(os.listdir("/proc/self/fd"))
+    limit = 4 * open_now + 200
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+    try:
+        held = [torch.empty(n) for _ in range(limit // 4 + 20)]
+        mapped = sum(is_mapped(x) for x in held)
+        if mapped == 0 or mapped >= limit // 4:
+            raise AssertionError(f"{mapped} of {len(held)} tensors mapped under a limit of {limit} descriptors")
+        # What the blocks leave of the table is the program's: every descriptor up to the limit opens.
+        files = [open(os.devnull) for _ in range(limit - open_now - limit // 4 - 4)]
+        for f in files:
+            f.close()
+        del held
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def case_teardown(rank, size):
     """A group freed by Python (the GIL held) while its worker still runs operations on tensors
     only those operations hold: freeing such a tensor takes the GIL. The worker once freed a
@@ -520,6 +578,7 @@ CASES = {
     "float8": case_float8,
     "cuda": case_cuda,
     "refusals": case_refusals,
+    "mapped_tensors": case_mapped_tensors,
     "teardown": case_teardown,
 }
 
@@ -595,10 +654,19 @@ def train(rank, size, port, backend, hook, phases, device="cpu", steps=20):
     return params, None
 
 
-def run_ddp(rank, size, ports, hook, device, results):
-    name = ("ddp_fp16_hook" if hook else "ddp") + ("_cuda" if device == "cuda" else "")
+def ddp_name(variant, device):
+    return "ddp" + (f"_{variant}" if variant else "") + ("_cuda" if device == "cuda" else "")
+
+
+def run_ddp(rank, size, ports, variant, device, results):
+    """variant: "" (DDP as it comes), "fp16_hook" (fp16 compression) or "mapped" (the test
+    model's buckets, 76 KiB, in loomMemAlloc memory and reduced by the mapped allreduce)."""
+    name = ddp_name(variant, device)
+    hook = variant == "fp16_hook"
     phases = Phases()
     try:
+        if variant == "mapped":
+            os.environ["LOOM_TORCH_MAPPED_MIN_BYTES"] = os.environ["LOOM_MAPPED_MIN_BYTES"] = "4096"
         if device == "cuda":
             try:
                 device = cuda_device(rank)
@@ -709,10 +777,10 @@ def main():
             for name in names:
                 tally(f"{name} on {size} rank(s)", [x for x in reports if x[0] == name], range(size), codes)
         for device in ("cpu", "cuda"):
-            for hook in (False, True):
-                name = ("ddp_fp16_hook" if hook else "ddp") + ("_cuda" if device == "cuda" else "")
+            for variant in ("", "fp16_hook") + (("mapped",) if device == "cpu" else ()):
+                name = ddp_name(variant, device)
                 if size > 1 and (not args.only or args.only == name):
-                    reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), hook, device))
+                    reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), variant, device))
                     tally(f"{name} against gloo on {size} ranks", reports, range(size), codes)
         if size > 1 and (not args.only or args.only == "killed_rank"):
             reports, codes = spawn(run_killed, size, (free_port(),))
