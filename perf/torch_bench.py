@@ -2,7 +2,7 @@
 """torch.distributed on "loom" beside "gloo" and beside Loom's own C API, in one run.
 
     PYTHONPATH=build/python /usr/bin/python3 perf/torch_bench.py [--ranks 2] [--rounds 3] [--batch 1]
-                                                                 [--only allreduce|ddp] [--out FILE]
+                                                                 [--bucket-mb 25] [--only allreduce|ddp] [--out FILE]
 
 1. all_reduce busbw (float32, in place) from 8 B to 128 MiB through the backend "loom" and
    through "gloo", and Loom's C API on the same sizes, called (ctypes) in the processes that run
@@ -17,7 +17,10 @@
    bucket copies) is the communication. Median over the rounds, with their range. The batch
    (`--batch`, 1 by default) keeps the step allreduce-bound, as the issue asks: with 16 rows
    a step computed for 0.4-0.6 s on a 2-core VM (Debian's torch has a generic BLAS), and
-   its run-to-run spread was larger than the whole communication.
+   its run-to-run spread was larger than the whole communication. Beside "loom" and "gloo",
+   "loom heap" is the backend with LOOM_TORCH_MAPPED_MIN_BYTES=0: DDP's buckets in torch's heap
+   memory, reduced through the FIFO, where "loom" maps them (docs/COMPAT_TORCH.md).
+   `--bucket-mb` sets DDP's bucket_cap_mb.
 
 Prints Markdown tables (and writes them to --out). CPU and rank count belong beside every
 figure: the script prints the CPU model.
@@ -111,7 +114,7 @@ def allreduce_times(rank, size, port, backend, out, alternations=3):
     dist.destroy_process_group()
 
 
-def ddp_step_time(rank, size, port, backend, out, threads, batch, pairs=15):
+def ddp_step_time(rank, size, port, label, out, threads, batch, bucket_mb, pairs=15):
     """Median step time with gradient synchronisation and without (DDP's no_sync), the two
     interleaved in one process: their difference is the step's communication time, free of
     what differs between separate runs (placement, the VM's phases), which on a 2-core VM
@@ -119,12 +122,17 @@ def ddp_step_time(rank, size, port, backend, out, threads, batch, pairs=15):
     # Every run computes with the same threads per rank (the cores an n-rank run leaves each
     # rank), so that the n-rank step minus the 1-rank step is communication, not cores shared.
     torch.set_num_threads(threads)
+    # "loom heap": the backend with torch's own allocator, so DDP's buckets are heap memory and
+    # go through the FIFO instead of the mapped allreduce (docs/COMPAT_TORCH.md).
+    backend = "loom" if label == "loom heap" else label
+    if label == "loom heap":
+        os.environ["LOOM_TORCH_MAPPED_MIN_BYTES"] = "0"
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=300))
     torch.manual_seed(0)
     # 3 x (2048 x 2048) weights: 12.6 M parameters, 48 MiB of float32 gradients.
     model = torch.nn.Sequential(*[torch.nn.Linear(2048, 2048) for _ in range(3)])
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=1e-3)
     x = torch.randn(batch, 2048)
 
@@ -142,7 +150,7 @@ def ddp_step_time(rank, size, port, backend, out, threads, batch, pairs=15):
         with ddp.no_sync():
             local.append(step())
     if rank == 0:
-        out.put((backend, size, statistics.median(synced), statistics.median(local)))
+        out.put((label, size, statistics.median(synced), statistics.median(local)))
     dist.destroy_process_group()
 
 
@@ -180,28 +188,30 @@ def allreduce_table(n, rounds):
     return lines
 
 
-def ddp_table(n, rounds, batch):
+def ddp_table(n, rounds, batch, bucket_mb):
     threads = max(1, (os.cpu_count() or 1) // n)
-    comm = {"loom": [], "gloo": []}
+    comm = {"loom": [], "loom heap": [], "gloo": []}
     rows = []
     for r in range(rounds):
-        for backend in ("loom", "gloo"):
+        for backend in comm:
             medians = {}  # ranks -> (synced step, no_sync step)
             for size in (1, n):
-                for (_, _, sync, local) in spawn(ddp_step_time, size, free_port(), backend, threads, batch):
+                for (_, _, sync, local) in spawn(ddp_step_time, size, free_port(), backend, threads, batch,
+                                                       bucket_mb):
                     medians[size] = (sync, local)
             own = {size: sync - local for size, (sync, local) in medians.items()}
             comm[backend].append(own[n] - own[1])
             rows.append(f"| {r + 1} | {backend} | {medians[1][0]:.3f} | {medians[1][1]:.3f} | {medians[n][0]:.3f} | "
                         f"{medians[n][1]:.3f} | {comm[backend][-1]:.4f} |")
-    lines = [f"DDP step, 48 MiB of float32 gradients, batch {batch}, {threads} compute thread(s) per rank: "
-             "median step s", "",
+    lines = [f"DDP step, 48 MiB of float32 gradients in buckets of {bucket_mb} MiB, batch {batch}, {threads} compute "
+             "thread(s) per rank: median step s", "",
              f"| round | backend | 1 rank synced | 1 rank no_sync | {n} ranks synced | {n} ranks no_sync | communication s |",
              "|---:|---|---:|---:|---:|---:|---:|"] + rows
     med = {b: statistics.median(v) for b, v in comm.items()}
     lines += ["", f"communication s, median of {rounds} rounds (range): "
               + "; ".join(f"{b} {med[b]:.4f} ({min(v):.4f} to {max(v):.4f})" for b, v in comm.items()),
-              f"communication time loom / gloo: {med['loom'] / med['gloo']:.2f} (target <= 0.33)"]
+              f"communication time loom / gloo: {med['loom'] / med['gloo']:.2f} (target <= 0.33); "
+              f"loom heap / gloo: {med['loom heap'] / med['gloo']:.2f}"]
     return lines
 
 
@@ -211,6 +221,7 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--only", choices=("allreduce", "ddp"))
     parser.add_argument("--batch", type=int, default=1, help="rows of the DDP model's input")
+    parser.add_argument("--bucket-mb", type=float, default=25, help="DDP's bucket_cap_mb (its default: 25)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     n = args.ranks
@@ -218,7 +229,7 @@ def main():
     if args.only != "ddp":
         lines += allreduce_table(n, args.rounds) + [""]
     if args.only != "allreduce":
-        lines += ddp_table(n, args.rounds, args.batch)
+        lines += ddp_table(n, args.rounds, args.batch, args.bucket_mb)
     text = "\n".join(lines)
     print(text)
     if args.out:
