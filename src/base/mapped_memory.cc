@@ -95,8 +95,12 @@ void MappedAllocations::afterForkInChild() {
   mutex_.unlock();
 }
 
-Status mapPeerAllocation(int pid, const MappedRange& range, Mapping* out) {
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(range.fd);
+namespace {
+std::string descriptorPath(int pid, int fd) { return "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd); }
+}  // namespace
+
+Status mapPeerAllocation(int pid, const MappedRange& range, PeerAllocation* out) {
+  const std::string path = descriptorPath(pid, range.fd);
   Fd fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!fd.valid()) return error(loomSystemError, "opening %s failed: %s", path.c_str(), std::strerror(errno));
   struct stat st {};
@@ -107,7 +111,17 @@ Status mapPeerAllocation(int pid, const MappedRange& range, Mapping* out) {
     return error(loomSystemError, "%s is not the %zu-byte allocation the peer posted", path.c_str(),
                  range.segmentBytes);
   }
-  return Mapping::of(fd.get(), range.segmentBytes, out);
+  LOOM_TRY(Mapping::of(fd.get(), range.segmentBytes, &out->mapping));
+  out->fd = range.fd;
+  out->device = static_cast<uint64_t>(st.st_dev);
+  out->inode = static_cast<uint64_t>(st.st_ino);
+  return Status::ok();
+}
+
+bool peerStillHolds(int pid, const PeerAllocation& a) {
+  struct stat st {};
+  return ::stat(descriptorPath(pid, a.fd).c_str(), &st) == 0 && static_cast<uint64_t>(st.st_dev) == a.device &&
+         static_cast<uint64_t>(st.st_ino) == a.inode;
 }
 
 }  // namespace loom

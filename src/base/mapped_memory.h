@@ -72,7 +72,18 @@ class MappedAllocations {
   uint64_t nextSerial_ = 1;
 };
 
+// Another process's allocation as this one maps it, and which file it is, so that one the
+// owner has since freed (its descriptor closed, or reused for another file) can be told.
+struct PeerAllocation {
+  Mapping mapping;
+  int fd = -1;  // in the owner
+  uint64_t device = 0;
+  uint64_t inode = 0;
+};
+
 // Maps all of process `pid`'s allocation `range` (a shared pid namespace is the caller's check).
-Status mapPeerAllocation(int pid, const MappedRange& range, Mapping* out);
+Status mapPeerAllocation(int pid, const MappedRange& range, PeerAllocation* out);
+// Whether process `pid` still holds the allocation `a` maps.
+bool peerStillHolds(int pid, const PeerAllocation& a);
 
 }  // namespace loom

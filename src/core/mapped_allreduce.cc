@@ -61,9 +61,10 @@ Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bo
 constexpr int kLooksBeforeReturning = 256;
 // The chooser of stores samples a piece at a time.
 constexpr size_t kPieceBytes = 32 << 10;
-// Mappings kept per peer: buffers a program reuses stay mapped; one that allocates anew
-// for every call keeps at most this many of its old allocations alive here.
-constexpr size_t kMappingsPerPeer = 16;
+// Mappings kept per peer: buffers a program keeps stay mapped (DDP's buckets, one per 25
+// MiB of gradients by default: a model of 400 MiB has 17). Mappings of allocations the peer
+// has freed are let go whenever a new one is made, so this bounds live ones only.
+constexpr size_t kMappingsPerPeer = 256;
 
 }  // namespace
 
@@ -79,7 +80,8 @@ char* MappedPeers::resolve(Communicator& comm, int q, const void* posted) {
   const std::pair<int, uint64_t> key{q, ref.serial};
   auto it = mappings_.find(key);
   if (it == mappings_.end()) {
-    Mapping mapping;
+    letGoFreed(q, peer.pid());
+    PeerAllocation mapping;
     const MappedRange range{ref.fd, ref.serial, static_cast<size_t>(ref.segmentBytes), static_cast<size_t>(ref.offset)};
     Status s = mapPeerAllocation(peer.pid(), range, &mapping);
     if (!s.isOk()) {
@@ -95,11 +97,23 @@ char* MappedPeers::resolve(Communicator& comm, int q, const void* posted) {
       useOrder_.erase(oldest);
     }
     it = mappings_.emplace(key, std::move(mapping)).first;
+    ++mappingsMade_;
   } else {
     useOrder_.erase(std::find(useOrder_.begin(), useOrder_.end(), key));
   }
   useOrder_.push_back(key);
-  return it->second.data() + ref.offset;
+  return it->second.mapping.data() + ref.offset;
+}
+
+void MappedPeers::letGoFreed(int q, int pid) {
+  for (auto k = useOrder_.begin(); k != useOrder_.end();) {
+    if (k->first == q && !peerStillHolds(pid, mappings_.at(*k))) {
+      mappings_.erase(*k);
+      k = useOrder_.erase(k);
+    } else {
+      ++k;
+    }
+  }
 }
 
 void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {

@@ -66,15 +66,20 @@ class MappedPeers {
   static std::string missingRanks(Communicator& comm, uint64_t round, MappedPhase phase);
   // Calls that ran mapped, ever (for tests and logs).
   uint64_t mappedCalls() const { return mappedCalls_; }
+  // Peer allocations mapped now, and mappings ever made (for tests).
+  size_t mappingsKept() const { return mappings_.size(); }
+  uint64_t mappingsMade() const { return mappingsMade_; }
 
  private:
   // A peer buffer's address here, or nullptr (with the reason logged) when it cannot be mapped.
   char* resolve(Communicator& comm, int q, const void* ref);
+  // Unmaps rank q's allocations that its process (pid) has freed since.
+  void letGoFreed(int q, int pid);
   void reduceSlice(Communicator& comm, const OneShot& op);
   // The call runs its plan: said at INFO the first time.
   void ranPlan(Communicator& comm, const OneShot& op);
 
-  std::map<std::pair<int, uint64_t>, Mapping> mappings_;  // (rank, allocation serial)
+  std::map<std::pair<int, uint64_t>, PeerAllocation> mappings_;  // (rank, allocation serial)
   std::vector<std::pair<int, uint64_t>> useOrder_;          // least recently used first
   std::vector<const char*> sends_;  // every rank's buffers, as this rank reaches them
   std::vector<char*> recvs_;
@@ -82,6 +87,7 @@ class MappedPeers {
   std::vector<void*> pieceRecvs_;
   transport::StoreChooser stores_;
   uint64_t mappedCalls_ = 0;
+  uint64_t mappingsMade_ = 0;
   bool toldUnmapped_ = false;  // the first call that ran its plan was logged
   std::string unmappedWhy_;    // this rank's last failure to map a peer's allocation
 };

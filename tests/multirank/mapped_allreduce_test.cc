@@ -233,8 +233,12 @@ TEST_P(MappedAllReduceModes, ATimeoutNamesTheRankTheBoardWaitsFor) {
 INSTANTIATE_TEST_SUITE_P(Modes, MappedAllReduceModes, testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
-// Fresh allocations on every call: the peers' mappings of old ones are let go (at most a
-// few per peer are kept), and every call still maps the new ones.
+uint64_t mappingsMade(loomComm_t comm) {
+  return reinterpret_cast<loom::Communicator*>(comm)->mappedPeers().mappingsMade();
+}
+
+// Fresh allocations on every call: the peers' mappings of freed ones are let go (only the
+// last call's two stay), and every call still maps the new ones.
 TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {
   ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
   constexpr int kCalls = 40;
@@ -246,6 +250,30 @@ TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {
       ASSERT_EQ(runCase(c, comm, rank, 2, true), "") << "rank " << rank << ", call " << i;
     }
     EXPECT_EQ(mappedCalls(comm), static_cast<uint64_t>(kCalls)) << "rank " << rank;
+    EXPECT_LE(reinterpret_cast<loom::Communicator*>(comm)->mappedPeers().mappingsKept(), 2u) << "rank " << rank;
+  });
+}
+
+// Buffers a program keeps (DDP's buckets, dozens in a large model) are mapped once each,
+// however many it cycles through.
+TEST(MappedAllReduceProcesses, ManyKeptBuffersAreMappedOnce) {
+  ScopedEnv env("LOOM_MAPPED_MIN_BYTES", kMinBytes);
+  constexpr int kBuffers = 40, kRounds = 3;
+  constexpr size_t kCount = 20000;
+  loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    std::vector<float*> buffers(kBuffers);
+    for (float*& b : buffers) ASSERT_EQ(loomMemAlloc(reinterpret_cast<void**>(&b), kCount * sizeof(float)), loomSuccess);
+    for (int round = 0; round < kRounds; ++round) {
+      for (int i = 0; i < kBuffers; ++i) {
+        for (size_t e = 0; e < kCount; ++e) buffers[i][e] = static_cast<float>(rank + i + round);
+        ASSERT_EQ(loomAllReduce(buffers[i], buffers[i], kCount, loomFloat32, loomSum, comm, nullptr), loomSuccess);
+        const float want = static_cast<float>(1 + 2 * (i + round));
+        ASSERT_EQ(buffers[i][kCount - 1], want) << "rank " << rank << ", buffer " << i << ", round " << round;
+      }
+    }
+    EXPECT_EQ(mappedCalls(comm), static_cast<uint64_t>(kBuffers * kRounds)) << "rank " << rank;
+    EXPECT_EQ(mappingsMade(comm), static_cast<uint64_t>(kBuffers)) << "rank " << rank;
+    for (float* b : buffers) EXPECT_EQ(loomMemFree(b), loomSuccess);
   });
 }
 
@@ -308,10 +336,10 @@ TEST(LoomMemAlloc, AForkedChildsWritesStayInTheChild) {
   // The parent's memory is still what its peers map.
   loom::MappedRange range;
   ASSERT_TRUE(loom::Registry::instance().mappedAllocations().find(p, kBytes, &range));
-  loom::Mapping asPeer;
+  loom::PeerAllocation asPeer;
   ASSERT_TRUE(loom::mapPeerAllocation(::getpid(), range, &asPeer).isOk());
   bytes[5] = 0x5a;
-  EXPECT_EQ(static_cast<unsigned char>(asPeer.data()[5]), 0x5a);
+  EXPECT_EQ(static_cast<unsigned char>(asPeer.mapping.data()[5]), 0x5a);
   EXPECT_EQ(loomMemFree(p), loomSuccess);
 }
 
