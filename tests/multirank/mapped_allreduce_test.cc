@@ -262,7 +262,9 @@ TEST(MappedAllReduceProcesses, ManyKeptBuffersAreMappedOnce) {
   constexpr size_t kCount = 20000;
   loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
     std::vector<float*> buffers(kBuffers);
-    for (float*& b : buffers) ASSERT_EQ(loomMemAlloc(reinterpret_cast<void**>(&b), kCount * sizeof(float)), loomSuccess);
+    for (float*& b : buffers) {
+      ASSERT_EQ(loomMemAlloc(reinterpret_cast<void**>(&b), kCount * sizeof(float)), loomSuccess);
+    }
     for (int round = 0; round < kRounds; ++round) {
       for (int i = 0; i < kBuffers; ++i) {
         for (size_t e = 0; e < kCount; ++e) buffers[i][e] = static_cast<float>(rank + i + round);
