@@ -102,7 +102,8 @@ MappedCpuAllocator& theAllocator() {
     auto* made = new MappedCpuAllocator(c10::GetCPUAllocator());
     c10::SetCPUAllocator(made, /*priority=*/1);
     // A child of fork() (a DataLoader worker) must not inherit the lock held by a thread that
-    // does not exist there.
+    // does not exist there. Registered after libloom's handlers (a communicator exists by now),
+    // so this lock is taken first, the order take() takes it and loomMemAlloc's.
     ::pthread_atfork([] { theAllocator().lock(); }, [] { theAllocator().unlock(); }, [] { theAllocator().unlock(); });
     return made;
   }();
