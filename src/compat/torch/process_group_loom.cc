@@ -281,9 +281,9 @@ bool waits(const Options& opts) {
   return waits(opts, 0);
 }
 
-// LOOM_TORCH_MAPPED_MIN_BYTES (src/base/env.cc's table; the extension reads it itself, as it
-// reads nothing else of libloom's environment): 1 MiB, where LOOM_MAPPED_MIN_BYTES's default
-// for processes starts the mapped allreduce.
+// LOOM_TORCH_MAPPED_MIN_BYTES: declared in src/base/env.cc's table, read here (libloom's
+// readers are not exported). 1 MiB by default, where LOOM_MAPPED_MIN_BYTES's default for
+// processes starts the mapped allreduce.
 size_t mappedMinBytes() {
   const char* value = std::getenv("LOOM_TORCH_MAPPED_MIN_BYTES");
   if (value == nullptr || *value == '\0') return size_t{1} << 20;
