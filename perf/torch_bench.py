@@ -124,8 +124,9 @@ def ddp_step_time(rank, size, port, label, out, threads, batch, bucket_mb, pairs
     torch.set_num_threads(threads)
     # "loom heap": the backend with torch's own allocator, so DDP's buckets are heap memory and
     # go through the FIFO instead of the mapped allreduce (docs/COMPAT_TORCH.md).
-    backend = "loom" if label == "loom heap" else label
+    backend = label
     if label == "loom heap":
+        backend = "loom"
         os.environ["LOOM_TORCH_MAPPED_MIN_BYTES"] = "0"
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=300))

@@ -33,9 +33,11 @@ using loomtest::ScopedEnv;
 constexpr const char* kMinBytes = "4096";
 constexpr size_t kCaseBytes = 64 << 10;
 
-uint64_t mappedCalls(loomComm_t comm) {
-  return reinterpret_cast<loom::Communicator*>(comm)->mappedPeers().mappedCalls();
+const loom::MappedPeers& mappedPeers(loomComm_t comm) {
+  return reinterpret_cast<loom::Communicator*>(comm)->mappedPeers();
 }
+
+uint64_t mappedCalls(loomComm_t comm) { return mappedPeers(comm).mappedCalls(); }
 
 // A loomMemAlloc buffer holding a copy of `image` (nothing for an empty image).
 class LoomBuffer {
@@ -233,10 +235,6 @@ TEST_P(MappedAllReduceModes, ATimeoutNamesTheRankTheBoardWaitsFor) {
 INSTANTIATE_TEST_SUITE_P(Modes, MappedAllReduceModes, testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
-uint64_t mappingsMade(loomComm_t comm) {
-  return reinterpret_cast<loom::Communicator*>(comm)->mappedPeers().mappingsMade();
-}
-
 // Fresh allocations on every call: the peers' mappings of freed ones are let go (only the
 // last call's two stay), and every call still maps the new ones.
 TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {
@@ -250,7 +248,7 @@ TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {
       ASSERT_EQ(runCase(c, comm, rank, 2, true), "") << "rank " << rank << ", call " << i;
     }
     EXPECT_EQ(mappedCalls(comm), static_cast<uint64_t>(kCalls)) << "rank " << rank;
-    EXPECT_LE(reinterpret_cast<loom::Communicator*>(comm)->mappedPeers().mappingsKept(), 2u) << "rank " << rank;
+    EXPECT_LE(mappedPeers(comm).mappingsKept(), 2u) << "rank " << rank;
   });
 }
 
@@ -274,7 +272,7 @@ TEST(MappedAllReduceProcesses, ManyKeptBuffersAreMappedOnce) {
       }
     }
     EXPECT_EQ(mappedCalls(comm), static_cast<uint64_t>(kBuffers * kRounds)) << "rank " << rank;
-    EXPECT_EQ(mappingsMade(comm), static_cast<uint64_t>(kBuffers)) << "rank " << rank;
+    EXPECT_EQ(mappedPeers(comm).mappingsMade(), static_cast<uint64_t>(kBuffers)) << "rank " << rank;
     for (float* b : buffers) EXPECT_EQ(loomMemFree(b), loomSuccess);
   });
 }
