@@ -211,6 +211,13 @@ loomResult_t loomMemFree(void* ptr);
 loomResult_t loomCommCount(const loomComm_t comm, int* count);
 loomResult_t loomCommUserRank(const loomComm_t comm, int* rank);
 loomResult_t loomCommDevice(const loomComm_t comm, int* device);
+/* The smallest host allreduce, in bytes, that comm runs straight between the ranks' buffers
+ * (the mapped allreduce) when every rank's buffers came from loomMemAlloc or the ranks are
+ * threads of one process; 0 when comm never does: ranks on more than one host or without
+ * shared memory, a lone rank, an allreduce algorithm forced by LOOM_ALGO, or
+ * LOOM_MAPPED_MIN_BYTES=0. The same on every rank. A framework asks it to decide which of its
+ * buffers to place in loomMemAlloc memory. */
+loomResult_t loomCommMappedMinBytes(const loomComm_t comm, size_t* bytes);
 
 /* ---- Host streams --------------------------------------------------------------------- */
 

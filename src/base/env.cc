@@ -125,11 +125,14 @@ const std::vector<Variable>& variables() {
        "spent a board round finding that out. Not where LOOM_ALGO names a single allreduce "
        "algorithm. 0: never. Default: 65536 where every rank is a thread of one process (their buffers are "
        "always reachable), else 1048576 (docs/ARCHITECTURE.md, 'The mapped allreduce')."},
-      {"LOOM_TORCH_MAPPED_MIN_BYTES", "1048576", kData,
-       "loom_torch: once a process group of two or more ranks is made, CPU tensors of at least this many "
-       "bytes get loomMemAlloc memory (freed blocks are kept for reuse, up to 1 GiB; at most a quarter of "
-       "the file-descriptor limit in blocks), so that allreduces on them (DDP's gradient buckets) take "
-       "the mapped allreduce. 0: torch's own allocator for every tensor (docs/COMPAT_TORCH.md)."},
+      {"LOOM_TORCH_MAPPED_MIN_BYTES", "", kData,
+       "loom_torch: once a process group whose allreduces can run mapped is made (two or more ranks, all on "
+       "this host, with shared memory), CPU tensors of at least this many bytes get loomMemAlloc memory "
+       "(freed blocks are kept for reuse, up to 1 GiB; at most a quarter of the file-descriptor limit in "
+       "blocks), so that allreduces on them (DDP's gradient buckets) take the mapped allreduce. A group "
+       "across hosts changes nothing. 0: torch's own allocator for every tensor. Default: the size from "
+       "which the group's allreduces run mapped (loomCommMappedMinBytes: LOOM_MAPPED_MIN_BYTES, else "
+       "1048576) (docs/COMPAT_TORCH.md)."},
       {"LOOM_REDUCTION_STORES", "auto", kData,
        "How a host call on the streaming protocol, or a mapped allreduce out of place from "
        "LOOM_STREAMING_MIN_BYTES, writes what it reduces into the receive buffer (32 KiB pieces): streaming: "

@@ -17,6 +17,7 @@
 #include "core/communicator.h"
 #include "core/device_comm.h"
 #include "core/group.h"
+#include "core/mapped_allreduce.h"
 #include "core/p2p.h"
 #include "core/registry.h"
 #include "loom/loom.h"
@@ -475,8 +476,8 @@ LOOM_API loomResult_t loomMemFree(void* ptr) {
 }
 
 namespace {
-template <typename Getter>
-loomResult_t commQuery(loomComm_t handle, int* out, const char* call, Getter get) {
+template <typename T, typename Getter>
+loomResult_t commQuery(loomComm_t handle, T* out, const char* call, Getter get) {
   return withComm(handle, call, [&](Communicator& comm) -> Status {
     if (out == nullptr) return loom::error(loomInvalidArgument, "output pointer is NULL");
     *out = get(comm);
@@ -495,6 +496,10 @@ LOOM_API loomResult_t loomCommUserRank(const loomComm_t comm, int* rank) {
 
 LOOM_API loomResult_t loomCommDevice(const loomComm_t comm, int* device) {
   return commQuery(comm, device, "loomCommDevice", [](Communicator& c) { return c.device(); });
+}
+
+LOOM_API loomResult_t loomCommMappedMinBytes(const loomComm_t comm, size_t* bytes) {
+  return commQuery(comm, bytes, "loomCommMappedMinBytes", [](Communicator& c) { return loom::mappedMinBytes(c); });
 }
 
 LOOM_API loomResult_t loomStreamCreate(loomStream_t* stream) {

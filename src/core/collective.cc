@@ -70,15 +70,9 @@ int deviceChannels(Communicator& comm, Algorithm algorithm) {
 // Whether a host allreduce goes to the mapped allreduce first (core/mapped_allreduce.h): the
 // same answer on every rank, from the call and the shared settings only.
 bool triesMapped(Communicator& comm, const Plan& plan, const CollectiveCall& call, size_t bytes) {
-  const CommConfig& config = comm.config();
-  if (call.info.kind != CallInfo::Kind::kAllReduce || plan.deviceMemory || comm.board() == nullptr ||
-      comm.nranks() < 2 || config.algorithms.forced(CallInfo::Kind::kAllReduce)) {
-    return false;
-  }
-  const long long minBytes = config.mappedMinBytes >= 0     ? config.mappedMinBytes
-                             : comm.board()->oneProcess() ? kMappedMinBytesThreads
-                                                          : kMappedMinBytesProcesses;
-  return minBytes > 0 && bytes >= static_cast<size_t>(minBytes);
+  if (call.info.kind != CallInfo::Kind::kAllReduce || plan.deviceMemory) return false;
+  const size_t minBytes = mappedMinBytes(comm);
+  return minBytes > 0 && bytes >= minBytes;
 }
 
 Step mappedStep(const void* send, void* recv, size_t bytes) {

@@ -68,6 +68,13 @@ constexpr size_t kMappingsPerPeer = 256;
 
 }  // namespace
 
+size_t mappedMinBytes(Communicator& comm) {
+  const CommConfig& config = comm.config();
+  if (comm.board() == nullptr || comm.nranks() < 2 || config.algorithms.forced(CallInfo::Kind::kAllReduce)) return 0;
+  if (config.mappedMinBytes >= 0) return static_cast<size_t>(config.mappedMinBytes);
+  return static_cast<size_t>(comm.board()->oneProcess() ? kMappedMinBytesThreads : kMappedMinBytesProcesses);
+}
+
 MappedPeers::MappedPeers(transport::Stores stores)
     : stores_(transport::StoreChooser::reductionRules(stores)) {}
 

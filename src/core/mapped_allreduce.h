@@ -45,6 +45,12 @@ class Communicator;
 constexpr long long kMappedMinBytesThreads = 64 << 10;
 constexpr long long kMappedMinBytesProcesses = 1 << 20;
 
+// The smallest host allreduce, in bytes, that tries the mapped allreduce on comm; 0 where none
+// does: ranks on more than one host or without shared memory (no board), a lone rank, an
+// allreduce algorithm forced by LOOM_ALGO, LOOM_MAPPED_MIN_BYTES=0. The same on every rank
+// (shared settings only). loomCommMappedMinBytes reports it.
+size_t mappedMinBytes(Communicator& comm);
+
 // Board rounds the step takes.
 constexpr uint64_t kMappedRounds = 3;
 

@@ -235,6 +235,65 @@ TEST_P(MappedAllReduceModes, ATimeoutNamesTheRankTheBoardWaitsFor) {
 INSTANTIATE_TEST_SUITE_P(Modes, MappedAllReduceModes, testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
 
+// loomCommMappedMinBytes says from which size a call runs mapped, and 0 where none does.
+struct Threshold {
+  const char* name;
+  std::vector<std::pair<const char*, const char*>> env;
+  bool ownHosts;  // processes only: each rank a LOOM_HOSTID of its own
+  size_t threads, processes;  // what the query answers in each mode
+};
+
+class MappedMinBytesQuery : public testing::TestWithParam<Mode> {};
+
+TEST_P(MappedMinBytesQuery, SaysWhereCallsRunMapped) {
+  const Mode mode = GetParam();
+  const Threshold thresholds[] = {
+      {"defaults", {}, false, 64 << 10, 1 << 20},
+      {"LOOM_MAPPED_MIN_BYTES=8192", {{"LOOM_MAPPED_MIN_BYTES", "8192"}}, false, 8192, 8192},
+      {"LOOM_MAPPED_MIN_BYTES=0", {{"LOOM_MAPPED_MIN_BYTES", "0"}}, false, 0, 0},
+      {"LOOM_ALGO=ring", {{"LOOM_ALGO", "ring"}}, false, 0, 0},
+      {"LOOM_TRANSPORTS=socket", {{"LOOM_TRANSPORTS", "socket"}}, false, 0, 0},
+      {"two hosts", {}, true, 0, 0},
+  };
+  for (const Threshold& t : thresholds) {
+    if (t.ownHosts && mode == Mode::kThreads) continue;  // LOOM_HOSTID is the process's
+    SCOPED_TRACE(t.name);
+    ScopedEnv env("LOOM_MAPPED_MIN_BYTES", "");
+    for (const auto& [name, value] : t.env) env.set(name, value);
+    loomtest::RankOptions options;
+    if (t.ownHosts) options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank == 0 ? "host-a" : "host-b", 1); };
+    const size_t want = mode == Mode::kThreads ? t.threads : t.processes;
+    loomtest::runRanks(2, mode, [&](loomComm_t comm, int rank) {
+      size_t bytes = 1;
+      LOOM_ASSERT_OK(loomCommMappedMinBytes(comm, &bytes), comm);
+      EXPECT_EQ(bytes, want) << "rank " << rank;
+      // The answer is where calls start to run mapped: one element less runs the plan.
+      const size_t count = (want > 0 ? want : kCaseBytes) / sizeof(float);
+      for (size_t c : {count - 1, count}) {
+        CollectiveCase one;
+        one.count = c;
+        ASSERT_EQ(runCase(one, comm, rank, 2, true), "") << "rank " << rank;
+      }
+      EXPECT_EQ(mappedCalls(comm), want > 0 ? 1u : 0u) << "rank " << rank;
+    }, options);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, MappedMinBytesQuery, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
+
+TEST(MappedMinBytesQuery, ALoneRankNeverRunsMappedAndANullOutputIsRefused) {
+  loomComm_t comm = nullptr;
+  LOOM_ASSERT_OK(loomCommInitAll(&comm, 1, nullptr), nullptr);
+  size_t bytes = 1;
+  LOOM_EXPECT_OK(loomCommMappedMinBytes(comm, &bytes), comm);
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_EQ(loomCommMappedMinBytes(comm, nullptr), loomInvalidArgument);
+  EXPECT_NE(std::string(loomGetLastError(comm)).find("output pointer is NULL"), std::string::npos);
+  EXPECT_EQ(loomCommMappedMinBytes(nullptr, &bytes), loomInvalidArgument);
+  LOOM_EXPECT_OK(loomCommDestroy(comm), nullptr);
+}
+
 // Fresh allocations on every call: the peers' mappings of freed ones are let go (only the
 // last call's two stay), and every call still maps the new ones.
 TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {

@@ -24,7 +24,11 @@ class MappedCpuAllocator final : public c10::Allocator {
  public:
   explicit MappedCpuAllocator(c10::Allocator* fallback) : fallback_(fallback) {}
 
-  void setMinBytes(size_t bytes) { minBytes_.store(bytes, std::memory_order_relaxed); }
+  void lowerMinBytes(size_t bytes) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const size_t now = minBytes_.load(std::memory_order_relaxed);  // 0: none yet
+    if (now == 0 || bytes < now) minBytes_.store(bytes, std::memory_order_relaxed);
+  }
 
   // torch 2.3 made allocate non-const and added copy_data: both spellings are declared, so
   // that each overrides what the installed torch's Allocator has.
@@ -114,7 +118,7 @@ void releaseMapped(void* p) { theAllocator().release(p); }
 
 }  // namespace
 
-void useMappedCpuMemory(size_t minBytes) { theAllocator().setMinBytes(minBytes); }
+void mapCpuTensorsFrom(size_t minBytes) { theAllocator().lowerMinBytes(minBytes); }
 
 bool isMappedCpuMemory(const at::Tensor& t) {
   return t.has_storage() && t.storage().data_ptr().get_deleter() == &releaseMapped;

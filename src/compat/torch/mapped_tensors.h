@@ -13,9 +13,8 @@ namespace loom::torch_backend {
 
 // Makes torch's CPU allocator serve allocations of at least minBytes from loomMemAlloc
 // (smaller ones, and any loomMemAlloc refuses, from the allocator it replaces), keeping freed
-// blocks for reuse. Called again, it changes only the threshold; 0 stops new mapped
-// allocations.
-void useMappedCpuMemory(size_t minBytes);
+// blocks for reuse. Called again (another group), the smaller threshold stays. minBytes > 0.
+void mapCpuTensorsFrom(size_t minBytes);
 
 // Whether t's storage came from loomMemAlloc through this allocator.
 bool isMappedCpuMemory(const at::Tensor& t);

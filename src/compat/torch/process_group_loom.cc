@@ -4,6 +4,7 @@
 #ifdef LOOM_TORCH_CUDA
 #include "compat/torch/device_calls.h"
 #endif
+#include "compat/torch/loom_error.h"
 #include "compat/torch/mapped_tensors.h"
 #include "compat/torch/rendezvous.h"
 
@@ -281,12 +282,11 @@ bool waits(const Options& opts) {
   return waits(opts, 0);
 }
 
-// LOOM_TORCH_MAPPED_MIN_BYTES: declared in src/base/env.cc's table, read here (libloom's
-// readers are not exported). 1 MiB by default, where LOOM_MAPPED_MIN_BYTES's default for
-// processes starts the mapped allreduce.
-size_t mappedMinBytes() {
+// LOOM_TORCH_MAPPED_MIN_BYTES (nothing where unset): declared in src/base/env.cc's table, read
+// here (libloom's readers are not exported).
+std::optional<size_t> mappedMinBytesSetting() {
   const char* value = std::getenv("LOOM_TORCH_MAPPED_MIN_BYTES");
-  if (value == nullptr || *value == '\0') return size_t{1} << 20;
+  if (value == nullptr || *value == '\0') return std::nullopt;
   char* end = nullptr;
   errno = 0;
   const unsigned long long bytes = std::strtoull(value, &end, 10);
@@ -303,10 +303,16 @@ c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusi
                                                               std::chrono::duration<float> timeout) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
   const int timeoutMs = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(ms, INT32_MAX)));
-  const size_t mappedMin = size > 1 ? mappedMinBytes() : 0;  // refused before any thread starts
+  const std::optional<size_t> setting = mappedMinBytesSetting();  // refused before any thread starts
   auto group = c10::make_intrusive<ProcessGroupLoom>(store, rank, size, timeoutMs);
-  // From here on, tensors made for this group's collectives (DDP's buckets) can be mapped.
-  if (mappedMin > 0) useMappedCpuMemory(mappedMin);
+  // From here on, tensors made for this group's collectives (DDP's buckets) are placed where
+  // the peers map them, if its allreduces can run mapped at all (every rank on this host):
+  // from the size where they start to, unless the setting says otherwise.
+  size_t groupMin = 0;
+  const loomComm_t comm = group->runner_->comm();
+  if (loomCommMappedMinBytes(comm, &groupMin) != loomSuccess) throw loomError(comm);
+  const size_t minBytes = groupMin == 0 ? 0 : setting.value_or(groupMin);
+  if (minBytes > 0) mapCpuTensorsFrom(minBytes);
   return group;
 }
 

@@ -48,6 +48,7 @@ class Runner {
  public:
   explicit Runner(loomComm_t comm);
   ~Runner();  // destroys the communicator
+  loomComm_t comm() const { return comm_; }
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
 

@@ -666,7 +666,7 @@ def run_ddp(rank, size, ports, variant, device, results):
     phases = Phases()
     try:
         if variant == "mapped":
-            os.environ["LOOM_TORCH_MAPPED_MIN_BYTES"] = os.environ["LOOM_MAPPED_MIN_BYTES"] = "4096"
+            os.environ["LOOM_MAPPED_MIN_BYTES"] = "4096"  # the allocator follows it
         if device == "cuda":
             try:
                 device = cuda_device(rank)
@@ -698,6 +698,41 @@ def run_ddp(rank, size, ports, variant, device, results):
         raise
     sys.stdout.flush()
     os._exit(0)  # without destructors: see train()
+
+
+# ---- where the allocator places tensors ---------------------------------------------------------
+
+# Each in processes of its own (the allocator is the process's): the environment every rank
+# sets before its first group, and the smallest tensor then mapped (None: none is).
+MAPPED_PLACEMENTS = {
+    # Ranks on two hosts: the group's allreduces cannot run mapped, whatever the setting says.
+    "placement_across_hosts": (lambda rank: {"LOOM_HOSTID": f"host{rank % 2}", "LOOM_TORCH_MAPPED_MIN_BYTES": "4096"},
+                               None),
+    # Unset, the size follows the group's own (LOOM_MAPPED_MIN_BYTES here).
+    "placement_follows_loom": (lambda rank: {"LOOM_MAPPED_MIN_BYTES": "65536"}, 65536),
+    # The group never runs mapped: nothing is placed for it.
+    "placement_never_mapped": (lambda rank: {"LOOM_MAPPED_MIN_BYTES": "0", "LOOM_TORCH_MAPPED_MIN_BYTES": "4096"},
+                               None),
+}
+
+
+def run_placement(rank, size, port, name, results):
+    environment, smallest = MAPPED_PLACEMENTS[name]
+    try:
+        os.environ.update(environment(rank))
+        init(rank, size, port)
+        for nbytes in (4096, 65536 - 4096, 65536, 1 << 20, 4 << 20):
+            t = values(rank, nbytes // 4).float()
+            want = smallest is not None and nbytes >= smallest
+            if loom_torch._C.is_mapped(t) != want:
+                raise AssertionError(f"a tensor of {nbytes} bytes mapped: {not want}, wanted {want}")
+            dist.all_reduce(t)
+            expect_equal(t, reduced(size, nbytes // 4, dist.ReduceOp.SUM), f"all_reduce of {nbytes} bytes")
+        dist.destroy_process_group()
+        results.put((name, rank, None))
+    except Exception:  # noqa: BLE001
+        results.put((name, rank, traceback.format_exc()))
+        raise
 
 
 # ---- a rank killed mid-training -----------------------------------------------------------------
@@ -782,6 +817,10 @@ def main():
                 if size > 1 and (not args.only or args.only == name):
                     reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), variant, device))
                     tally(f"{name} against gloo on {size} ranks", reports, range(size), codes)
+        for name in MAPPED_PLACEMENTS:
+            if size > 1 and (not args.only or args.only == name):
+                reports, codes = spawn(run_placement, size, (free_port(), name))
+                tally(f"{name} on {size} ranks", reports, range(size), codes)
         if size > 1 and (not args.only or args.only == "killed_rank"):
             reports, codes = spawn(run_killed, size, (free_port(),))
             tally(f"killed_rank on {size} ranks", reports, range(size - 1), codes)
