@@ -728,6 +728,17 @@ def run_placement(rank, size, port, name, results):
                 raise AssertionError(f"a tensor of {nbytes} bytes mapped: {not want}, wanted {want}")
             dist.all_reduce(t)
             expect_equal(t, reduced(size, nbytes // 4, dist.ReduceOp.SUM), f"all_reduce of {nbytes} bytes")
+        if name == "placement_across_hosts" and size >= 3:
+            # A group of one host's ranks, made after the world group: its members place tensors
+            # from then on (from the setting's 4 KiB), the other host's ranks still do not.
+            members = list(range(0, size, 2))
+            group = dist.new_group(members, backend="loom")
+            t = values(rank, 1024).float()
+            if loom_torch._C.is_mapped(t) != (rank in members):
+                raise AssertionError(f"4 KiB mapped: {rank not in members}, after a one-host group of {members}")
+            if rank in members:
+                dist.all_reduce(t, group=group)
+                expect_equal(t, sum(values(r, 1024) for r in members), "all_reduce in the one-host group")
         dist.destroy_process_group()
         results.put((name, rank, None))
     except Exception:  # noqa: BLE001
