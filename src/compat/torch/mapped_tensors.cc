@@ -7,9 +7,11 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <map>
+#include <deque>
+#include <iterator>
 #include <mutex>
 #include <unordered_map>
 
@@ -44,18 +46,25 @@ class MappedCpuAllocator final : public c10::Allocator {
     auto it = live_.find(p);
     const size_t bytes = it->second;
     live_.erase(it);
-    if (cachedBytes_ + bytes <= kMaxCachedBytes) {
-      free_.emplace(bytes, p);
-      cachedBytes_ += bytes;
-    } else {
+    if (bytes > kMaxCachedBytes) {
       loomMemFree(p);
+      return;
     }
+    free_.push_back({bytes, p});
+    cachedBytes_ += bytes;
+    while (cachedBytes_ > kMaxCachedBytes) evictOldest();
   }
 
  private:
+  struct Block {
+    size_t bytes;
+    void* p;
+  };
+
   // Freed blocks kept for the next allocation of their size: a training step frees and makes
   // the same tensors again, and a fresh memfd costs system calls and a page fault per page
-  // where the heap hands back memory it already has.
+  // where the heap hands back memory it already has. Beyond this the oldest go back, so that
+  // sizes a program no longer makes (tensors whose shape changes) do not hold memory forever.
   static constexpr size_t kMaxCachedBytes = size_t{1} << 30;
 
   c10::DataPtr take(size_t bytes) const {
@@ -65,10 +74,11 @@ class MappedCpuAllocator final : public c10::Allocator {
     static const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
     const size_t rounded = (bytes + page - 1) / page * page;
     void* p = nullptr;
-    auto cached = free_.find(rounded);
-    if (cached != free_.end()) {
-      p = cached->second;
-      free_.erase(cached);
+    // The most recently freed block of the size: the likeliest to still be in the cache.
+    auto cached = std::find_if(free_.rbegin(), free_.rend(), [rounded](const Block& b) { return b.bytes == rounded; });
+    if (cached != free_.rend()) {
+      p = cached->p;
+      free_.erase(std::next(cached).base());
       cachedBytes_ -= rounded;
     } else if (!roomForAnotherBlock() || loomMemAlloc(&p, rounded) != loomSuccess) {
       return fallback_->allocate(bytes);
@@ -79,23 +89,25 @@ class MappedCpuAllocator final : public c10::Allocator {
 
   // Each block holds a file descriptor: at most a quarter of the process's limit, so that
   // the program's own files and sockets never find the table full because of tensors.
-  // Cached blocks go first.
+  // Cached blocks go first, the oldest first.
   bool roomForAnotherBlock() const {
     rlimit limit{};
     const size_t most = ::getrlimit(RLIMIT_NOFILE, &limit) == 0 ? limit.rlim_cur / 4 : 0;
-    while (live_.size() + free_.size() >= most && !free_.empty()) {
-      cachedBytes_ -= free_.begin()->first;
-      loomMemFree(free_.begin()->second);
-      free_.erase(free_.begin());
-    }
+    while (live_.size() + free_.size() >= most && !free_.empty()) evictOldest();
     return live_.size() + free_.size() < most;
+  }
+
+  void evictOldest() const {
+    cachedBytes_ -= free_.front().bytes;
+    loomMemFree(free_.front().p);
+    free_.pop_front();
   }
 
   c10::Allocator* fallback_;
   mutable std::mutex mutex_;
   std::atomic<size_t> minBytes_{0};
   mutable std::unordered_map<void*, size_t> live_;
-  mutable std::multimap<size_t, void*> free_;
+  mutable std::deque<Block> free_;  // oldest first
   mutable size_t cachedBytes_ = 0;
 };
 

@@ -498,8 +498,9 @@ def case_cuda(rank, size):
 def case_mapped_tensors(rank, size):
     """Once a group of two or more ranks exists, CPU tensors from 1 MiB get loomMemAlloc memory
     (LOOM_TORCH_MAPPED_MIN_BYTES), so that allreduces on them run mapped: their results, a freed
-    block reused, a forked child's writes kept from the parent, and torch's allocator again once
-    the blocks would hold a quarter of the descriptor limit."""
+    block reused, the oldest let go beyond 1 GiB of freed blocks, a forked child's writes kept
+    from the parent, and torch's allocator again once the blocks would hold a quarter of the
+    descriptor limit."""
     is_mapped = loom_torch._C.is_mapped
     n = 1 << 18  # float32 elements: 1 MiB
     t = torch.empty(n)
@@ -523,6 +524,20 @@ def case_mapped_tensors(rank, size):
     t = torch.empty(n)
     if t.data_ptr() != address or not bool(t.eq(7.0).all()):
         raise AssertionError("a freed block was not reused for a tensor of its size")
+    # Beyond 1 GiB of freed blocks the oldest go back: sizes no longer made do not stay held.
+    # (Blocks never written hold no memory: 17 of 64 MiB and more cost nothing here.)
+    old = torch.empty(n)
+    old.fill_(3.0)
+    del old
+    recent = None
+    for k in range(17):
+        recent = torch.empty((64 << 18) + 1024 * (k + 1))
+    recent.fill_(5.0)
+    del recent
+    if not bool(torch.empty(n).eq(0.0).all()):
+        raise AssertionError("the oldest freed block was kept beyond 1 GiB of freed blocks")
+    if not bool(torch.empty((64 << 18) + 1024 * 17).eq(5.0).all()):
+        raise AssertionError("the most recently freed block was not kept")
     t.fill_(1.0)
     child = os.fork()
     if child == 0:
