@@ -693,6 +693,9 @@ Status Run::idle(bool spin) {
     }
   }
   std::chrono::nanoseconds waitFor{0};
+  size_t plan = 0;
+  int cause = -1;
+  int from = -1;  // the rank whose failure notice concerns a pending plan (-1: none)
   if (!sleeping) {
     sched_yield();
     // A spinning pass checks for abort only every so often: poll is a system call.
@@ -700,9 +703,8 @@ Status Run::idle(bool spin) {
   } else {
     waitFor = spin ? napAfter(now - lastProgress)
                    : std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
-    size_t plan = 0;
-    int cause = -1;
-    if (noticeConcerning(&plan, &cause) >= 0) {
+    from = noticeConcerning(&plan, &cause);
+    if (from >= 0) {
       waitFor = std::clamp<std::chrono::nanoseconds>(lastProgress + kNoticeGrace - now, std::chrono::nanoseconds(0),
                                                      waitFor);
     }
@@ -717,12 +719,12 @@ Status Run::idle(bool spin) {
   if (!sleeping) return Status::ok();
   bool stirred = false;
   for (size_t i = firstNotice; i < fds.size(); ++i) stirred = stirred || fds[i].revents != 0;
-  for (size_t i = 0; stirred && i < state_.size(); ++i) {
-    if (pending(i) && firstPendingOfItsComm(i)) state_[i].plan->comm->failureNotices().listen();
+  if (stirred) {
+    for (size_t i = 0; i < state_.size(); ++i) {
+      if (pending(i) && firstPendingOfItsComm(i)) state_[i].plan->comm->failureNotices().listen();
+    }
+    from = noticeConcerning(&plan, &cause);  // what was heard may concern a pending plan
   }
-  size_t plan = 0;
-  int cause = -1;
-  const int from = noticeConcerning(&plan, &cause);
   if (from < 0 || Clock::now() - lastProgress < kNoticeGrace) return Status::ok();
   const Plan& p = *state_[plan].plan;
   const std::string what = p.calls.empty() ? std::string("a barrier") : p.calls.front().describeNumbered();
