@@ -42,7 +42,8 @@ class StreamOps {
 };
 
 // Ops for a host communicator on `stream`: a live host stream, or NULL (run at once).
-Status makeHostOps(loomStream_t stream, std::unique_ptr<StreamOps>* out);
+// Allocations of at least mappedFrom bytes come from loomMemAlloc (0: none).
+Status makeHostOps(size_t mappedFrom, loomStream_t stream, std::unique_ptr<StreamOps>* out);
 
 // Ops for a device communicator on CUDA device `device` and `stream` (a cudaStream_t; NULL:
 // the ops make their own non-blocking stream). loomInvalidUsage in builds without CUDA.

@@ -5,11 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
 
+#include "core/registry.h"
+#include "ddp/stream_ops.h"
 #include "loom/ddp.h"
 #include "mlp/dataset.h"
 #include "mlp/model.h"
@@ -410,6 +414,46 @@ TEST(Hooks, UserHookRunsOncePerBucketInOrderOnTheUsersHostStream) {
 }
 
 // ---- Broadcast of parameters --------------------------------------------------------------
+
+// ---- Where buckets live ---------------------------------------------------------------------
+
+// Host buckets come from loomMemAlloc exactly where the mapped allreduce needs it: ranks that
+// are processes of one host, from the size its calls run mapped (loomCommMappedMinBytes).
+TEST(BucketMemory, LoomMemAllocWhereTheMappedAllreduceNeedsIt) {
+  struct Where {
+    const char* name;
+    Mode mode;
+    const char* minBytes;  // LOOM_MAPPED_MIN_BYTES ("": unset)
+    bool twoHosts;
+    size_t mappedFrom;  // 0: nothing
+  };
+  const Where cases[] = {
+      {"processes", Mode::kProcesses, "", false, 1 << 20},
+      {"processes, LOOM_MAPPED_MIN_BYTES=4096", Mode::kProcesses, "4096", false, 4096},
+      {"processes on two hosts", Mode::kProcesses, "", true, 0},
+      {"threads", Mode::kThreads, "", false, 0},
+  };
+  for (const Where& w : cases) {
+    SCOPED_TRACE(w.name);
+    loomtest::ScopedEnv env("LOOM_MAPPED_MIN_BYTES", w.minBytes);
+    loomtest::RankOptions options;
+    if (w.twoHosts) options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank == 0 ? "host-a" : "host-b", 1); };
+    loomtest::runRanks(2, w.mode, [&](loomComm_t comm, int rank) {
+      std::unique_ptr<loom::ddp::StreamOps> ops;
+      ASSERT_TRUE(loom::ddp::makeOpsFor(comm, nullptr, &ops).isOk());
+      for (size_t bytes : {size_t{4096}, size_t{4095}, size_t{1} << 20, (size_t{1} << 20) - 1, size_t{1} << 22}) {
+        loom::ddp::StreamOps::Memory memory{nullptr, nullptr};
+        ASSERT_TRUE(ops->allocate(bytes, &memory).isOk());
+        ASSERT_NE(memory.get(), nullptr);
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(memory.get()) % 64, 0u);
+        std::memset(memory.get(), rank + 1, bytes);
+        loom::MappedRange range;
+        const bool mapped = loom::Registry::instance().mappedAllocations().find(memory.get(), bytes, &range);
+        EXPECT_EQ(mapped, w.mappedFrom > 0 && bytes >= w.mappedFrom) << bytes << " bytes, rank " << rank;
+      }
+    }, options);
+  }
+}
 
 TEST(BroadcastTensors, EveryRankGetsTheRootsValues) {
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
