@@ -26,9 +26,7 @@
 #include <vector>
 
 #include "common/matrix_scale.h"
-#if LOOM_TEST_HAVE_UCX
-#include <ucp/api/ucp.h>
-#endif
+#include "common/ucx_version.h"
 
 namespace {
 
@@ -62,25 +60,8 @@ struct Trial {
   std::string logDir;          // non-empty: the ranks log at INFO to logDir/log.<pid>
   bool separateHosts = false;  // each rank its own LOOM_HOSTID: TCP, and no peer's pid to watch
   bool beforeCalls = false;    // the victim dies after init, before the others' first call
-  bool linksFirst = false;     // every rank links to every peer before the loop (see ucxAbortsInWireup)
+  bool linksFirst = false;     // every rank links to every peer before the loop (see common/ucx_version.h)
 };
-
-// UCX before 1.14, built with assertions (Debian 12's 1.13.1 is), aborts a survivor when a peer
-// dies in the middle of connection setup: the purge of the failed endpoint meets the wireup
-// reply still queued for the dead peer and trips an assertion that upstream removed in 1.14
-// (commit 9ccaf31, "Remove assertion for checking WIREUP_MSGs when purging"). It fired once in
-// about 250 UCX trials here, in Loom's forced close; UCX's own error handling runs the same
-// purge, so no way of closing avoids it. There the trials make every link before the kill, so
-// they test Loom's handling of a dead peer and not that bug; docs/ARCHITECTURE.md names it.
-bool ucxAbortsInWireup() {
-#if LOOM_TEST_HAVE_UCX
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  return major < 1 || (major == 1 && minor < 14);
-#else
-  return false;
-#endif
-}
 
 // One call of the loop, the same on every rank: collective i of a sequence drawn from seed.
 loomResult_t oneCall(loomComm_t comm, int rank, int n, uint64_t seed, uint64_t i, std::vector<float>& a,
@@ -353,8 +334,8 @@ TEST(KillOneRank, EverySurvivorGetsARemoteErrorWithinSeconds) {
 // and names the killed rank, directly or through the notice of the rank that gave up for it.
 TEST(KillOneRank, UcxSurvivorsGetARemoteErrorWithinSeconds) {
   if (std::getenv("LOOM_TEST_UCX") == nullptr) GTEST_SKIP() << "skipped: this Loom was built without UCX";
-  const bool linksFirst = ucxAbortsInWireup();
-  if (linksFirst) std::printf("UCX before 1.14: every link is made before the kill (see ucxAbortsInWireup)\n");
+  const bool linksFirst = loomtest::ucxAbortsInWireup();
+  if (linksFirst) std::printf("UCX before 1.14: every link is made before the kill (see common/ucx_version.h)\n");
   std::vector<double> all;
   for (int i = 0; i < 12; ++i) {
     Trial t;

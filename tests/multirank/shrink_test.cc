@@ -8,12 +8,14 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
 
+#include "common/ucx_version.h"
 #include "multirank/harness.h"
 
 namespace {
@@ -97,10 +99,22 @@ TEST_P(ShrinkDeadRank, SurvivorsCarryOn) {
   if (!transports.empty()) env.set("LOOM_TRANSPORTS", transports.c_str());
   loomtest::RankOptions options;
   options.timeoutMs = 60000;  // the error must come from the dead peer, not a timeout
-  loomtest::runRanks(4, Mode::kProcesses, [](loomComm_t comm, int rank) {
+  // Rank 0's call still waits on its links to ranks 1 and 3 alone when rank 2 dies.
+  const bool linksFirst = transports == "ucx" && loomtest::ucxAbortsInWireup();
+  if (linksFirst) {
+    std::printf("UCX before 1.14: every link, and a call like the failing one, made before rank 2 dies "
+                "(common/ucx_version.h)\n");
+  }
+  loomtest::runRanks(4, Mode::kProcesses, [linksFirst](loomComm_t comm, int rank) {
     LOOM_EXPECT_OK(loomBarrier(comm, nullptr), comm);
-    if (rank == 2) ::_exit(0);  // as kill -9 would leave it
     std::vector<float> values(1 << 16, 1.0f);
+    if (linksFirst) {
+      std::vector<float> mine(4, 1.0f), theirs(4);
+      LOOM_ASSERT_OK(loomAllToAll(mine.data(), theirs.data(), 1, loomFloat32, comm, nullptr), comm);
+      LOOM_ASSERT_OK(loomAllReduce(values.data(), values.data(), values.size(), loomFloat32, loomSum, comm, nullptr),
+                     comm);
+    }
+    if (rank == 2) ::_exit(0);  // as kill -9 would leave it
     const auto start = Clock::now();
     EXPECT_EQ(loomAllReduce(values.data(), values.data(), values.size(), loomFloat32, loomSum, comm, nullptr),
               loomRemoteError);
