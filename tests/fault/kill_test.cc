@@ -112,7 +112,9 @@ void setTrialEnv(const Trial& t, int rank) {
   }
   // Buffers for the largest call (alltoall and allgather use n shares of count / n).
   std::vector<float> a((1 << 20) + 8, 1.0f), b((1 << 20) + 8 * static_cast<size_t>(t.nranks), 0.0f);
-  if (t.linksFirst && loomAllToAll(a.data(), b.data(), 1, loomFloat32, comm, nullptr) != loomSuccess) {
+  // Large shares: UCX sets up a link's bulk lanes at its first large message (common/ucx_version.h).
+  const size_t linkingShare = (size_t{1} << 20) / static_cast<size_t>(t.nranks);
+  if (t.linksFirst && loomAllToAll(a.data(), b.data(), linkingShare, loomFloat32, comm, nullptr) != loomSuccess) {
     std::fprintf(stderr, "rank %d: linking alltoall: %s\n", rank, loomGetLastError(comm));
     ::_exit(7);
   }
