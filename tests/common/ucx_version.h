@@ -9,10 +9,11 @@ namespace loomtest {
 // (commit 9ccaf31, "Remove assertion for checking WIREUP_MSGs when purging"). It fired once in
 // about 250 UCX kill trials here, and once in shrink_test's dead-rank case, in Loom's forced
 // close; UCX's own error handling runs the same purge, so no way of closing avoids it. Tests
-// that kill a rank over UCX there make every link, and send a large message over each, before
-// the kill (a link that had carried only small messages had not finished its setup for large
-// ones: shrink_test's case still failed 2 times in 30 with them), so that they test Loom's
-// handling of a dead peer and not that bug; docs/ARCHITECTURE.md names it. False without UCX.
+// that kill a rank over UCX there set up the links the kill interrupts, with a large message
+// over each, before the kill (a link that had carried only small messages had not finished its
+// setup for large ones: shrink_test's case still failed 2 times in 40 with them), so that they
+// test Loom's handling of a dead peer and not that bug; docs/ARCHITECTURE.md names it. False
+// without UCX.
 bool ucxAbortsInWireup();
 
 }  // namespace loomtest

@@ -413,8 +413,6 @@ TEST(Hooks, UserHookRunsOncePerBucketInOrderOnTheUsersHostStream) {
   });
 }
 
-// ---- Broadcast of parameters --------------------------------------------------------------
-
 // ---- Where buckets live ---------------------------------------------------------------------
 
 // Host buckets come from loomMemAlloc exactly where the mapped allreduce needs it: ranks that
@@ -454,6 +452,8 @@ TEST(BucketMemory, LoomMemAllocWhereTheMappedAllreduceNeedsIt) {
     }, options);
   }
 }
+
+// ---- Broadcast of parameters --------------------------------------------------------------
 
 TEST(BroadcastTensors, EveryRankGetsTheRootsValues) {
   for (Mode mode : {Mode::kThreads, Mode::kProcesses}) {
