@@ -22,6 +22,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 namespace loom::torch_backend {
@@ -267,19 +268,25 @@ LoomOp coalesced(std::vector<LoomOp> ops, c10d::OpType type) {
           std::move(outputs), type};
 }
 
-// Whether the caller returns only once the operation has run: torch 2's options say so
-// (asyncOp false: a plain `dist.all_reduce(t)`); torch 1.13's have no such field.
+// Set by loom_torch's wrappers of torch.distributed's blocking collectives while they issue
+// one (setCallerWaits), where the options cannot say it.
+thread_local bool tCallerWaits = false;
+
+// Whether a torch's options say if the caller waits: torch 2.8's do (asyncOp).
+template <typename Options, typename = void>
+struct HasAsyncOp : std::false_type {};
 template <typename Options>
-auto waits(const Options& opts, int) -> decltype(opts.asyncOp, bool()) {
-  return !opts.asyncOp;
-}
+struct HasAsyncOp<Options, std::void_t<decltype(std::declval<const Options&>().asyncOp)>> : std::true_type {};
+
+// Whether the caller returns only once the operation has run (asyncOp false: a plain
+// `dist.all_reduce(t)`); where the options cannot say, this thread's word stands in.
 template <typename Options>
-bool waits(const Options&, long) {
-  return false;
-}
-template <typename Options>
-bool waits(const Options& opts) {
-  return waits(opts, 0);
+bool waits([[maybe_unused]] const Options& opts) {
+  if constexpr (HasAsyncOp<Options>::value) {
+    return !opts.asyncOp;
+  } else {
+    return tCallerWaits;
+  }
 }
 
 // LOOM_TORCH_MAPPED_MIN_BYTES (nothing where unset): declared in src/base/env.cc's table, read
@@ -297,6 +304,10 @@ std::optional<size_t> mappedMinBytesSetting() {
 }
 
 }  // namespace
+
+bool setCallerWaits(bool callerWaits) { return std::exchange(tCallerWaits, callerWaits); }
+
+bool optionsSayCallerWaits() { return HasAsyncOp<c10d::AllreduceOptions>::value; }
 
 c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                               int rank, int size,

@@ -36,6 +36,13 @@ using ProcessGroupBase = c10d::Backend;
 using ProcessGroupBase = c10d::ProcessGroup;
 #endif
 
+// A blocking operation (its caller waits for it at once) runs on the caller's thread, with no
+// hand-off to the worker (runner.h). Torch 2.8's options say which operations block (asyncOp);
+// before it, loom_torch wraps torch.distributed's collectives, which then say it per thread:
+// setCallerWaits(true) while one that blocks issues its operation. Returns the previous word.
+bool optionsSayCallerWaits();
+bool setCallerWaits(bool callerWaits);
+
 class ProcessGroupLoom : public ProcessGroupBase {
  public:
   // Rank 0 makes the unique id and puts it in the store; the others get it (the store's own

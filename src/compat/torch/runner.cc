@@ -3,6 +3,8 @@
 
 #include <ATen/ATen.h>
 
+#include <pthread.h>
+
 #include <chrono>
 #include <exception>
 #include <stdexcept>
@@ -170,6 +172,8 @@ void Runner::doneRunning() {
 }
 
 void Runner::work() {
+  // Named for `top -H` and the tests, which tell by its context switches whether it woke.
+  pthread_setname_np(pthread_self(), "loom-torch");
   bool ranOne = false;
   for (;;) {
     if (ranOne) lookAWhile([this] { return queued_.load(std::memory_order_acquire) != 0; });

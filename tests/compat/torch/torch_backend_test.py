@@ -367,6 +367,61 @@ def case_order(rank, size):
         expect_equal(u, reduced(size, N, sums, offset=10 + k), f"all_reduce {k} of three waited out of order")
 
 
+def worker_switches():
+    """Context switches so far of the process groups' worker threads (named loom-torch)."""
+    total = 0
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != "loom-torch":
+                    continue
+            with open(f"/proc/self/task/{tid}/status") as f:
+                total += sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
+        except FileNotFoundError:  # a thread that ended meanwhile
+            continue
+    return total
+
+
+def case_caller_runs(rank, size):
+    """A blocking collective runs on its caller's thread: the worker is not woken for it (its
+    context switches stay put), on torch 1.13-2.7 through loom_torch's wrappers of
+    torch.distributed, on 2.8 through the options' asyncOp; an asynchronous one wakes the worker,
+    which runs it while the caller only polls."""
+    t = torch.ones(1 << 16)
+    parts = [torch.empty(1 << 16) for _ in range(size)]
+    dist.all_reduce(t)
+    time.sleep(0.05)  # the worker, done looking for more work, asleep
+    before = worker_switches()
+    calls = 20
+    for _ in range(calls):
+        dist.all_reduce(t)
+        dist.broadcast(t, src=0)
+        dist.all_gather(parts, t)
+        dist.barrier()
+    woke = worker_switches() - before
+    if woke > 2:
+        raise AssertionError(f"the worker switched {woke} times during {4 * calls} blocking collectives")
+    time.sleep(0.05)
+    before = worker_switches()
+    work = dist.all_reduce(t, async_op=True)
+    deadline = time.monotonic() + 30
+    while not work.is_completed():
+        if time.monotonic() > deadline:
+            raise AssertionError("an asynchronous all_reduce was not done within 30 s of polling")
+        time.sleep(0.001)
+    if worker_switches() == before:
+        raise AssertionError("an asynchronous all_reduce completed without waking the worker")
+    # A refused blocking call leaves this thread's word as it was (the next async_op=True call
+    # must not run on the caller).
+    try:
+        dist.all_reduce(torch.ones(3, dtype=torch.bool), op=dist.ReduceOp.SUM)
+        raise AssertionError("a SUM of bool tensors was not refused")
+    except RuntimeError:
+        pass
+    if loom_torch._C.set_caller_waits(False):
+        raise AssertionError("a refused blocking call left the caller-waits word set")
+
+
 class Skip(Exception):
     """A case this torch cannot run; its message says why."""
 
@@ -583,6 +638,7 @@ def case_teardown(rank, size):
 CASES = {
     "allreduce": case_allreduce,
     "order": case_order,
+    "caller_runs": case_caller_runs,
     "broadcast_reduce": case_broadcast_reduce,
     "gathers": case_gathers,
     "reduce_scatter": case_reduce_scatter,

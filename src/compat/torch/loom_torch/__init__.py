@@ -7,9 +7,12 @@ Every operation of a process group runs on Loom (docs/COMPAT_TORCH.md): CPU tens
 tensors where torch has CUDA (_C.cuda). On torch 1.13 the backend is a ProcessGroup, on torch 2
 a Backend that torch's ProcessGroup wraps, registered for "cpu" and, with CUDA, "cuda".
 """
+import functools
 import inspect
+import types
 
 import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
 
 from . import _C
 
@@ -21,8 +24,46 @@ def create_process_group(store, rank, size, timeout):
     return _C.create_process_group(store, rank, size, timeout)
 
 
+def _saying_whether_caller_waits(fn):
+    """fn, a collective of torch.distributed, telling the backend while it issues its operation
+    whether its caller waits for it (async_op false): the caller's thread then runs it at once
+    instead of handing it to the worker. Torch 2.8's options say so themselves (asyncOp)."""
+    params = inspect.signature(fn).parameters
+    at = list(params).index("async_op")
+    default = params["async_op"].default
+
+    @functools.wraps(fn)
+    def collective(*args, **kwargs):
+        async_op = kwargs["async_op"] if "async_op" in kwargs else args[at] if len(args) > at else default
+        before = _C.set_caller_waits(not async_op)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _C.set_caller_waits(before)
+
+    collective.loom_says_whether_caller_waits = True
+    return collective
+
+
+def _wrap_blocking_collectives():
+    """Every collective of torch.distributed that takes async_op, wrapped where torch's options
+    cannot say it, in both modules that name it (torch.distributed's own calls among them, as
+    all_gather_object's all_gather, go through distributed_c10d's)."""
+    for name, fn in list(vars(c10d).items()):
+        # type(), not isinstance: the module's deprecated reduce_op warns on any attribute read.
+        if (type(fn) is not types.FunctionType or getattr(fn, "loom_says_whether_caller_waits", False)
+                or "async_op" not in inspect.signature(fn).parameters):
+            continue
+        wrapped = _saying_whether_caller_waits(fn)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is fn:
+            setattr(dist, name, wrapped)
+
+
 if "LOOM" not in dist.Backend._plugins:
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
         dist.Backend.register_backend("loom", create_process_group, devices=["cpu", "cuda"] if _C.cuda else ["cpu"])
     else:
         dist.Backend.register_backend("loom", create_process_group)
+    if not _C.options_say_caller_waits:
+        _wrap_blocking_collectives()
