@@ -117,6 +117,15 @@ def expect_equal(got, want, what):
                              f"{got.flatten()[0:4].tolist()} vs {want.flatten()[0:4].tolist()}")
 
 
+def poll_until_completed(work, seconds, what):
+    """Polls work.is_completed() (which never runs the operation itself) until it says so."""
+    deadline = time.monotonic() + seconds
+    while not work.is_completed():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} was not completed within {seconds} s")
+        time.sleep(0.001)
+
+
 # ---- cases (each runs on every rank) ----------------------------------------------------------
 
 def case_allreduce(rank, size):
@@ -262,12 +271,7 @@ def case_p2p(rank, size):
         big = values(rank, 1 << 20).float()
         got = torch.zeros(1 << 20)
         if rank % 2 == 0:
-            work = dist.isend(big, partner)
-            deadline = time.monotonic() + 20
-            while not work.is_completed():
-                if time.monotonic() > deadline:
-                    raise AssertionError("isend polled with is_completed never completed")
-                time.sleep(0.001)
+            poll_until_completed(dist.isend(big, partner), 20, "isend polled with is_completed")
             dist.isend(big, partner).get_future().wait()
         else:
             for how in ("polled", "through its future"):
@@ -403,12 +407,7 @@ def case_caller_runs(rank, size):
         raise AssertionError(f"the worker switched {woke} times during {4 * calls} blocking collectives")
     time.sleep(0.05)
     before = worker_switches()
-    work = dist.all_reduce(t, async_op=True)
-    deadline = time.monotonic() + 30
-    while not work.is_completed():
-        if time.monotonic() > deadline:
-            raise AssertionError("an asynchronous all_reduce was not done within 30 s of polling")
-        time.sleep(0.001)
+    poll_until_completed(dist.all_reduce(t, async_op=True), 30, "an asynchronous all_reduce the caller only polls")
     if worker_switches() == before:
         raise AssertionError("an asynchronous all_reduce completed without waking the worker")
     # A refused blocking call leaves this thread's word as it was (the next async_op=True call
@@ -541,12 +540,7 @@ def case_cuda(rank, size):
     value = dist.all_reduce(u, async_op=True).get_future().wait()
     expect_equal(value[0].cpu(), reduced(size, N, dist.ReduceOp.SUM), "cuda all_reduce through its future")
     v = values(rank, N).float().to(dev)
-    work = dist.all_reduce(v, async_op=True)
-    deadline = time.monotonic() + 20
-    while not work.is_completed():
-        if time.monotonic() > deadline:
-            raise AssertionError("a cuda all_reduce polled with is_completed never completed")
-        time.sleep(0.001)
+    poll_until_completed(dist.all_reduce(v, async_op=True), 20, "a cuda all_reduce polled with is_completed")
     expect_equal(v.cpu(), reduced(size, N, dist.ReduceOp.SUM), "cuda all_reduce polled")
 
 
