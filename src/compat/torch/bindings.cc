@@ -14,8 +14,7 @@ PYBIND11_MODULE(_C, m) {
         pybind11::arg("rank"), pybind11::arg("size"), pybind11::arg("timeout"),
         pybind11::call_guard<pybind11::gil_scoped_release>());
   m.def("is_mapped", &loom::torch_backend::isMappedCpuMemory, pybind11::arg("tensor"));
-  // For loom_torch's wrappers of the blocking collectives, where torch's options lack asyncOp.
-  m.attr("options_say_caller_waits") = loom::torch_backend::optionsSayCallerWaits();
+  // For loom_torch's wrappers of torch.distributed's collectives.
   m.def("set_caller_waits", &loom::torch_backend::setCallerWaits, pybind11::arg("caller_waits"));
   // Whether CUDA tensors were built in: loom_torch then registers the backend for "cuda" too.
 #ifdef LOOM_TORCH_CUDA

@@ -268,25 +268,26 @@ LoomOp coalesced(std::vector<LoomOp> ops, c10d::OpType type) {
           std::move(outputs), type};
 }
 
-// Set by loom_torch's wrappers of torch.distributed's blocking collectives while they issue
-// one (setCallerWaits), where the options cannot say it.
+// Set by loom_torch's wrappers of torch.distributed's collectives while one issues its
+// operation: whether its caller waits for it (setCallerWaits).
 thread_local bool tCallerWaits = false;
 
-// Whether a torch's options say if the caller waits: torch 2.8's do (asyncOp).
+// Whether an options type says itself whether the caller waits (asyncOp: torch 2.6 has it on
+// some types and sets it for broadcast only; 2.8 on more).
 template <typename Options, typename = void>
 struct HasAsyncOp : std::false_type {};
 template <typename Options>
 struct HasAsyncOp<Options, std::void_t<decltype(std::declval<const Options&>().asyncOp)>> : std::true_type {};
 
-// Whether the caller returns only once the operation has run (asyncOp false: a plain
-// `dist.all_reduce(t)`); where the options cannot say, this thread's word stands in.
+// Whether the caller returns only once the operation has run (a plain `dist.all_reduce(t)`):
+// the wrappers say so, or the options do (asyncOp, true unless torch set it false), for a
+// call made past the wrappers.
 template <typename Options>
 bool waits([[maybe_unused]] const Options& opts) {
   if constexpr (HasAsyncOp<Options>::value) {
-    return !opts.asyncOp;
-  } else {
-    return tCallerWaits;
+    if (!opts.asyncOp) return true;
   }
+  return tCallerWaits;
 }
 
 // LOOM_TORCH_MAPPED_MIN_BYTES (nothing where unset): declared in src/base/env.cc's table, read
@@ -306,8 +307,6 @@ std::optional<size_t> mappedMinBytesSetting() {
 }  // namespace
 
 bool setCallerWaits(bool callerWaits) { return std::exchange(tCallerWaits, callerWaits); }
-
-bool optionsSayCallerWaits() { return HasAsyncOp<c10d::AllreduceOptions>::value; }
 
 c10::intrusive_ptr<ProcessGroupBase> ProcessGroupLoom::create(const c10::intrusive_ptr<c10d::Store>& store,
                                                               int rank, int size,

@@ -37,10 +37,10 @@ using ProcessGroupBase = c10d::ProcessGroup;
 #endif
 
 // A blocking operation (its caller waits for it at once) runs on the caller's thread, with no
-// hand-off to the worker (runner.h). Torch 2.8's options say which operations block (asyncOp);
-// before it, loom_torch wraps torch.distributed's collectives, which then say it per thread:
-// setCallerWaits(true) while one that blocks issues its operation. Returns the previous word.
-bool optionsSayCallerWaits();
+// hand-off to the worker (runner.h). Torch's options cannot say which operations block (only
+// some of torch 2's carry asyncOp, and torch sets it for few), so loom_torch wraps
+// torch.distributed's collectives, which say it per thread: setCallerWaits(true) while one
+// that blocks issues its operation. Returns the previous word.
 bool setCallerWaits(bool callerWaits);
 
 class ProcessGroupLoom : public ProcessGroupBase {

@@ -387,10 +387,10 @@ def worker_switches():
 
 
 def case_caller_runs(rank, size):
-    """A blocking collective runs on its caller's thread: the worker is not woken for it (its
-    context switches stay put), on torch 1.13-2.7 through loom_torch's wrappers of
-    torch.distributed, on 2.8 through the options' asyncOp; an asynchronous one wakes the worker,
-    which runs it while the caller only polls."""
+    """A blocking collective runs on its caller's thread (loom_torch's wrappers of
+    torch.distributed say that its caller waits): the worker is not woken for it, its context
+    switches stay put; an asynchronous one wakes the worker, which runs it while the caller
+    only polls."""
     t = torch.ones(1 << 16)
     parts = [torch.empty(1 << 16) for _ in range(size)]
     dist.all_reduce(t)

@@ -27,7 +27,7 @@ def create_process_group(store, rank, size, timeout):
 def _saying_whether_caller_waits(fn):
     """fn, a collective of torch.distributed, telling the backend while it issues its operation
     whether its caller waits for it (async_op false): the caller's thread then runs it at once
-    instead of handing it to the worker. Torch 2.8's options say so themselves (asyncOp)."""
+    instead of handing it to the worker. Torch's options cannot say it for every collective."""
     params = inspect.signature(fn).parameters
     at = list(params).index("async_op")
     default = params["async_op"].default
@@ -46,9 +46,9 @@ def _saying_whether_caller_waits(fn):
 
 
 def _wrap_blocking_collectives():
-    """Every collective of torch.distributed that takes async_op, wrapped where torch's options
-    cannot say it, in both modules that name it (torch.distributed's own calls among them, as
-    all_gather_object's all_gather, go through distributed_c10d's)."""
+    """Every collective of torch.distributed that takes async_op, wrapped in both modules that
+    name it (torch.distributed's own calls among them, as all_gather_object's all_gather, go
+    through distributed_c10d's)."""
     for name, fn in list(vars(c10d).items()):
         # type(), not isinstance: the module's deprecated reduce_op warns on any attribute read.
         if (type(fn) is not types.FunctionType or getattr(fn, "loom_says_whether_caller_waits", False)
@@ -65,5 +65,4 @@ if "LOOM" not in dist.Backend._plugins:
         dist.Backend.register_backend("loom", create_process_group, devices=["cpu", "cuda"] if _C.cuda else ["cpu"])
     else:
         dist.Backend.register_backend("loom", create_process_group)
-    if not _C.options_say_caller_waits:
-        _wrap_blocking_collectives()
+    _wrap_blocking_collectives()
