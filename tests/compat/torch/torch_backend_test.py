@@ -804,6 +804,10 @@ def run_placement(rank, size, port, name, results):
             if rank in members:
                 dist.all_reduce(t, group=group)
                 expect_equal(t, sum(values(r, 1024) for r in members), "all_reduce in the one-host group")
+            # The store lives in rank 0's process, and torch 1.13's new_group ends with a barrier
+            # in it that each rank polls every 10 ms: rank 0 must not leave while another still
+            # polls (CI once saw "Broken pipe" there, rank 0 having finished its group call first).
+            dist.barrier()
         dist.destroy_process_group()
         results.put((name, rank, None))
     except Exception:  # noqa: BLE001
