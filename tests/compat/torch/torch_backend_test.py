@@ -408,6 +408,7 @@ def case_caller_runs(rank, size):
     time.sleep(0.05)
     before = worker_switches()
     poll_until_completed(dist.all_reduce(t, async_op=True), 30, "an asynchronous all_reduce the caller only polls")
+    time.sleep(0.01)  # the worker looks for more work for 200 µs, then blocks: a switch counted
     if worker_switches() == before:
         raise AssertionError("an asynchronous all_reduce completed without waking the worker")
     # A refused blocking call leaves this thread's word as it was (the next async_op=True call
