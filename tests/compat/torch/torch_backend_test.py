@@ -49,6 +49,12 @@ except ImportError as e:
 # support"); the older store serves these tests on every torch.
 os.environ.setdefault("USE_LIBUV", "0")
 try:
+    # Imported before loom_torch wraps torch.distributed's collectives, as a program using FSDP
+    # would: its table of collectives to trace then holds torch's own (case compiled).
+    import torch.distributed._functional_collectives  # noqa: F401
+except ImportError:  # torch 1.13
+    pass
+try:
     import loom_torch  # noqa: F401  (registers the backend)
 except ImportError as e:
     print(f"skipped: loom_torch is not built or not on PYTHONPATH ({e})")
@@ -422,6 +428,21 @@ def case_caller_runs(rank, size):
         raise AssertionError("a refused blocking call left the caller-waits word set")
 
 
+def case_compiled(rank, size):
+    """torch.compile traces dist.all_reduce on a loom group into one graph (fullgraph: a graph
+    break at loom_torch's wrapper would fail it), and the compiled step sums."""
+    if not hasattr(getattr(torch, "compiler", None), "is_compiling"):
+        raise Skip(f"torch {torch.__version__} has no torch.compiler.is_compiling (torch 2.3 and later have)")
+
+    def step(t):
+        dist.all_reduce(t)
+        return t * 2
+
+    t = values(rank, N).float()
+    out = torch.compile(step, backend="eager", fullgraph=True)(t)
+    expect_equal(out, 2 * reduced(size, N, dist.ReduceOp.SUM), "compiled all_reduce")
+
+
 class Skip(Exception):
     """A case this torch cannot run; its message says why."""
 
@@ -634,6 +655,7 @@ CASES = {
     "allreduce": case_allreduce,
     "order": case_order,
     "caller_runs": case_caller_runs,
+    "compiled": case_compiled,
     "broadcast_reduce": case_broadcast_reduce,
     "gathers": case_gathers,
     "reduce_scatter": case_reduce_scatter,

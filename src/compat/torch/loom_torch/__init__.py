@@ -11,10 +11,16 @@ import functools
 import inspect
 import types
 
+import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from . import _C
+
+# While torch.compile traces (torch 2.3 and later say so), a wrapper calls straight through, so
+# that the compiler meets torch's own collective, which it traces as a functional one, and not
+# _C's calls, where it would break the graph.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
 __all__ = ["create_process_group"]
 
@@ -34,6 +40,8 @@ def _saying_whether_caller_waits(fn):
 
     @functools.wraps(fn)
     def collective(*args, **kwargs):
+        if _compiling():
+            return fn(*args, **kwargs)
         async_op = kwargs["async_op"] if "async_op" in kwargs else args[at] if len(args) > at else default
         before = _C.set_caller_waits(not async_op)
         try:
