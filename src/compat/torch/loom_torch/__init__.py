@@ -49,18 +49,16 @@ def _saying_whether_caller_waits(fn):
         finally:
             _C.set_caller_waits(before)
 
-    collective.loom_says_whether_caller_waits = True
     return collective
 
 
 def _wrap_blocking_collectives():
     """Every collective of torch.distributed that takes async_op, wrapped in both modules that
     name it (torch.distributed's own calls among them, as all_gather_object's all_gather, go
-    through distributed_c10d's)."""
+    through distributed_c10d's). Once: the backend's registration above guards it."""
     for name, fn in list(vars(c10d).items()):
         # type(), not isinstance: the module's deprecated reduce_op warns on any attribute read.
-        if (type(fn) is not types.FunctionType or getattr(fn, "loom_says_whether_caller_waits", False)
-                or "async_op" not in inspect.signature(fn).parameters):
+        if type(fn) is not types.FunctionType or "async_op" not in inspect.signature(fn).parameters:
             continue
         wrapped = _saying_whether_caller_waits(fn)
         setattr(c10d, name, wrapped)
