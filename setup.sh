@@ -24,7 +24,7 @@ PACKAGES=(
   iproute2
   graphviz
   clang libclang-rt-14-dev
-  python3-torch libtorch-dev pybind11-dev python3-setuptools
+  python3-torch libtorch-dev pybind11-dev python3-setuptools python3-pip python3-venv
 )
 
 say() { echo "setup.sh: $*"; }

@@ -26,7 +26,7 @@ done
 say() { echo "torch2_chroot.sh: $*"; }
 
 packages=(python3 python3-torch libtorch-dev pybind11-dev python3-setuptools g++ meson ninja-build pkg-config
-          libhwloc-dev libucx-dev libibverbs-dev libgtest-dev libgmock-dev git procps iproute2)
+          libhwloc-dev libucx-dev libibverbs-dev libgtest-dev libgmock-dev git procps iproute2 python3-pip python3-venv)
 if [[ ! -x "$root/usr/bin/apt-get" ]]; then
   command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap
   say "making a Debian trixie root in $root"
