@@ -1,8 +1,15 @@
-"""DDP training with PyTorch on Loom: the Gloo version of this script, with the backend's
+r"""DDP training with PyTorch on Loom: the Gloo version of this script, with the backend's
 name changed (and loom_torch imported, which registers it).
 
     PYTHONPATH=build/python torchrun --nproc_per_node 2 examples/torch_ddp.py
-    (Debian: /usr/bin/python3 -m torch.distributed.run --nproc_per_node 2 examples/torch_ddp.py)
+
+Debian 12's torch 1.13 has a torchrun that fails under its Python 3.11; there, start each rank
+with the variables torchrun would set:
+
+    for r in 0 1; do RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 \
+      PYTHONPATH=build/python python3 examples/torch_ddp.py & done; wait
+
+tests/compat/torch/example_test.py runs it (under torchrun where it works) beside its Gloo version.
 """
 import torch
 import torch.distributed as dist
@@ -29,9 +36,9 @@ def main():
         opt.step()
         if step % 50 == 0 or step == 199:
             reported = loss.detach().clone()
-            dist.all_reduce(reported, op=dist.ReduceOp.AVG)
+            dist.all_reduce(reported)  # a sum, then divided: Gloo has no ReduceOp.AVG
             if rank == 0:
-                print(f"step {step}: mean loss over {world} ranks {reported.item():.4f}", flush=True)
+                print(f"step {step}: mean loss over {world} ranks {reported.item() / world:.4f}", flush=True)
     dist.destroy_process_group()
 
 

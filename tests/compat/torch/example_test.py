@@ -1,0 +1,97 @@
+"""examples/torch_ddp.py as README runs it: 2 ranks under torchrun, on backend "loom", and again
+as its Gloo version (the same file with the backend's name changed). Both must finish on every
+rank, the loss must fall, and the losses rank 0 prints must be the same digits on both backends
+(DDP on 2 ranks is bitwise equal to Gloo's, torch_backend_test's ddp case).
+
+    PYTHONPATH=<builddir>/python python3 tests/compat/torch/example_test.py
+
+torch 1.13's torchrun fails under Python 3.11 inside its elastic agent, before any backend is
+made; there the test starts the ranks itself with the variables torchrun sets, and says so.
+Exit status 77 (skipped, reason printed) where torch or loom_torch is not importable.
+"""
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "..", "..", "examples", "torch_ddp.py")
+LOSS = re.compile(r"step (\d+): mean loss over 2 ranks (\S+)")
+
+try:
+    import torch
+    import loom_torch  # noqa: F401
+except ImportError as e:
+    print(f"skipped: torch or loom_torch is not importable by {sys.executable} ({e})")
+    sys.exit(77)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_works():
+    major = int(torch.__version__.split(".")[0])
+    return major >= 2 or sys.version_info < (3, 11)
+
+
+def run(script, backend):
+    """Runs `script` on 2 ranks; rank 0's (step, loss) lines, or exits saying what failed."""
+    port = str(free_port())
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    if torchrun_works():
+        procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                                   "--master_port", port, script], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, text=True)]
+    else:
+        procs = [subprocess.Popen([sys.executable, script],
+                                  env=dict(env, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE="2",
+                                           MASTER_ADDR="127.0.0.1", MASTER_PORT=port),
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            sys.exit(f"FAIL: {backend}: the example did not finish within 300 s")
+        outputs.append(out)
+        if p.returncode != 0:
+            sys.exit(f"FAIL: {backend}: exit status {p.returncode}:\n{out}")
+    losses = [(int(step), loss) for step, loss in LOSS.findall("".join(outputs))]
+    if [step for step, _ in losses] != [0, 50, 100, 150, 199]:
+        sys.exit(f"FAIL: {backend}: rank 0 printed {losses}, not steps 0, 50, 100, 150, 199:\n" + "".join(outputs))
+    return losses
+
+
+def main():
+    launcher = "torchrun" if torchrun_works() else "2 processes with torchrun's variables"
+    if not torchrun_works():
+        print(f"torch {torch.__version__}'s torchrun fails under Python {sys.version.split()[0]} (its elastic "
+              "agent): the ranks are started with RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT")
+    with tempfile.TemporaryDirectory() as tmp:
+        gloo = os.path.join(tmp, "torch_gloo_ddp.py")
+        with open(EXAMPLE) as f:
+            source = f.read()
+        if source.count('init_process_group("loom")') != 1:
+            sys.exit('FAIL: examples/torch_ddp.py no longer calls init_process_group("loom") once')
+        with open(gloo, "w") as f:
+            f.write(source.replace('init_process_group("loom")', 'init_process_group("gloo")'))
+        loom = run(EXAMPLE, "loom")
+        reference = run(gloo, "gloo")
+    print(f"{launcher}: loom {loom}")
+    print(f"{launcher}: gloo {reference}")
+    if float(loom[-1][1]) >= float(loom[0][1]) / 10:
+        sys.exit(f"FAIL: the loss fell from {loom[0][1]} to only {loom[-1][1]}")
+    if loom != reference:
+        sys.exit("FAIL: loom's losses differ from gloo's")
+    print("1 passed, 0 failed")
+
+
+if __name__ == "__main__":
+    main()
