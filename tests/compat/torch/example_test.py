@@ -5,8 +5,9 @@ rank, the loss must fall, and the losses rank 0 prints must be the same digits o
 
     PYTHONPATH=<builddir>/python python3 tests/compat/torch/example_test.py
 
-torch 1.13's torchrun fails under Python 3.11 inside its elastic agent, before any backend is
-made; there the test starts the ranks itself with the variables torchrun sets, and says so.
+Where torchrun cannot work, the test starts the ranks itself with the variables torchrun sets,
+and says why: torch 1.13's torchrun fails under Python 3.11 inside its elastic agent, and a
+torch built without libuv (Debian 13's 2.6) has a torchrun whose store asks for libuv.
 Exit status 77 (skipped, reason printed) where torch or loom_torch is not importable.
 """
 import os
@@ -34,16 +35,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def torchrun_works():
-    major = int(torch.__version__.split(".")[0])
-    return major >= 2 or sys.version_info < (3, 11)
+def why_not_torchrun():
+    """Why this torch's torchrun cannot start the ranks; None where it can."""
+    if int(torch.__version__.split(".")[0]) < 2 and sys.version_info >= (3, 11):
+        return (f"torch {torch.__version__}'s torchrun fails under Python {sys.version.split()[0]} "
+                "(its elastic agent)")
+    try:
+        # As torchrun's rendezvous makes its store: with torch's default transport.
+        torch.distributed.TCPStore("127.0.0.1", 0, 1, True)
+    except RuntimeError as e:
+        return f"torchrun's store cannot be made on torch {torch.__version__} ({e})"
+    return None
 
 
 def run(script, backend):
     """Runs `script` on 2 ranks; rank 0's (step, loss) lines, or exits saying what failed."""
     port = str(free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if torchrun_works():
+    if why_not_torchrun() is None:
         procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                                    "--master_port", port, script], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)]
@@ -70,10 +79,10 @@ def run(script, backend):
 
 
 def main():
-    launcher = "torchrun" if torchrun_works() else "2 processes with torchrun's variables"
-    if not torchrun_works():
-        print(f"torch {torch.__version__}'s torchrun fails under Python {sys.version.split()[0]} (its elastic "
-              "agent): the ranks are started with RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT")
+    why = why_not_torchrun()
+    launcher = "torchrun" if why is None else "2 processes with torchrun's variables"
+    if why is not None:
+        print(f"{why}: the ranks are started with RANK WORLD_SIZE LOCAL_RANK MASTER_ADDR MASTER_PORT")
     with tempfile.TemporaryDirectory() as tmp:
         gloo = os.path.join(tmp, "torch_gloo_ddp.py")
         with open(EXAMPLE) as f:
