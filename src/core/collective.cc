@@ -2,7 +2,6 @@
 #include "core/collective.h"
 
 #include <algorithm>
-#include <vector>
 
 #include "algorithms/algorithm.h"
 #include "algorithms/select.h"
@@ -11,7 +10,6 @@
 #include "core/device_comm.h"
 #include "core/mapped_allreduce.h"
 #include "core/one_shot.h"
-#include "kernels/reduce.h"
 
 namespace loom {
 namespace {
@@ -157,13 +155,7 @@ Status runAlone(const CollectiveCall& call) {
     LOOM_INFO("comm %016llx: %s uses oneshot (%s), straight on the board", static_cast<unsigned long long>(comm.commId()),
               call.info.describe().c_str(), reasoning(call, chooseFor(call)).c_str());
   }
-  if (!call.info.preMul.on) return runOneShot(comm, call.info.seq, call.info, call.send, call.recv);
-  size_t sendBytes = 0, recvBytes = 0;
-  bufferBytes(call.info, comm.rank(), comm.nranks(), &sendBytes, &recvBytes);
-  std::vector<char> scaled(sendBytes);
-  kernels::multiply(scaled.data(), call.send, sendBytes / typeSize(call.info.type), call.info.type,
-                    call.info.preMul.scalar());
-  return runOneShot(comm, call.info.seq, call.info, scaled.data(), call.recv);
+  return runOneShot(comm, call.info.seq, call.info, call.send, call.recv);
 }
 
 void appendCollective(Plan& plan, const CollectiveCall& call) {
@@ -203,18 +195,18 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
                args.channels);
   }
   plan.beginCall(args.info);
-  const int preMultiplied = addPreMultiply(plan, call, &args.send);
-  size_t first = plan.steps.size();
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr && !plan.deviceMemory) {
+    // Posting multiplies a premultiplied sum's part straight into the board (postOneShot).
     Step step{Step::Kind::kOneShot};
     step.src = args.send;
     step.dst = call.recv;
     step.bytes = bytes;
     step.finalize = call.info.op == loomAvg;
-    step.after = preMultiplied;
     plan.add(step);
     return;
   }
+  const int preMultiplied = addPreMultiply(plan, call, &args.send);
+  size_t first = plan.steps.size();
   int mapped = Step::kNone;
   if (triesMapped(comm, plan, call, bytes)) {
     Step step = mappedStep(args.send, call.recv, bytes);

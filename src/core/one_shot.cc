@@ -17,9 +17,13 @@
 namespace loom {
 
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
+  transport::ShmBoard& board = *comm.board();
   encodeCallInfo(*op.call, op.header);
-  if (announceSeq != 0) comm.board()->announce(announceSeq, op.header);
-  comm.board()->post(op.round, op.header, op.src, op.bytes);
+  if (announceSeq != 0) board.announce(announceSeq, op.header);
+  const CallInfo& call = *op.call;
+  if (!call.preMul.on) return board.post(op.round, op.header, op.src, op.bytes);
+  kernels::multiply(board.ownData(op.round), op.src, op.bytes / typeSize(call.type), call.type, call.preMul.scalar());
+  board.publish(op.round, op.header);
 }
 
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done) {

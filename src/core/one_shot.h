@@ -24,7 +24,8 @@ struct OneShot {
   uint8_t* header;
 };
 
-// Publishes this rank's part (never waits); with announceSeq != 0 also announces the call
+// Publishes this rank's part (never waits): src, or for a premultiplied sum src times its
+// scalar, multiplied straight into the board; with announceSeq != 0 also announces the call
 // under that number (see announceCall), from the same encoded header.
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
 // *done once every rank has posted and dst holds the result; a mismatched call is

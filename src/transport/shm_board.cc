@@ -46,11 +46,10 @@ Status ShmBoard::create(Bootstrap& bootstrap, const std::string& dir, std::uniqu
   return Status::ok();
 }
 
-void ShmBoard::post(uint64_t round, const uint8_t* header, const void* data, size_t bytes) {
+void ShmBoard::publish(uint64_t round, const uint8_t* header) {
   static_assert(offsetof(Slot, data) == 32, "small data must share the round's cache line");
   Slot& s = slot(rank_, round);
   std::memcpy(s.header, header, kHeaderBytes);
-  if (bytes > 0) std::memcpy(s.data, data, bytes);
   s.round.store(round, std::memory_order_release);
 }
 

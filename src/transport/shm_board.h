@@ -14,6 +14,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -35,8 +36,15 @@ class ShmBoard {
   // segment in `dir`, the others map it, and it is unlinked once all have.
   static Status create(Bootstrap& bootstrap, const std::string& dir, std::unique_ptr<ShmBoard>* out);
 
-  // Publishes this rank's part of round `round`: the call header, then `bytes` of data.
-  void post(uint64_t round, const uint8_t* header, const void* data, size_t bytes);
+  // This rank's data area (kMaxBytes) in round `round`: filled in place, then published.
+  void* ownData(uint64_t round) { return slot(rank_, round).data; }
+  // Publishes this rank's part of round `round`: the call header, the data already in ownData.
+  void publish(uint64_t round, const uint8_t* header);
+  // Copies `bytes` of data into ownData(round) and publishes them.
+  void post(uint64_t round, const uint8_t* header, const void* data, size_t bytes) {
+    if (bytes > 0) std::memcpy(ownData(round), data, bytes);
+    publish(round, header);
+  }
   // Whether rank q has posted round `round` (inline: a waiting rank asks in a tight loop).
   bool posted(int q, uint64_t round) const {
     return slot(q, round).round.load(std::memory_order_acquire) == round;

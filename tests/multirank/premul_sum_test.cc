@@ -1,8 +1,9 @@
 // Premultiplied sums (loomRedOpCreatePreMulSum) beyond the reference matrix, which runs them
 // with immediate scalars (collective_reference.h): a scalar read through its pointer at each
 // call, ops destroyed and their numbers given again while calls that used them wait in a
-// group or on a host stream, and the mapped allreduce. On host communicators and on the
-// emulated device (LOOM_DEVICE_EMULATION=1), as threads and as processes.
+// group or on a host stream, the one-shot allreduce and the mapped allreduce. On host
+// communicators and on the emulated device (LOOM_DEVICE_EMULATION=1), as threads and as
+// processes.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -29,6 +30,7 @@ class PreMulSum : public testing::TestWithParam<Where> {
  protected:
   void run(int nranks, const std::function<void(loomComm_t, int)>& body) {
     ScopedEnv env;
+    if (!algo_.empty()) env.set("LOOM_ALGO", algo_);
     loomtest::RankOptions options;
     if (GetParam().device) {
       env.set("LOOM_DEVICE_EMULATION", "1");
@@ -36,6 +38,7 @@ class PreMulSum : public testing::TestWithParam<Where> {
     }
     loomtest::runRanks(nranks, GetParam().mode, body, options);
   }
+  std::string algo_;  // LOOM_ALGO while run() runs ("": unset)
 };
 
 // Every element of `values` equals `want`; else the first that does not.
@@ -98,6 +101,36 @@ TEST_P(PreMulSum, GroupedCallsKeepTheirScalarAfterTheOpIsGone) {
     expectAll(scattered, sumOfRanksPlusOne(n), "reduce-scatter by rank + 1");
     expectAll(input, 1.0f, "the reduce-scatter's input");
     expectAll(reduced, rank == 1 ? sumOfRanksPlusOne(n) : -1.0f, rank == 1 ? "reduce's root" : "a non-root's recvbuff");
+  });
+}
+
+// Calls for the one-shot allreduce on the shared-memory board, which multiplies each rank's part
+// straight into its slot: alone (no plan) and grouped (a plan's board step), in place and out
+// of place, with an immediate scalar and one read through its pointer.
+TEST_P(PreMulSum, SmallCallsOnTheBoard) {
+  algo_ = "oneshot";
+  run(3, [](loomComm_t comm, int rank) {
+    const float byRank = static_cast<float>(rank + 1);
+    float byTwo = 2.0f;
+    loomRedOp_t immediate = loomSum, pointed = loomSum;
+    LOOM_ASSERT_OK(loomRedOpCreatePreMulSum(&immediate, const_cast<float*>(&byRank), loomFloat32,
+                                            loomScalarHostImmediate, comm), comm);
+    LOOM_ASSERT_OK(loomRedOpCreatePreMulSum(&pointed, &byTwo, loomFloat32, loomScalarDevice, comm), comm);
+    for (size_t count : {1, 7, 1000}) {
+      std::vector<float> in(count, 1.0f), out(count, -1.0f);
+      LOOM_ASSERT_OK(loomAllReduce(in.data(), out.data(), count, loomFloat32, immediate, comm, nullptr), comm);
+      expectAll(out, sumOfRanksPlusOne(3), "alone, out of place");
+      expectAll(in, 1.0f, "alone, its input");
+      std::vector<float> a(count, 1.0f), b(count, 3.0f);
+      LOOM_ASSERT_OK(loomGroupStart(), comm);
+      LOOM_EXPECT_OK(loomAllReduce(a.data(), a.data(), count, loomFloat32, immediate, comm, nullptr), comm);
+      LOOM_EXPECT_OK(loomAllReduce(b.data(), b.data(), count, loomFloat32, pointed, comm, nullptr), comm);
+      LOOM_ASSERT_OK(loomGroupEnd(), comm);
+      expectAll(a, sumOfRanksPlusOne(3), "grouped, in place, immediate scalar");
+      expectAll(b, 3 * 3.0f * 2.0f, "grouped, in place, scalar through its pointer");
+    }
+    LOOM_EXPECT_OK(loomRedOpDestroy(immediate, comm), comm);
+    LOOM_EXPECT_OK(loomRedOpDestroy(pointed, comm), comm);
   });
 }
 
