@@ -85,17 +85,22 @@ TreeNode hostDoubleTree(const std::vector<int>& hostStarts, int n, int p, int t)
 
 namespace {
 
+// The child whose bytes a node reduces first, straight from its own input (reduceUp takes
+// its children in this order); -1 for a leaf.
+int firstChildOf(const TreeNode& node) {
+  for (int child : node.children) {
+    if (child >= 0) return child;
+  }
+  return -1;
+}
+
 // Whether the rank at position p is its parent's first child in `shape` (a position's node,
 // neighbours as positions): the parent reduces that child's bytes as they arrive, through
 // the FIFO, where it stages a later child's until the first is reduced (reduceUp).
 template <class Shape>
 bool firstChild(Shape shape, int p) {
   const int parent = shape(p).parent;
-  if (parent < 0) return false;
-  for (int child : shape(parent).children) {
-    if (child >= 0) return child == p;
-  }
-  return false;
+  return parent >= 0 && firstChildOf(shape(parent)) == p;
 }
 
 // Up the tree for one slice: reduce what the children send into `acc` (starting from this
@@ -110,7 +115,8 @@ int reduceUp(Plan& plan, const TreeNode& node, int channel, const void* own, voi
   for (int child : node.children) {
     if (child < 0) continue;
     ++seen;
-    Step st = linkStep(Step::Kind::kRecvReduce, child, channel, last == Step::kNone ? own : acc, acc, bytes);
+    const bool first = child == firstChildOf(node);
+    Step st = linkStep(Step::Kind::kRecvReduce, child, channel, first ? own : acc, acc, bytes);
     // The second child's bytes may arrive early; only its write waits for the first.
     st.writeAfter = last;
     st.finalize = finalizeAtRoot && node.parent < 0 && seen == childCount;
