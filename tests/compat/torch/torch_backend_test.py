@@ -206,6 +206,30 @@ def case_gathers(rank, size):
         expect_equal(s, values(rank, N, offset=100), f"scatter {dtype}")
 
 
+def case_objects(rank, size):
+    """torch.distributed's object collectives: each rank's object pickled into a byte tensor of
+    its own length, the lengths exchanged first (all_gather_object pads to the longest)."""
+    mine = {"rank": rank, "payload": "x" * (1000 * rank + 1), "floats": [0.5 * rank] * rank}
+    want = lambda r: {"rank": r, "payload": "x" * (1000 * r + 1), "floats": [0.5 * r] * r}
+    gathered = [None] * size
+    dist.all_gather_object(gathered, mine)
+    if gathered != [want(r) for r in range(size)]:
+        raise AssertionError(f"all_gather_object: {[g['rank'] if g else g for g in gathered]}")
+    root = size - 1
+    listed = [want(root), "second", 3] if rank == root else [None, None, None]
+    dist.broadcast_object_list(listed, src=root)
+    if listed != [want(root), "second", 3]:
+        raise AssertionError(f"broadcast_object_list: {listed[1:]}")
+    into = [None] * size if rank == 0 else None
+    dist.gather_object(mine, into, dst=0)
+    if rank == 0 and into != [want(r) for r in range(size)]:
+        raise AssertionError("gather_object")
+    out = [None]
+    dist.scatter_object_list(out, [want(r) for r in range(size)] if rank == root else None, src=root)
+    if out[0] != want(rank):
+        raise AssertionError(f"scatter_object_list: rank {rank} got {out[0] and out[0]['rank']}")
+
+
 def case_reduce_scatter(rank, size):
     for dtype in DTYPES:
         for op in OPS:
@@ -658,6 +682,7 @@ CASES = {
     "compiled": case_compiled,
     "broadcast_reduce": case_broadcast_reduce,
     "gathers": case_gathers,
+    "objects": case_objects,
     "reduce_scatter": case_reduce_scatter,
     "alltoall": case_alltoall,
     "p2p": case_p2p,
