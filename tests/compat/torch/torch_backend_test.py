@@ -10,9 +10,10 @@ refusals with a message; DDP on "loom" against the same training on "gloo" (bitw
 2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
 mid-training, after which every survivor raises within the timeout; DDP once more with its
 buckets in loomMemAlloc memory (case ddp_mapped) and the allocator that puts them there (case
-mapped_tensors). Where loom_torch has CUDA
+mapped_tensors); FullyShardedDataParallel against gloo alike (case fsdp, where FSDP can be
+imported: not on torch 1.13 under Python 3.11). Where loom_torch has CUDA
 tensors and a GPU exists (every rank on one), the collectives and DDP on CUDA tensors too
-(cases cuda, ddp_cuda); torch 2's coalesced tensor collectives (case coalesced) and float8
+(cases cuda, ddp_cuda, fsdp_cuda); torch 2's coalesced tensor collectives (case coalesced) and float8
 dtypes (case float8, torch 2.1 and later). A case this
 machine cannot run says why and counts as skipped.
 
@@ -730,7 +731,7 @@ class Phases:
         return "; ".join(self.marks)
 
 
-def train(rank, size, port, backend, hook, phases, device="cpu", steps=20):
+def train(rank, size, port, backend, variant, phases, device="cpu", steps=20):
     # Gloo's reference run on loopback: without it, gloo resolves the host name to pick an
     # interface, which depends on the machine's resolver, not on anything under test here.
     if backend == "gloo":
@@ -740,8 +741,14 @@ def train(rank, size, port, backend, hook, phases, device="cpu", steps=20):
     phases.mark(f"{backend}: training")
     torch.manual_seed(1234)
     model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
-    ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
-    if hook:
+    if variant == "fsdp":
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        # Each rank keeps a shard of every parameter: all_gather_into_tensor before each layer
+        # runs, reduce_scatter_tensor of its gradients.
+        ddp = FullyShardedDataParallel(model, device_id=torch.device(device), use_orig_params=True)
+    else:
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+    if variant == "fp16_hook":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
@@ -752,7 +759,11 @@ def train(rank, size, port, backend, hook, phases, device="cpu", steps=20):
         opt.zero_grad()
         torch.nn.functional.cross_entropy(ddp(x.to(device)), y.to(device)).backward()
         opt.step()
-    params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+    if variant == "fsdp":
+        with type(ddp).summon_full_params(ddp):
+            params = torch.cat([p.detach().flatten() for p in ddp.parameters()]).cpu()
+    else:
+        params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
     phases.mark(f"{backend}: trained")
     dist.destroy_process_group()
     # torch 1.13's ProcessGroupGloo destructor joins its worker with the GIL held, while the
@@ -768,16 +779,24 @@ def train(rank, size, port, backend, hook, phases, device="cpu", steps=20):
 
 
 def ddp_name(variant, device):
-    return "ddp" + (f"_{variant}" if variant else "") + ("_cuda" if device == "cuda" else "")
+    base = "fsdp" if variant == "fsdp" else "ddp" + (f"_{variant}" if variant else "")
+    return base + ("_cuda" if device == "cuda" else "")
 
 
 def run_ddp(rank, size, ports, variant, device, results):
-    """variant: "" (DDP as it comes), "fp16_hook" (fp16 compression) or "mapped" (the test
-    model's buckets, 76 KiB, in loomMemAlloc memory and reduced by the mapped allreduce)."""
+    """variant: "" (DDP as it comes), "fp16_hook" (fp16 compression), "mapped" (the test
+    model's buckets, 76 KiB, in loomMemAlloc memory and reduced by the mapped allreduce) or
+    "fsdp" (FullyShardedDataParallel instead of DDP)."""
     name = ddp_name(variant, device)
     hook = variant == "fp16_hook"
     phases = Phases()
     try:
+        if variant == "fsdp":
+            try:
+                from torch.distributed.fsdp import FullyShardedDataParallel  # noqa: F401
+            except Exception as e:  # noqa: BLE001 (torch 1.13 under Python 3.11: a ValueError)
+                results.put((name, rank, ("skip", f"FSDP cannot be imported on torch {torch.__version__}: {e}")))
+                return
         if variant == "mapped":
             os.environ["LOOM_MAPPED_MIN_BYTES"] = "4096"  # the allocator follows it
         if device == "cuda":
@@ -788,8 +807,8 @@ def run_ddp(rank, size, ports, variant, device, results):
                 return
             torch.backends.cuda.matmul.allow_tf32 = False
             torch.backends.cudnn.allow_tf32 = False
-        on_loom, _ = train(rank, size, ports[0], "loom", hook, phases, device)
-        on_gloo, gloo_objects = train(rank, size, ports[1], "gloo", hook, phases)
+        on_loom, _ = train(rank, size, ports[0], "loom", variant, phases, device)
+        on_gloo, gloo_objects = train(rank, size, ports[1], "gloo", variant, phases)
         # 2 ranks add in one order whatever the algorithm: the same bits. More ranks add in the
         # algorithm's order (Loom's and Gloo's differ), so the parameters drift apart by rounding:
         # ||loom - gloo|| / ||gloo|| after the steps, within 1e-6 in float32, 1e-3 through fp16.
@@ -940,7 +959,7 @@ def main():
             for name in names:
                 tally(f"{name} on {size} rank(s)", [x for x in reports if x[0] == name], range(size), codes)
         for device in ("cpu", "cuda"):
-            for variant in ("", "fp16_hook") + (("mapped",) if device == "cpu" else ()):
+            for variant in ("", "fp16_hook", "fsdp") + (("mapped",) if device == "cpu" else ()):
                 name = ddp_name(variant, device)
                 if size > 1 and (not args.only or args.only == name):
                     reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), variant, device))
