@@ -75,9 +75,10 @@ Status compare(const std::vector<Fingerprint>& all) {
   for (size_t i = 0; i < kShown && i < first.calls; ++i) {
     CallInfo a, b;
     if (!decodeCallInfo(first.shown[i], &a) || !decodeCallInfo(odd.shown[i], &b) || a == b) continue;
-    return error(loomInvalidUsage, "LOOM_CHECK: mismatched calls: %s called %s, %s called %s; the %s differ%s",
-                 who.c_str(), a.describe().c_str(), whoElse.c_str(), b.describe().c_str(),
-                 differingFields(a, b).c_str(), more.c_str());
+    const std::string fields = differingFields(a, b);
+    return error(loomInvalidUsage, "LOOM_CHECK: mismatched calls: %s called %s, %s called %s; the %s differ%s%s",
+                 who.c_str(), a.describe().c_str(), whoElse.c_str(), b.describe().c_str(), fields.c_str(),
+                 fields.find(',') == std::string::npos ? "s" : "", more.c_str());
   }
   return error(loomInvalidUsage,
                "LOOM_CHECK: mismatched calls: %s and %s launched %llu collectives together that differ after the "

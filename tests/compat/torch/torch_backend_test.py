@@ -8,7 +8,8 @@ against values computed here: every operation of the process group for every dty
 Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
 refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
 2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
-mid-training, after which every survivor raises within the timeout; DDP once more with its
+mid-training, after which every survivor raises within the timeout, and so do mismatched calls
+under LOOM_CHECK=1 and a rank that never calls (cases mismatch_checked, timeout); DDP once more with its
 buckets in loomMemAlloc memory (case ddp_mapped) and the allocator that puts them there (case
 mapped_tensors); FullyShardedDataParallel against gloo alike (case fsdp, where FSDP can be
 imported: not on torch 1.13 under Python 3.11). Where loom_torch has CUDA
@@ -903,6 +904,38 @@ def run_killed(rank, size, port, results):
     results.put(("killed_rank", rank, "the survivors never raised"))
 
 
+# Failures a rank does not cause by dying (that is run_killed): each must reach every rank that
+# waits as a RuntimeError carrying Loom's own message, within the group's timeout. Each kind in
+# processes of its own, its group left broken.
+FAILURES = {
+    # LOOM_CHECK=1: the ranks compare each call first; rank 0's count differs from the others'.
+    "mismatch_checked": ({"LOOM_CHECK": "1"}, "mismatched calls"),
+    # Rank 0 never calls: the others' no-progress timeout (2 s) ends their call.
+    "timeout": ({}, "timed out after"),
+}
+
+
+def run_failure(rank, size, port, kind, results):
+    env, expected = FAILURES[kind]
+    os.environ.update(env)
+    init(rank, size, port, timeout_s=2)
+    if kind == "timeout" and rank == 0:
+        time.sleep(6)  # past the others' deadline, then gone without calling
+        results.put((kind, rank, None))
+        os._exit(0)
+    t = torch.ones(10 if kind == "mismatch_checked" and rank == 0 else 20)
+    start = time.monotonic()
+    try:
+        dist.all_reduce(t)
+        results.put((kind, rank, f"all_reduce returned {t[:3].tolist()}... instead of raising"))
+    except RuntimeError as e:
+        waited = time.monotonic() - start
+        ok = waited < 4 and expected in str(e)
+        results.put((kind, rank, None if ok else f"raised after {waited:.1f} s without '{expected}': {e}"))
+        print(f"{kind}: rank {rank}: raised after {waited:.2f} s: {str(e).splitlines()[0][:200]}", flush=True)
+    os._exit(0)  # the group cannot be torn down cleanly once it failed
+
+
 def spawn(fn, size, args):
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
@@ -968,6 +1001,10 @@ def main():
             if size > 1 and (not args.only or args.only == name):
                 reports, codes = spawn(run_placement, size, (free_port(), name))
                 tally(f"{name} on {size} ranks", reports, range(size), codes)
+        for kind in FAILURES:
+            if size > 1 and (not args.only or args.only == kind):
+                reports, codes = spawn(run_failure, size, (free_port(), kind))
+                tally(f"{kind} on {size} ranks", reports, range(size), codes)
         if size > 1 and (not args.only or args.only == "killed_rank"):
             reports, codes = spawn(run_killed, size, (free_port(),))
             tally(f"killed_rank on {size} ranks", reports, range(size - 1), codes)
