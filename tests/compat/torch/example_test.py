@@ -17,6 +17,9 @@ import subprocess
 import sys
 import tempfile
 
+# As README tells users of a torch 2 without libuv (Debian's): init_process_group's env://
+# store asks for libuv unless USE_LIBUV=0 (torch_backend_test.py sets it alike).
+os.environ.setdefault("USE_LIBUV", "0")
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "..", "examples", "torch_ddp.py")
 LOSS = re.compile(r"step (\d+): mean loss over 2 ranks (\S+)")
