@@ -19,7 +19,10 @@
 #   --part P         device (default): the steps above; torch: instead, build the backend
 #                    loom_torch with torch's extension tooling against python3's torch (the
 #                    GPU machine's is torch 2) and the bundle's libloom, and run its tests
-#                    (tests/compat/torch/torch_backend_test.py, 1-4 ranks, CUDA tensors too),
+#                    that need that machine (tests/compat/torch/torch_backend_test.py, 1-4
+#                    ranks: CUDA tensors, DDP and FSDP on them, and what differs on its torch 2:
+#                    blocking calls on the caller's thread, torch.compile; the CPU cases run on
+#                    torch 2.6 in tests/compat/torch/torch2_chroot.sh),
 #                    then PyTorch's backend "nccl" and CuPy on Loom's libnccl.so.2
 #                    (tests/compat/nccl/frameworks_on_shim.py), NVIDIA's nccl-tests on it
 #                    (1 and 2 ranks, 8 B to 64 MiB: what device time allows) where their kit is,
@@ -154,7 +157,8 @@ if [[ $part == torch ]]; then
     "$work/tmp" "$work/stamp"
   if [[ -f $work/stamp ]]; then
     run torch-backend env PYTHONPATH="$work/python" LOOM_TIMEOUT_MS=60000 timeout -k 10 300 "$python" \
-      tests/compat/torch/torch_backend_test.py --ranks 1,2,3,4
+      tests/compat/torch/torch_backend_test.py --ranks 1,2,3,4 \
+      --only cuda,ddp_cuda,ddp_fp16_hook_cuda,fsdp_cuda,caller_runs,compiled,allreduce
   fi
   # PyTorch's own backend "nccl" and CuPy on Loom's libnccl.so.2, 2 ranks on the one GPU; then
   # what NCCL itself does with them (it refuses two ranks on one GPU).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """torch.distributed on the backend "loom" (src/compat/torch, docs/COMPAT_TORCH.md).
 
-    torch_backend_test.py [--ranks 1,2,3,4] [--only NAME]
+    torch_backend_test.py [--ranks 1,2,3,4] [--only NAME[,NAME...]]
 
 Each case runs as 1-4 processes (torch.multiprocessing, init_method tcp://) and checks
 against values computed here: every operation of the process group for every dtype torch and
@@ -966,6 +966,7 @@ def main():
     parser.add_argument("--only", default="")
     args = parser.parse_args()
     sizes = [int(s) for s in args.ranks.split(",")]
+    only = set(filter(None, args.only.split(",")))
     passed = failed = skipped = 0
 
     def tally(label, reports, expected_ranks, codes):
@@ -986,7 +987,7 @@ def main():
         failed += bool(errors)
 
     for size in sizes:
-        names = [n for n in CASES if not args.only or n == args.only]
+        names = [n for n in CASES if not only or n in only]
         if names:
             reports, codes = spawn(run_cases, size, (free_port(), names))
             for name in names:
@@ -994,18 +995,18 @@ def main():
         for device in ("cpu", "cuda"):
             for variant in ("", "fp16_hook", "fsdp") + (("mapped",) if device == "cpu" else ()):
                 name = ddp_name(variant, device)
-                if size > 1 and (not args.only or args.only == name):
+                if size > 1 and (not only or name in only):
                     reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), variant, device))
                     tally(f"{name} against gloo on {size} ranks", reports, range(size), codes)
         for name in MAPPED_PLACEMENTS:
-            if size > 1 and (not args.only or args.only == name):
+            if size > 1 and (not only or name in only):
                 reports, codes = spawn(run_placement, size, (free_port(), name))
                 tally(f"{name} on {size} ranks", reports, range(size), codes)
         for kind in FAILURES:
-            if size > 1 and (not args.only or args.only == kind):
+            if size > 1 and (not only or kind in only):
                 reports, codes = spawn(run_failure, size, (free_port(), kind))
                 tally(f"{kind} on {size} ranks", reports, range(size), codes)
-        if size > 1 and (not args.only or args.only == "killed_rank"):
+        if size > 1 and (not only or "killed_rank" in only):
             reports, codes = spawn(run_killed, size, (free_port(),))
             tally(f"killed_rank on {size} ranks", reports, range(size - 1), codes)
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
