@@ -7,7 +7,8 @@ Each case runs as 1-4 processes (torch.multiprocessing, init_method tcp://) and 
 against values computed here: every operation of the process group for every dtype torch and
 Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
 refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
-2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook); a rank killed
+2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook, and with a layer
+used every other step under find_unused_parameters); a rank killed
 mid-training, after which every survivor raises within the timeout, and so do mismatched calls
 under LOOM_CHECK=1 and a rank that never calls (cases mismatch_checked, timeout); DDP once more with its
 buckets in loomMemAlloc memory (case ddp_mapped) and the allocator that puts them there (case
@@ -732,6 +733,20 @@ class Phases:
         return "; ".join(self.marks)
 
 
+class WithUnusedLayer(torch.nn.Module):
+    """The test model, and a layer that only even steps use: DDP with find_unused_parameters
+    then allreduces which parameters each rank used, besides the gradients."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        self.extra = torch.nn.Linear(10, 10)
+
+    def forward(self, x, step):
+        y = self.body(x)
+        return self.extra(y) if step % 2 == 0 else y
+
+
 def train(rank, size, port, backend, variant, phases, device="cpu", steps=20):
     # Gloo's reference run on loopback: without it, gloo resolves the host name to pick an
     # interface, which depends on the machine's resolver, not on anything under test here.
@@ -741,24 +756,31 @@ def train(rank, size, port, backend, variant, phases, device="cpu", steps=20):
     init(rank, size, port, backend)
     phases.mark(f"{backend}: training")
     torch.manual_seed(1234)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
+    if variant == "unused":
+        model = WithUnusedLayer().to(device)
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(device)
     if variant == "fsdp":
         from torch.distributed.fsdp import FullyShardedDataParallel
         # Each rank keeps a shard of every parameter: all_gather_into_tensor before each layer
         # runs, reduce_scatter_tensor of its gradients.
         ddp = FullyShardedDataParallel(model, device_id=torch.device(device), use_orig_params=True)
     else:
-        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1)
+        # "unused": also gradients kept as views into DDP's buckets.
+        ddp = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1,
+                                                        find_unused_parameters=variant == "unused",
+                                                        gradient_as_bucket_view=variant == "unused")
     if variant == "fp16_hook":
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(99 + rank)
-    for _ in range(steps):
+    for step in range(steps):
         x = torch.randn(32, 64, generator=gen)
         y = torch.randint(0, 10, (32,), generator=gen)
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(ddp(x.to(device)), y.to(device)).backward()
+        out = ddp(x.to(device), step) if variant == "unused" else ddp(x.to(device))
+        torch.nn.functional.cross_entropy(out, y.to(device)).backward()
         opt.step()
     if variant == "fsdp":
         with type(ddp).summon_full_params(ddp):
@@ -785,7 +807,8 @@ def ddp_name(variant, device):
 
 
 def run_ddp(rank, size, ports, variant, device, results):
-    """variant: "" (DDP as it comes), "fp16_hook" (fp16 compression), "mapped" (the test
+    """variant: "" (DDP as it comes), "fp16_hook" (fp16 compression), "unused" (a layer used on
+    even steps only, find_unused_parameters, gradients as bucket views), "mapped" (the test
     model's buckets, 76 KiB, in loomMemAlloc memory and reduced by the mapped allreduce) or
     "fsdp" (FullyShardedDataParallel instead of DDP)."""
     name = ddp_name(variant, device)
@@ -993,7 +1016,7 @@ def main():
             for name in names:
                 tally(f"{name} on {size} rank(s)", [x for x in reports if x[0] == name], range(size), codes)
         for device in ("cpu", "cuda"):
-            for variant in ("", "fp16_hook", "fsdp") + (("mapped",) if device == "cpu" else ()):
+            for variant in ("", "fp16_hook", "unused", "fsdp") + (("mapped",) if device == "cpu" else ()):
                 name = ddp_name(variant, device)
                 if size > 1 and (not only or name in only):
                     reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), variant, device))
