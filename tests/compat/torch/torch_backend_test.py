@@ -8,7 +8,8 @@ against values computed here: every operation of the process group for every dty
 Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
 refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
 2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook, and with a layer
-used every other step under find_unused_parameters); a rank killed
+used every other step under find_unused_parameters, and with uneven inputs under join()); a
+rank killed
 mid-training, after which every survivor raises within the timeout, and so do mismatched calls
 under LOOM_CHECK=1 and a rank that never calls (cases mismatch_checked, timeout); DDP once more with its
 buckets in loomMemAlloc memory (case ddp_mapped) and the allocator that puts them there (case
@@ -23,6 +24,7 @@ Prints one line per case and rank count, then "N passed, N failed, N skipped"; e
 failure, 77 (meson's skip) with the reason when torch or loom_torch cannot be imported.
 """
 import argparse
+import contextlib
 import ctypes
 import datetime
 import faulthandler
@@ -775,13 +777,18 @@ def train(rank, size, port, backend, variant, phases, device="cpu", steps=20):
         ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     gen = torch.Generator().manual_seed(99 + rank)
-    for step in range(steps):
-        x = torch.randn(32, 64, generator=gen)
-        y = torch.randint(0, 10, (32,), generator=gen)
-        opt.zero_grad()
-        out = ddp(x.to(device), step) if variant == "unused" else ddp(x.to(device))
-        torch.nn.functional.cross_entropy(out, y.to(device)).backward()
-        opt.step()
+    # "uneven": ranks run different numbers of steps; DDP's join() shadows the collectives of
+    # those that ran out, so the others still finish theirs.
+    if variant == "uneven":
+        steps += 3 * rank
+    with ddp.join() if variant == "uneven" else contextlib.nullcontext():
+        for step in range(steps):
+            x = torch.randn(32, 64, generator=gen)
+            y = torch.randint(0, 10, (32,), generator=gen)
+            opt.zero_grad()
+            out = ddp(x.to(device), step) if variant == "unused" else ddp(x.to(device))
+            torch.nn.functional.cross_entropy(out, y.to(device)).backward()
+            opt.step()
     if variant == "fsdp":
         with type(ddp).summon_full_params(ddp):
             params = torch.cat([p.detach().flatten() for p in ddp.parameters()]).cpu()
@@ -808,7 +815,8 @@ def ddp_name(variant, device):
 
 def run_ddp(rank, size, ports, variant, device, results):
     """variant: "" (DDP as it comes), "fp16_hook" (fp16 compression), "unused" (a layer used on
-    even steps only, find_unused_parameters, gradients as bucket views), "mapped" (the test
+    even steps only, find_unused_parameters, gradients as bucket views), "uneven" (rank r runs 3r
+    more steps, under DDP's join()), "mapped" (the test
     model's buckets, 76 KiB, in loomMemAlloc memory and reduced by the mapped allreduce) or
     "fsdp" (FullyShardedDataParallel instead of DDP)."""
     name = ddp_name(variant, device)
@@ -1016,7 +1024,7 @@ def main():
             for name in names:
                 tally(f"{name} on {size} rank(s)", [x for x in reports if x[0] == name], range(size), codes)
         for device in ("cpu", "cuda"):
-            for variant in ("", "fp16_hook", "unused", "fsdp") + (("mapped",) if device == "cpu" else ()):
+            for variant in ("", "fp16_hook", "unused", "uneven", "fsdp") + (("mapped",) if device == "cpu" else ()):
                 name = ddp_name(variant, device)
                 if size > 1 and (not only or name in only):
                     reports, codes = spawn(run_ddp, size, ((free_port(), free_port()), variant, device))
