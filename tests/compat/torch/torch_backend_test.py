@@ -5,20 +5,19 @@
 
 Each case runs as 1-4 processes (torch.multiprocessing, init_method tcp://) and checks
 against values computed here: every operation of the process group for every dtype torch and
-Loom share, in place and out of place, sync and async (wait, is_completed, get_future);
-refusals with a message; DDP on "loom" against the same training on "gloo" (bitwise equal on
-2 ranks, within 1e-6 on 3 and 4, with and without an fp16 compression hook, and with a layer
-used every other step under find_unused_parameters, and with uneven inputs under join()); a
-rank killed
-mid-training, after which every survivor raises within the timeout, and so do mismatched calls
-under LOOM_CHECK=1 and a rank that never calls (cases mismatch_checked, timeout); DDP once more with its
-buckets in loomMemAlloc memory (case ddp_mapped) and the allocator that puts them there (case
-mapped_tensors); FullyShardedDataParallel against gloo alike (case fsdp, where FSDP can be
-imported: not on torch 1.13 under Python 3.11). Where loom_torch has CUDA
-tensors and a GPU exists (every rank on one), the collectives and DDP on CUDA tensors too
-(cases cuda, ddp_cuda, fsdp_cuda); torch 2's coalesced tensor collectives (case coalesced) and float8
-dtypes (case float8, torch 2.1 and later). A case this
-machine cannot run says why and counts as skipped.
+Loom share, in place and out of place, sync and async (wait, is_completed, get_future), and
+torch's object collectives; refusals with a message; DDP on "loom" against the same training
+on "gloo" (bitwise equal on 2 ranks, within 1e-6 on 3 and 4): as it comes, with an fp16
+compression hook, with a layer used every other step under find_unused_parameters
+(ddp_unused), with uneven inputs under join() (ddp_uneven), with its buckets in loomMemAlloc
+memory (ddp_mapped), and FullyShardedDataParallel (fsdp, where FSDP can be imported: not on
+torch 1.13 under Python 3.11); the allocator that maps large tensors (mapped_tensors); a rank
+killed mid-training, after which every survivor raises within the timeout, and so do
+mismatched calls under LOOM_CHECK=1 and a rank that never calls (mismatch_checked, timeout).
+Where loom_torch has CUDA tensors and a GPU exists (every rank on one), the collectives, DDP
+and FSDP on CUDA tensors too (cuda, ddp_cuda, fsdp_cuda); torch 2's coalesced tensor
+collectives (coalesced) and float8 dtypes (float8, torch 2.1 and later). A case this machine
+cannot run says why and counts as skipped.
 
 Prints one line per case and rank count, then "N passed, N failed, N skipped"; exits 1 on any
 failure, 77 (meson's skip) with the reason when torch or loom_torch cannot be imported.
