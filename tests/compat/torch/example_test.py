@@ -51,11 +51,12 @@ def why_not_torchrun():
     return None
 
 
-def run(script, backend):
-    """Runs `script` on 2 ranks; rank 0's (step, loss) lines, or exits saying what failed."""
+def run(script, backend, torchrun):
+    """Runs `script` on 2 ranks (under torchrun, or with its variables); rank 0's (step, loss)
+    lines, or exits saying what failed."""
     port = str(free_port())
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    if why_not_torchrun() is None:
+    if torchrun:
         procs = [subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                                    "--master_port", port, script], env=env, stdout=subprocess.PIPE,
                                   stderr=subprocess.STDOUT, text=True)]
@@ -94,8 +95,8 @@ def main():
             sys.exit('FAIL: examples/torch_ddp.py no longer calls init_process_group("loom") once')
         with open(gloo, "w") as f:
             f.write(source.replace('init_process_group("loom")', 'init_process_group("gloo")'))
-        loom = run(EXAMPLE, "loom")
-        reference = run(gloo, "gloo")
+        loom = run(EXAMPLE, "loom", why is None)
+        reference = run(gloo, "gloo", why is None)
     print(f"{launcher}: loom {loom}")
     print(f"{launcher}: gloo {reference}")
     if float(loom[-1][1]) >= float(loom[0][1]) / 10:
