@@ -12,10 +12,11 @@ Exit status 77 (skipped, reason printed) where torch or loom_torch is not import
 """
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
+
+from free_port import free_port
 
 # As README tells users of a torch 2 without libuv (Debian's): init_process_group's env://
 # store asks for libuv unless USE_LIBUV=0 (torch_backend_test.py sets it alike).
@@ -30,12 +31,6 @@ try:
 except ImportError as e:
     print(f"skipped: torch or loom_torch is not importable by {sys.executable} ({e})")
     sys.exit(77)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def why_not_torchrun():

@@ -30,15 +30,15 @@ import faulthandler
 import gc
 import inspect
 import os
-import random
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import traceback
+
+from free_port import free_port
 
 try:
     import torch
@@ -68,21 +68,6 @@ DTYPES = [torch.int8, torch.uint8, torch.int32, torch.int64, torch.float16, torc
           torch.float32, torch.float64]
 OPS = [dist.ReduceOp.SUM, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN, dist.ReduceOp.MAX]
 N = 1031  # elements per call: odd, larger than a cache line of any type
-
-
-def free_port():
-    """A free port below the kernel's ephemeral range (32768 and up), so that a port Loom's
-    root or a socket takes in the meantime cannot be this one."""
-    rng = random.Random(os.getpid() ^ time.monotonic_ns())
-    for _ in range(1000):
-        port = rng.randrange(20000, 32000)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port in 20000-32000")
 
 
 def init(rank, size, port, backend="loom", timeout_s=30):
