@@ -8,7 +8,7 @@
 //
 // Prints one row per kernel: µs a kernel in the graph and in the loop, the median of 5
 // timings. Then the host's side of a loop: the CPU µs of each CUDA runtime call a device
-// communicator's launch path makes (device_comm.cc, cuda_runtime.cc), and of a launch from one
+// communicator's launch path makes (device_launch.cc, cuda_runtime.cc), and of a launch from one
 // thread and from two threads at once on streams of their own (thread ranks share a context
 // and its launch path). Last, two kernels on streams of their own meeting through device
 // words (exchange.h), as two thread ranks' kernels meet in an 8-byte allreduce: µs per

@@ -168,7 +168,7 @@ struct LaunchState {
 };
 
 // LOOM_DEVICE_TIMELINE: where a worker's time goes, launch after launch, in device memory the
-// host reads when the communicator ends (device_comm.cc logs it). Times are the device's
+// host reads when the communicator ends (device_watchdog.cc logs it). Times are the device's
 // global nanosecond timer, the same for every rank of one GPU; sums over launches average out
 // its coarse tick. A launch whose worker gave up is not counted.
 constexpr uint32_t kTimelineSteps = 8;      // a worker's first steps, the rest not timed

@@ -1,5 +1,5 @@
 // The proxy: a host thread that carries a device communicator's FIFOs to peers on other
-// hosts. For such a peer the kernel's FIFOs are local, host-mapped memory (device_comm.cc);
+// hosts. For such a peer the kernel's FIFOs are local, host-mapped memory (device_connect.cc);
 // the proxy sends each slot the kernel fills over the communicator's socket links and frees
 // it, and places each slot that arrives into the receiving FIFO once the kernel has freed
 // room. It touches only that memory and the sockets, never a stream.
