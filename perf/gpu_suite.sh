@@ -214,7 +214,9 @@ run kernel-latency timeout -k 10 60 "$bin/perf/loom-kernel-latency"
 # The physical limit beside the collectives: a device-to-device copy of the same bytes
 # (loom-kernel-bw's copy column), and the reduce kernels.
 run kernel-bw timeout -k 10 60 "$bin/perf/loom-kernel-bw" --types f32,f16,bf16,f64,i8,f8e4m3
-perf allreduce-2threads 90 allreduce --device cuda -t 2 -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
+# Every power of two, so that the sizes (256 MiB and above, 1 GiB) are on the grid: the
+# large calls take milliseconds, the checks of the largest a few seconds.
+perf allreduce-2threads 120 allreduce --device cuda -t 2 -b 8 -e 1G -f 2 -n 10 -w 3 -c 1 \
   --json "$out/allreduce-2threads.json"
 # float8 through the plan kernel's conversion instructions, every op, checked.
 perf allreduce-2threads-f8e4m3 60 allreduce --device cuda -t 2 -b 8 -e 256M -f 16 -n 10 -w 3 -c 1 -d f8e4m3 -o all
@@ -249,10 +251,10 @@ if [[ -x $bin/perf/loom-nccl-bench ]]; then
 else
   echo "gpu_suite.sh: no loom-nccl-bench (NCCL not found at build time): no NCCL figures" | tee "$out/nccl.log"
 fi
-perf allreduce-4threads 90 allreduce --device cuda -t 4 -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
+perf allreduce-4threads 120 allreduce --device cuda -t 4 -b 8 -e 1G -f 2 -n 10 -w 3 -c 1 \
   --json "$out/allreduce-4threads.json"
 for ranks in 2 4; do
-  perf "broadcast-${ranks}threads" 90 broadcast --device cuda -t "$ranks" -b 8 -e 1G -f 4 -n 10 -w 3 -c 1 \
+  perf "broadcast-${ranks}threads" 120 broadcast --device cuda -t "$ranks" -b 8 -e 1G -f 2 -n 10 -w 3 -c 1 \
     --json "$out/broadcast-${ranks}threads.json"
 done
 run tests-ddp timeout -k 10 60 "$bin/tests/gpu/ddp_device_test"
