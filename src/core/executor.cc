@@ -159,6 +159,9 @@ class Run {
   // went silent); -1 for a failure that is not a peer's.
   Status withCause(const Queue& q, const Status& s, int* cause);
   bool pending(size_t plan) const;
+  // loomInvalidUsage when plan's announced call received nothing here (a broadcast's root) and
+  // a peer it sent to announced a different call under its number (see the definition).
+  Status checkUnheardCall(size_t plan) const;
   // Whether no pending plan before `plan` belongs to its communicator (one watch of each).
   bool firstPendingOfItsComm(size_t plan) const;
   // The first peer (-1: none) whose failure notice concerns a pending plan (*plan), and the
@@ -230,6 +233,10 @@ Status Run::go() {
       }
     }
     if (!pending) {
+      for (size_t i = 0; i < state_.size(); ++i) {
+        const Status s = checkUnheardCall(i);
+        if (!s.isOk()) return fail(s, i);
+      }
       // What a transport still holds goes out once the run has ended (Transport::endRun).
       flushSome();
       return Status::ok();
@@ -239,6 +246,32 @@ Status Run::go() {
       LOOM_TRY(idle(spin));
     }
   }
+}
+
+// A rank compares its call with a peer's where the peer's bytes arrive with their header, or
+// where it waits (the announcements, Run::idle). A call in which it received nothing and
+// waited for no one compared nothing: two ranks that both think they are a broadcast's root
+// each send and return, and the bytes left in the link surface only at a later call that
+// reads it (a small allreduce on the board never does). So such a rank looks once at what the
+// peers it sent to announced for the call: one of two such roots, the later to finish, finds
+// the other's. Best effort (a peer not there yet is not waited for), a line or two per peer.
+Status Run::checkUnheardCall(size_t plan) const {
+  const Plan& p = *state_[plan].plan;
+  if (p.announceSeq == 0 || p.comm->board() == nullptr) return Status::ok();
+  constexpr size_t kMostPeers = 4;  // a broadcast root's children: one or two
+  int peers[kMostPeers];
+  size_t count = 0;
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    if (p.callOf[k] != p.announceCall) continue;
+    const Step& s = p.steps[k];
+    if (s.kind != Step::Kind::kSend && s.kind != Step::Kind::kCopy) return Status::ok();  // heard, or waited
+    const bool known = std::find(peers, peers + count, s.peer) != peers + count;
+    if (s.kind == Step::Kind::kSend && !known && count < kMostPeers) peers[count++] = s.peer;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    LOOM_TRY(checkAnnouncement(*p.comm, p.announceSeq, p.calls[p.announceCall], peers[i]));
+  }
+  return Status::ok();
 }
 
 bool Run::flushSome() {

@@ -64,13 +64,16 @@ void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call) {
   comm.board()->announce(seq, header);
 }
 
-Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call) {
+Status checkAnnouncement(Communicator& comm, uint64_t seq, const CallInfo& call, int peer) {
   transport::ShmBoard* board = comm.board();
-  if (board == nullptr || seq == 0) return Status::ok();
+  if (board == nullptr || seq == 0 || peer == comm.rank()) return Status::ok();
   uint8_t header[kCallInfoWireBytes];
-  for (int r = 0; r < board->nranks(); ++r) {
-    if (r != comm.rank() && board->announced(r, seq, header)) LOOM_TRY(checkCallInfo(header, call, r));
-  }
+  return board->announced(peer, seq, header) ? checkCallInfo(header, call, peer) : Status::ok();
+}
+
+Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call) {
+  if (comm.board() == nullptr) return Status::ok();
+  for (int r = 0; r < comm.nranks(); ++r) LOOM_TRY(checkAnnouncement(comm, seq, call, r));
   return Status::ok();
 }
 

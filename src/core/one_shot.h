@@ -35,8 +35,10 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
 
 // Puts this rank's current call on the board (nothing without a board).
 void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call);
-// loomInvalidUsage when a peer has announced a different call under the same number.
+// loomInvalidUsage when a peer (or, checkAnnouncement, rank `peer`) has announced a different
+// call under the same number; nothing is waited for.
 Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call);
+Status checkAnnouncement(Communicator& comm, uint64_t seq, const CallInfo& call, int peer);
 
 // Runs one allreduce on the board to completion on this thread, with the communicator's
 // no-progress timeout and abort.

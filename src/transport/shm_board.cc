@@ -54,22 +54,22 @@ void ShmBoard::publish(uint64_t round, const uint8_t* header) {
 }
 
 void ShmBoard::announce(uint64_t seq, const uint8_t* header) {
-  RankArea& own = area(rank_);
+  Announcement& own = area(rank_).announcements[seq % 2];
   uint64_t words[kHeaderBytes / 8];
   std::memcpy(words, header, kHeaderBytes);
-  own.announceSeq.store(0, std::memory_order_relaxed);
+  own.seq.store(0, std::memory_order_relaxed);
   // Release: a reader that sees one new word also sees the 0, and discards what it read.
-  for (size_t i = 0; i < kHeaderBytes / 8; ++i) own.announceHeader[i].store(words[i], std::memory_order_release);
-  own.announceSeq.store(seq, std::memory_order_release);
+  for (size_t i = 0; i < kHeaderBytes / 8; ++i) own.header[i].store(words[i], std::memory_order_release);
+  own.seq.store(seq, std::memory_order_release);
 }
 
 bool ShmBoard::announced(int q, uint64_t seq, uint8_t* out) const {
-  const RankArea& a = area(q);
-  if (a.announceSeq.load(std::memory_order_acquire) != seq) return false;
+  const Announcement& a = area(q).announcements[seq % 2];
+  if (a.seq.load(std::memory_order_acquire) != seq) return false;
   uint64_t words[kHeaderBytes / 8];
   // Acquire: the sequence is read again only after every word.
-  for (size_t i = 0; i < kHeaderBytes / 8; ++i) words[i] = a.announceHeader[i].load(std::memory_order_acquire);
-  if (a.announceSeq.load(std::memory_order_relaxed) != seq) return false;
+  for (size_t i = 0; i < kHeaderBytes / 8; ++i) words[i] = a.header[i].load(std::memory_order_acquire);
+  if (a.seq.load(std::memory_order_relaxed) != seq) return false;
   std::memcpy(out, words, kHeaderBytes);
   return true;
 }

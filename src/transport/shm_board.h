@@ -3,7 +3,7 @@
 // reads every rank's slot and reduces them in rank order: one write and one pass of reads,
 // the least latency a small allreduce can have, and the same bits on every rank.
 //
-//   segment:  [rank 0: pid | announcement | slot round%2=0 | slot round%2=1] [rank 1: ...]
+//   segment:  [rank 0: pid | announcements seq%2=0, 1 | slot round%2=0 | slot round%2=1] [rank 1: ...]
 //   slot:     round (atomic, written last) | call header | data (up to kMaxBytes)
 //
 // Two slots per rank are enough: a rank posts round k+2 only after finishing round k+1,
@@ -67,9 +67,12 @@ class ShmBoard {
   // Every collective announces (its sequence number, its header) when it starts, so that a
   // rank left waiting can see a peer that entered a different call, even one that moves no
   // bytes to it (a one-shot allreduce against a broadcast, two ranks that both think they
-  // are the root).
+  // are the root). A rank's last two announcements stay (by seq % 2): a peer that looks
+  // after this rank finished a call without waiting for anyone and went on to the next
+  // still finds it.
   void announce(uint64_t seq, const uint8_t* header);
-  // Copies rank q's header into out when its current announcement is `seq`.
+  // Copies rank q's header for call `seq` into out, if q announced it and has not yet
+  // announced seq + 2.
   bool announced(int q, uint64_t seq, uint8_t* out) const;
   int nranks() const { return nranks_; }
   // Rank q's process as this rank sees it (q != this rank).
@@ -85,17 +88,20 @@ class ShmBoard {
     uint8_t header[kHeaderBytes];
     alignas(8) uint8_t data[kMaxBytes];
   };
+  // A sequence lock: written 0, header, sequence; read sequence, header, sequence again.
+  // The header is atomic words, so a reader that races a new announcement reads words it
+  // then discards rather than racing on plain bytes.
+  struct alignas(64) Announcement {
+    std::atomic<uint64_t> seq;
+    std::atomic<uint64_t> header[kHeaderBytes / 8];
+  };
   struct alignas(64) RankArea {
     int32_t pid;
     uint64_t pidNamespace;
     // 1 + the rank whose failure made this rank give up (0: it has not), so that the ranks
     // that see it exit name the first failure.
     std::atomic<uint32_t> failedBecauseOf;
-    // A sequence lock: written 0, header, sequence; read sequence, header, sequence again.
-    // The header is atomic words, so a reader that races a new announcement reads words it
-    // then discards rather than racing on plain bytes.
-    alignas(64) std::atomic<uint64_t> announceSeq;
-    std::atomic<uint64_t> announceHeader[kHeaderBytes / 8];
+    Announcement announcements[2];  // by seq % 2
     Slot slots[2];
   };
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's flags must work across processes");

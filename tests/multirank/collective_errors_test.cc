@@ -355,6 +355,59 @@ INSTANTIATE_TEST_SUITE_P(
              "_" + std::to_string(std::get<3>(info.param)) + (transports.empty() ? "" : "_" + transports);
     });
 
+// Every rank names itself the root: no rank receives, so no header is compared in the data.
+// Where the ranks share the board (one host), the broadcast itself is loomInvalidUsage on at
+// least one rank (Run::checkUnheardCall), naming both roots, rather than a later call that reads
+// the bytes left in the link; the follow-up below is a small allreduce, which runs on the board
+// and never reads them. Over sockets alone only such a later call can tell (MismatchedCalls).
+class EveryRankTheRoot : public testing::TestWithParam<std::tuple<Mode, int, size_t>> {};
+
+TEST_P(EveryRankTheRoot, IsAnErrorInTheBroadcastItself) {
+  auto [mode, nranks, count] = GetParam();
+  loomtest::RankOptions options;
+  options.timeoutMs = 3000;
+  options.deadlineMs = 30000;
+  SharedRecords records(nranks), followUps(nranks);
+  ASSERT_TRUE(records.ok() && followUps.ok()) << "mmap failed";
+  loomtest::runRanks(nranks, mode, [&, count = count](loomComm_t comm, int rank) {
+    std::vector<float> data(count, static_cast<float>(rank + 1));
+    // A matched call first, so the links are up and the roots are the only thing wrong.
+    LOOM_ASSERT_OK(loomAllReduce(data.data(), data.data(), 10, loomFloat32, loomSum, comm, nullptr), comm);
+    record(records[rank], comm,
+           [&] { return loomBroadcast(data.data(), data.data(), count, loomFloat32, rank, comm, nullptr); });
+    if (records[rank].result == loomSuccess) {
+      record(followUps[rank], comm,
+             [&] { return loomAllReduce(data.data(), data.data(), 10, loomFloat32, loomSum, comm, nullptr); });
+    }
+  }, options);
+  const std::string summary = "\nthe broadcast:" + records.summary() + "\nthe allreduce after it:" + followUps.summary();
+  int invalidUsage = 0;
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_GE(records[r].result, 0) << "rank " << r << " never returned" << summary;
+    if (records[r].result != loomInvalidUsage) continue;
+    ++invalidUsage;
+    const std::string message = records[r].message;
+    EXPECT_NE(message.find("mismatched calls"), std::string::npos) << message;
+    EXPECT_NE(message.find("root " + std::to_string(r)), std::string::npos) << message;
+  }
+  EXPECT_GE(invalidUsage, 1) << "no rank's broadcast saw the other roots" << summary;
+  // A rank whose broadcast returned first and succeeded learns it in its next call.
+  for (int r = 0; r < nranks; ++r) {
+    if (records[r].result == loomSuccess) {
+      EXPECT_NE(followUps[r].result, loomSuccess) << "rank " << r << summary;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Roots, EveryRankTheRoot,
+    testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
+                     testing::Values(size_t{1000}, size_t{100000})),
+    [](const auto& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
+             std::to_string(std::get<2>(info.param));
+    });
+
 // ---- LOOM_CHECK=1: every rank gets the same loomInvalidUsage, and the communicator lives ---
 
 const char* differingField(Mismatch m) {
