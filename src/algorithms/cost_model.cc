@@ -404,11 +404,13 @@ double hierarchicalUs(CallInfo::Kind kind, Protocol protocol, size_t size, const
 // first, at the same cost:
 //   oneShotLatencyUs + bytes / intra.gbps + (n-1) (bytes / intra.gbps + bytes / reduceGbps).
 // (Measured on 2 ranks, 8 to 32 KiB: 1.8e-4 µs a byte, against 1.85e-4 so and 1.3e-4 with
-// the post at copy speed.)
-double oneShotUs(size_t bytes, const CommProfile& p) {
+// the post at copy speed.) A broadcast posts the root's buffer alone, which every other rank
+// copies out of the root's slot at once: one hop after the post, whatever n.
+double oneShotUs(CallInfo::Kind kind, size_t bytes, const CommProfile& p) {
   const double b = static_cast<double>(bytes);
-  return p.oneShotLatencyUs + transferUs(b, p.intra.gbps) +
-         (p.nranks - 1) * (transferUs(b, p.intra.gbps) + transferUs(b, p.reduceGbps));
+  const double posted = p.oneShotLatencyUs + transferUs(b, p.intra.gbps);
+  if (kind == CallInfo::Kind::kBroadcast) return posted + transferUs(b, p.intra.gbps);
+  return posted + (p.nranks - 1) * (transferUs(b, p.intra.gbps) + transferUs(b, p.reduceGbps));
 }
 
 }  // namespace
@@ -499,7 +501,7 @@ double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, si
   if (algorithm == Algorithm::kHierarchical && p.nhosts == 1) algorithm = Algorithm::kRing;
   // Alone, every algorithm is one local copy.
   if (p.nranks == 1) return transferUs(static_cast<double>(bytes), p.copyGbps);
-  if (algorithm == Algorithm::kOneShot) return oneShotUs(bytes, p);
+  if (algorithm == Algorithm::kOneShot) return oneShotUs(kind, bytes, p);
   if (algorithm == Algorithm::kHierarchical) return hierarchicalUs(kind, protocol, bytes, p);
   return scheduleUs(linkSchedule(kind, algorithm, bytes, p), p, protocol, bytes);
 }

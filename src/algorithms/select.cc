@@ -69,6 +69,8 @@ bool supports(CallInfo::Kind kind, Algorithm algorithm) {
   switch (kind) {
     case CallInfo::Kind::kAllReduce: return algorithm != Algorithm::kPairwise;  // hierarchical included
     case CallInfo::Kind::kBroadcast:
+      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree || algorithm == Algorithm::kHierarchical ||
+             algorithm == Algorithm::kOneShot;
     case CallInfo::Kind::kReduce:
       return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree || algorithm == Algorithm::kHierarchical;
     case CallInfo::Kind::kAllGather:

@@ -35,7 +35,7 @@ void build(Algorithm algorithm, const CollectiveArgs& args, Plan& plan) {
     case CallInfo::Kind::kBroadcast:
       if (algorithm == Algorithm::kTree) return treeBroadcast(args, plan);
       if (algorithm == Algorithm::kHierarchical) return hierarchicalBroadcast(args, plan);
-      return ringBroadcast(args, plan);
+      return ringBroadcast(args, plan);  // kOneShot too, where there is no board
     case CallInfo::Kind::kReduce:
       if (algorithm == Algorithm::kTree) return treeReduce(args, plan);
       if (algorithm == Algorithm::kHierarchical) return hierarchicalReduce(args, plan);

@@ -1,4 +1,4 @@
-// The one-shot allreduce on the shared-memory board (one_shot.h).
+// The one-shot allreduce and broadcast on the shared-memory board (one_shot.h).
 #include "core/one_shot.h"
 
 #include <poll.h>
@@ -21,6 +21,9 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   encodeCallInfo(*op.call, op.header);
   if (announceSeq != 0) board.announce(announceSeq, op.header);
   const CallInfo& call = *op.call;
+  // Every rank posts, the broadcast's others too: a round ends only once all have (so a slot
+  // is written again only after all read it, shm_board.h), and their headers are compared.
+  if (call.kind == CallInfo::Kind::kBroadcast && call.root != comm.rank()) return board.publish(op.round, op.header);
   if (!call.preMul.on) return board.post(op.round, op.header, op.src, op.bytes);
   kernels::multiply(board.ownData(op.round), op.src, op.bytes / typeSize(call.type), call.type, call.preMul.scalar());
   board.publish(op.round, op.header);
@@ -34,6 +37,19 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
     if (board.posted(r, op.round)) continue;
     return checkPeers ? board.checkAlive() : Status::ok();
   }
+  // Every rank posted its call's encoding: equal bytes are the same call, and only a
+  // difference needs decoding to be described.
+  for (int r = 0; r < n; ++r) {
+    const uint8_t* header = board.header(r, op.round);
+    if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
+  }
+  if (op.call->kind == CallInfo::Kind::kBroadcast) {
+    const int root = op.call->root;
+    const void* from = root == comm.rank() ? op.src : board.data(root, op.round);
+    if (op.dst != from && op.bytes > 0) std::memcpy(op.dst, from, op.bytes);
+    *done = true;
+    return Status::ok();
+  }
   // At most kMaxBytes of the smallest type: a fixed array, no allocation on this path.
   const void* inputs[64];
   std::vector<const void*> many;
@@ -42,13 +58,7 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
     many.resize(static_cast<size_t>(n));
     parts = many.data();
   }
-  // Every rank posted its call's encoding: equal bytes are the same call, and only a
-  // difference needs decoding to be described.
-  for (int r = 0; r < n; ++r) {
-    const uint8_t* header = board.header(r, op.round);
-    if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
-    parts[r] = board.data(r, op.round);
-  }
+  for (int r = 0; r < n; ++r) parts[r] = board.data(r, op.round);
   const loomDataType_t type = op.call->type;
   size_t count = op.bytes / typeSize(type);
   kernels::reduceN(op.dst, parts, n, count, type, op.call->op);

@@ -1,8 +1,9 @@
-// The one-shot allreduce on a communicator's shared-memory board (transport/shm_board.h):
-// post this rank's part, then, once every rank's part is there, check that all ranks made
-// the same call and fold the parts in rank order. Used by the executor (a step that may
-// have to wait for peers) and by the fast path of a lone small allreduce, which skips
-// building a plan.
+// The one-shot allreduce and broadcast on a communicator's shared-memory board
+// (transport/shm_board.h): post this rank's part, then, once every rank's part is there,
+// check that all ranks made the same call and fold the parts in rank order (allreduce), or
+// copy the root's (broadcast: the root's part is its buffer, the others' their call alone).
+// Used by the executor (a step that may have to wait for peers) and by the fast path of a
+// lone small call, which skips building a plan.
 #pragma once
 
 #include "algorithms/plan.h"
@@ -25,8 +26,9 @@ struct OneShot {
 };
 
 // Publishes this rank's part (never waits): src, or for a premultiplied sum src times its
-// scalar, multiplied straight into the board; with announceSeq != 0 also announces the call
-// under that number (see announceCall), from the same encoded header.
+// scalar, multiplied straight into the board, or a broadcast's header alone where this rank
+// is not the root; with announceSeq != 0 also announces the call under that number (see
+// announceCall), from the same encoded header.
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
 // *done once every rank has posted and dst holds the result; a mismatched call is
 // loomInvalidUsage. `checkPeers`: also ask whether a missing rank's process has exited
@@ -40,8 +42,8 @@ void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call);
 Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call);
 Status checkAnnouncement(Communicator& comm, uint64_t seq, const CallInfo& call, int peer);
 
-// Runs one allreduce on the board to completion on this thread, with the communicator's
-// no-progress timeout and abort.
+// Runs one allreduce or broadcast on the board to completion on this thread, with the
+// communicator's no-progress timeout and abort.
 Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst);
 
 }  // namespace loom

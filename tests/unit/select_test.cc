@@ -53,7 +53,10 @@ TEST(AlgoSetting, UnsetTakesThePredictedFastest) {
   EXPECT_EQ(choose("", shape(kAllReduce, 8)), Algorithm::kOneShot);
   EXPECT_EQ(choose("", shape(kAllReduce, 8, false)), Algorithm::kRecursiveDoubling);
   EXPECT_EQ(choose("", shape(kAllReduce, 1 << 20)), Algorithm::kRing);
-  EXPECT_EQ(choose("", shape(kBroadcast, 8)), Algorithm::kTree);
+  // A small broadcast on one host runs on the board; across hosts down the tree.
+  EXPECT_EQ(choose("", shape(kBroadcast, 8)), Algorithm::kOneShot);
+  EXPECT_EQ(choose("", shape(kBroadcast, 8, false)), Algorithm::kTree);
+  EXPECT_EQ(choose("", shape(kBroadcast, 1 << 20)), Algorithm::kRing);
 }
 
 TEST(AlgoSetting, OneNameForcesItWhereItExists) {
@@ -101,7 +104,8 @@ TEST(AlgoSetting, BadValuesSayWhat) {
   EXPECT_NE(parseError("gather=ring").find("unknown collective \"gather\""), std::string::npos);
   EXPECT_NE(parseError("allreduce=pairwise").find("allreduce has no pairwise"), std::string::npos);
   EXPECT_NE(parseError("alltoall=^pairwise").find("leaves alltoall no algorithm"), std::string::npos);
-  EXPECT_NE(parseError("broadcast=^ring,broadcast=^tree,broadcast=^hierarchical").find("leaves broadcast no algorithm"),
+  EXPECT_NE(parseError("broadcast=^ring,broadcast=^tree,broadcast=^hierarchical,broadcast=^oneshot")
+                .find("leaves broadcast no algorithm"),
             std::string::npos);
 }
 
