@@ -1,7 +1,8 @@
 // The one-shot board: one shared-memory segment for all ranks of a communicator that lives
 // on one host. For a small allreduce each rank posts its contribution in its own slot, then
 // reads every rank's slot and reduces them in rank order: one write and one pass of reads,
-// the least latency a small allreduce can have, and the same bits on every rank.
+// the least latency a small allreduce can have, and the same bits on every rank. A small
+// broadcast posts the root's buffer alone, which the others copy (core/one_shot.h).
 //
 //   segment:  [rank 0: pid | announcements seq%2=0, 1 | slot round%2=0 | slot round%2=1] [rank 1: ...]
 //   slot:     round (atomic, written last) | call header | data (up to kMaxBytes)
