@@ -267,6 +267,24 @@ TEST(CostModel, OneShotOnlyOnOneHostAndUpTo32KiB) {
   }
 }
 
+// A one-shot broadcast posts the root's buffer once and every other rank copies it at once:
+// its prediction does not grow with the ranks, where the allreduce's folds every slot; a
+// reduce has no one-shot.
+TEST(CostModel, OneShotBroadcastIsOnePostAndOneCopyWhateverTheRanks) {
+  const CommProfile two = CommProfile::defaults(2, 1), eight = CommProfile::defaults(8, 1);
+  for (size_t bytes : {size_t{8}, 4 * kKiB, 32 * kKiB}) {
+    const double broadcast = simpleUs(Kind::kBroadcast, Algorithm::kOneShot, bytes, two);
+    EXPECT_DOUBLE_EQ(broadcast, simpleUs(Kind::kBroadcast, Algorithm::kOneShot, bytes, eight)) << bytes;
+    EXPECT_DOUBLE_EQ(broadcast, two.oneShotLatencyUs + 2 * static_cast<double>(bytes) / (two.intra.gbps * 1e3))
+        << bytes;
+    EXPECT_LT(broadcast, simpleUs(Kind::kAllReduce, Algorithm::kOneShot, bytes, eight)) << bytes;
+  }
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kBroadcast, Algorithm::kOneShot, 32 * kKiB + 4, two)));
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kBroadcast, Algorithm::kOneShot, 8, CommProfile::defaults(4, 2))));
+  EXPECT_TRUE(std::isinf(simpleUs(Kind::kReduce, Algorithm::kOneShot, 8, two)));
+  EXPECT_EQ(rankAlgorithms(Kind::kBroadcast, 8, two).front().algorithm, Algorithm::kOneShot);
+}
+
 TEST(CostModel, AlgorithmsACollectiveLacksCannotRun) {
   const CommProfile p = CommProfile::defaults(4, 1);
   EXPECT_TRUE(std::isinf(simpleUs(Kind::kAllGather, Algorithm::kTree, kKiB, p)));
