@@ -264,9 +264,9 @@ Status Run::checkUnheardCall(size_t plan) const {
   for (size_t k = 0; k < p.steps.size(); ++k) {
     if (p.callOf[k] != p.announceCall) continue;
     const Step& s = p.steps[k];
-    if (s.kind != Step::Kind::kSend && s.kind != Step::Kind::kCopy) return Status::ok();  // heard, or waited
-    const bool known = std::find(peers, peers + count, s.peer) != peers + count;
-    if (s.kind == Step::Kind::kSend && !known && count < kMostPeers) peers[count++] = s.peer;
+    if (s.kind == Step::Kind::kCopy) continue;
+    if (s.kind != Step::Kind::kSend) return Status::ok();  // it received, or waited on the board
+    if (count < kMostPeers && std::find(peers, peers + count, s.peer) == peers + count) peers[count++] = s.peer;
   }
   for (size_t i = 0; i < count; ++i) {
     LOOM_TRY(checkAnnouncement(*p.comm, p.announceSeq, p.calls[p.announceCall], peers[i]));
