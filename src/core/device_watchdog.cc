@@ -48,20 +48,33 @@ std::string waitedFor(const ErrorRecord& e) {
 
 }  // namespace
 
-// Every connection's counters as the kernels left them, to set beside the peer's: the two
+// Every connection's counters as the kernels left them, beside the FIFO words they wait on:
+// what the peer says it took of this rank's pieces (head, llHead) and what the next low-latency
+// slot to read holds (its first line's flags, which the piece's number + 1 must be). The two
 // ends of a connection that disagree explain a hang.
 void DeviceCommImpl::logCounters() {
   std::vector<uint64_t> counters(conns_.size() * 2);
   if (!runtime_->copyToHost(counters.data(), counters_, counters.size() * sizeof(uint64_t)).isOk()) return;
+  auto word = [&](const uint64_t* at) {
+    uint64_t v = 0;
+    return at != nullptr && runtime_->copyToHost(&v, at, sizeof v).isOk() ? static_cast<unsigned long long>(v) : 0ull;
+  };
   std::string text;
   for (int p = 0; p < comm_->nranks(); ++p) {
     for (int c = 0; c < channels_; ++c) {
+      const Connection& out = conns_[static_cast<size_t>(connIndex(p, c, true))];
+      const Connection& in = conns_[static_cast<size_t>(connIndex(p, c, false))];
       const uint64_t* sent = &counters[2 * static_cast<size_t>(connIndex(p, c, true))];
       const uint64_t* taken = &counters[2 * static_cast<size_t>(connIndex(p, c, false))];
-      if (sent[0] + sent[1] + taken[0] + taken[1] == 0) continue;
-      text += format(" %d/%d: %llu+%llu sent, %llu+%llu taken;", p, c, static_cast<unsigned long long>(sent[0]),
-                     static_cast<unsigned long long>(sent[1]), static_cast<unsigned long long>(taken[0]),
-                     static_cast<unsigned long long>(taken[1]));
+      if (sent[0] + sent[1] + taken[0] + taken[1] == 0 || in.ready == 0) continue;
+      LLLine next{};
+      const LLLine* nextAt = in.ll + (taken[1] % shape_.llSlots) * shape_.llLines;
+      (void)runtime_->copyToHost(&next, nextAt, sizeof next);
+      text += format(" %d/%d: %llu+%llu sent (peer took %llu+%llu), %llu+%llu taken (tail %llu, next line flags "
+                     "%u/%u);",
+                     p, c, static_cast<unsigned long long>(sent[0]), static_cast<unsigned long long>(sent[1]),
+                     word(out.head), word(out.llHead), static_cast<unsigned long long>(taken[0]),
+                     static_cast<unsigned long long>(taken[1]), word(in.tail), next.flag0, next.flag1);
     }
   }
   LOOM_TRACE("comm %016llx rank %d: FIFO pieces at the end (peer/channel: simple+low-latency):%s",
@@ -139,13 +152,13 @@ Status DeviceCommImpl::statusOf(const ErrorRecord& e, uint32_t abortReason) {
                                                 "its error says which)";
       return error(loomRemoteError, "%s: rank %d gave up%s", where.c_str(), e.peer, why.c_str());
     }
+    case kTimedOut:
+      return error(loomTimeout, "%s: timed out after %lld ms without progress (timeoutMs, LOOM_TIMEOUT_MS)%s",
+                   where.c_str(), static_cast<long long>(comm_->config().timeoutMs), waitedFor(e).c_str());
     default: break;
   }
-  const std::string waiting = e.kind == kStopped ? waitedFor(e) : std::string();
+  const std::string waiting = waitedFor(e);
   switch (abortReason) {
-    case kAbortedTimeout:
-      return error(loomTimeout, "%s: timed out after %lld ms without progress (timeoutMs, LOOM_TIMEOUT_MS)%s",
-                   where.c_str(), static_cast<long long>(comm_->config().timeoutMs), waiting.c_str());
     case kAbortedPeerGone: {
       const int peer = __atomic_load_n(&control_->abortPeer, __ATOMIC_ACQUIRE);
       return error(loomRemoteError, "%s: rank %d is gone (its process exited or its connection closed)%s",
@@ -242,7 +255,7 @@ void DeviceCommImpl::endQueued(Clock::time_point now) {
 void DeviceCommImpl::inspect(Clock::time_point now) {
   static_cast<void>(reportRecordedFailure());
   if (!comm_->usable().isOk()) publishFailure();
-  // A launch that runs past the timeout is stopped; so is one whose peer process is gone.
+  // A launch whose peer process is gone is stopped (its kernel times out its own waits).
   const uint64_t started = __atomic_load_n(&control_->started, __ATOMIC_ACQUIRE);
   const uint64_t completed = __atomic_load_n(&control_->completed, __ATOMIC_ACQUIRE);
   if (started <= completed) {
@@ -266,9 +279,6 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
   if (started != watched_) {
     watched_ = started;
     watchedSince_ = now;
-  }
-  if (now - watchedSince_ > std::chrono::milliseconds(comm_->config().timeoutMs)) {
-    stopRunningKernels(kAbortedTimeout, -1);
   }
   if (now - lastPeerCheck_ > std::chrono::milliseconds(100)) {
     lastPeerCheck_ = now;

@@ -182,8 +182,11 @@ LOOM_HD bool sendLowLatency(const Ctx<W>& ctx, const Connection& c, const uint8_
 template <class W>
 LOOM_HD bool awaitLine(const Ctx<W>& ctx, const Connection& c, const LLLine* line, uint32_t flag, uint64_t* word) {
   uint32_t lo = 0, hi = 0;
+  uint64_t since = 0;
   for (uint32_t spins = 1; !ctx.w.loadLine(line, flag, &lo, &hi); ++spins) {
-    if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(c.peerStatus, Wait{kWaitLine, 0}, flag, 0)) return false;
+    if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(c.peerStatus, Wait{kWaitLine, 0}, flag, 0, &since)) {
+      return false;
+    }
     ctx.w.pause(spins);
   }
   *word = lo | static_cast<uint64_t>(hi) << 32;

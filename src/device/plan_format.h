@@ -100,7 +100,6 @@ struct PlanView {
 enum AbortReason : uint32_t {
   kRunning = 0,
   kAbortedByUser = 1,  // loomCommAbort
-  kAbortedTimeout = 2,  // the watchdog: a launch ran past timeoutMs
   kAbortedPeerGone = 3,  // the watchdog or the proxy: a peer process or link went away
   kAbortedFailure = 4,  // the communicator failed outside a kernel (the host stops its kernels)
 };
@@ -113,6 +112,7 @@ enum FailureKind : uint32_t {
   kWrongBytes = 3,      // the peer's piece had `got` bytes where this step expects `expected`
   kWrongHeader = 4,     // the peer's call header differs (header: the peer's)
   kOutOfStep = 5,       // a header where none was expected, or none where one was
+  kTimedOut = 6,        // a wait saw nothing move for LaunchArgs::waitTimeoutNs
 };
 
 // What a stopped worker was waiting for (ErrorRecord::waitKind; expected and got are the
@@ -136,7 +136,7 @@ struct ErrorRecord {
   uint64_t launch;      // the launch's number (LaunchState::launches after it)
   uint64_t expected, got;
   uint8_t header[24];
-  uint32_t waitKind;    // kStopped: WaitKind
+  uint32_t waitKind;    // kStopped, kTimedOut: WaitKind
   uint32_t waitStep;    // kWaitStep: the step waited for
   uint32_t workersStarted, workers;  // of the failing launch, when the record was written
   uint32_t complete;    // 1 once the fields above are written
@@ -203,6 +203,8 @@ struct LaunchArgs {
   uint32_t* localArrivals;  // per step: parts of a local step done, over all launches
   Control* control;
   WorkerTimeline* timeline;  // kTimelineWorkers of them (LOOM_DEVICE_TIMELINE); null: none
+  uint64_t waitTimeoutNs;    // timeoutMs: how long a wait may see nothing move (0: for ever;
+                             // worker_context.h)
   alignas(16) uint8_t inlinePlan[kInlinePlanBytes];
 
   LOOM_HD PlanView view() const {

@@ -16,7 +16,8 @@
 //   storeLine / loadLine          a low-latency line (fifo.h)
 //   load<U>, loadFresh<U>, store<U>  aligned data moves; loadFresh for memory a peer rewrites
 //   pause(spins)                  between two looks at a word that has not changed yet
-//   now()                         a clock in ns, the same for every worker (LOOM_DEVICE_TIMELINE)
+//   now()                         a clock in ns, the same for every worker (wait deadlines,
+//                                 LOOM_DEVICE_TIMELINE)
 //   kChecksEvery                  looks between two checks of the abort word (a power of two)
 #pragma once
 
@@ -81,8 +82,13 @@ struct Ctx {
   }
 
   // Whether the worker must give up its wait for `wait` (the word's target and last value):
-  // the rank was stopped, or the peer failed.
-  LOOM_HD bool mustStop(const uint32_t* peerStatus, Wait wait, uint64_t target, uint64_t seen) const {
+  // the rank was stopped, the peer failed, or the wait saw nothing move for waitTimeoutNs.
+  // *since is the wait's clock, 0 until this first look (kChecksEvery turns in, so a wait that
+  // ends sooner never reads the clock). timeoutMs bounds every wait, as on the host, not a
+  // launch: a large call on a slow link may run longer while it moves. A wait for this rank's
+  // own step is left to the worker running that step, which times out itself if it is stuck,
+  // unless some of the launch's workers never started (that step may be theirs).
+  LOOM_HD bool mustStop(const uint32_t* peerStatus, Wait wait, uint64_t target, uint64_t seen, uint64_t* since) const {
     if (w.acquire32(&args.control->abort) != kRunning || w.acquire32(&args.state->stopped) != 0) {
       fail(kStopped, target, seen, nullptr, wait);
       return true;
@@ -93,6 +99,15 @@ struct Ctx {
         fail(kPeerFailed, 0, status, nullptr);
         return true;
       }
+    }
+    if (args.waitTimeoutNs == 0) return false;
+    if (wait.kind == kWaitStep && w.acquire32(&args.state->workersStarted) >= args.workers) return false;
+    const uint64_t now = w.now();
+    if (*since == 0) {
+      *since = now;
+    } else if (now - *since > args.waitTimeoutNs) {
+      fail(kTimedOut, target, seen, nullptr, wait);
+      return true;
     }
     return false;
   }
@@ -108,9 +123,9 @@ LOOM_HD_CALLED bool waitAtLeast(const Ctx<W>& ctx, const uint64_t* word, uint64_
   const bool local = wait.kind == kWaitStep;
   bool stop = false;
   if (w.thread() == 0) {
-    uint64_t seen;
+    uint64_t seen, since = 0;
     for (uint32_t spins = 1; (seen = local ? w.acquireLocal(word) : w.acquire(word)) < target; ++spins) {
-      if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(peerStatus, wait, target, seen)) {
+      if ((spins & (W::kChecksEvery - 1)) == 0 && ctx.mustStop(peerStatus, wait, target, seen, &since)) {
         stop = true;
         break;
       }

@@ -86,8 +86,8 @@ TEST_P(EmulatedDeviceErrors, TheCheckerNamesTheFieldBeforeLaunching) {
 }
 
 // Rank 1 makes the first call with rank 0 (they connect on it) but not the second: rank 0's
-// kernel waits until the watchdog stops it at the timeout, and the error names the call,
-// the step and the peer.
+// kernel waits until its wait has seen nothing move for the timeout, and the error names the
+// call, the step and the peer.
 TEST_P(EmulatedDeviceErrors, AWaitingKernelEndsAtTheTimeout) {
   ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
   loomtest::runRanks(2, GetParam(), [&](loomComm_t comm, int rank) {

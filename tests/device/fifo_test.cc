@@ -5,6 +5,7 @@
 // differs, an abort, a failed peer.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -99,7 +100,8 @@ struct Transfer {
 
 Transfer transfer(Pipe& pipe, Side& sender, Side& receiver, Wire wire, const std::vector<std::vector<uint8_t>>& steps,
                   int threads, const uint8_t* senderHeader, const uint8_t* receiverHeader,
-                  const std::vector<uint64_t>* expectedBytes = nullptr) {
+                  const std::vector<uint64_t>* expectedBytes = nullptr,
+                  std::chrono::milliseconds pauseBeforeStep = std::chrono::milliseconds(0)) {
   Transfer t;
   t.out.resize(steps.size());
   sender.conn = pipe.end(true);
@@ -108,6 +110,8 @@ Transfer transfer(Pipe& pipe, Side& sender, Side& receiver, Wire wire, const std
     runWorker(threads, [&](HostWorker& w) {
       Ctx<HostWorker> ctx{w, sender.args, 1, 0};
       for (const std::vector<uint8_t>& step : steps) {
+        if (w.thread() == 0) std::this_thread::sleep_for(pauseBeforeStep);
+        w.sync();
         uint64_t done = sender.conn.counters[wire == Wire::kSimple ? 0 : 1];
         const bool ok = wire == Wire::kSimple
                             ? sendSimple(ctx, sender.conn, step.data(), step.size(), senderHeader, &done)
@@ -144,6 +148,22 @@ Transfer transfer(Pipe& pipe, Side& sender, Side& receiver, Wire wire, const std
   // A receiver that gave up leaves the sender waiting for room: its status word stops it.
   send.join();
   return t;
+}
+
+// A worker of `threads` threads receiving 4 KiB over `receiver`'s connection, whose sender
+// sends nothing: whether it got them (never, unless the test's stopper fails to stop it).
+bool receiveAlone(Side& receiver, Wire wire, int threads) {
+  std::vector<uint8_t> out(4096);
+  bool ok = true;
+  runWorker(threads, [&](HostWorker& w) {
+    Ctx<HostWorker> ctx{w, receiver.args, 1, 0};
+    CopyInto into{w, out.data()};
+    uint64_t done = 0;
+    const bool got = wire == Wire::kSimple ? recvSimple(ctx, receiver.conn, out.size(), nullptr, into, &done)
+                                           : recvLowLatency(ctx, receiver.conn, out.size(), nullptr, into, &done);
+    if (w.thread() == 0) ok = got;
+  });
+  return ok;
 }
 
 std::vector<uint8_t> randomBytes(size_t n, uint32_t seed) {
@@ -252,16 +272,7 @@ TEST_P(FifoFailures, AWaitEndsOnAbortAndOnAFailedPeer) {
         __atomic_store_n(&pipe.senderStatus, 1u, __ATOMIC_RELEASE);  // rank 0 failed
       }
     });
-    std::vector<uint8_t> out(4096);
-    bool ok = true;
-    runWorker(3, [&](HostWorker& w) {
-      Ctx<HostWorker> ctx{w, receiver.args, 1, 0};
-      CopyInto into{w, out.data()};
-      uint64_t done = 0;
-      const bool got = GetParam() == Wire::kSimple ? recvSimple(ctx, receiver.conn, out.size(), nullptr, into, &done)
-                                                   : recvLowLatency(ctx, receiver.conn, out.size(), nullptr, into, &done);
-      if (w.thread() == 0) ok = got;
-    });
+    const bool ok = receiveAlone(receiver, GetParam(), 3);
     stopper.join();
     EXPECT_FALSE(ok);
     const ErrorRecord& e = receiver.control.error;
@@ -274,8 +285,79 @@ TEST_P(FifoFailures, AWaitEndsOnAbortAndOnAFailedPeer) {
   }
 }
 
+// timeoutMs bounds each wait (LaunchArgs::waitTimeoutNs), not a launch: a receiver whose
+// sender never sends times out, naming what it waited for, and tells its peer; steps that
+// come 40 ms apart, 0.5 s in all, arrive under a 150 ms deadline.
+TEST_P(FifoFailures, AWaitTimesOutWhenNothingMovesButASlowTransferDoesNot) {
+  constexpr uint64_t kDeadlineNs = 150'000'000;
+  {
+    Pipe pipe(kSmall);
+    Side receiver(1);
+    receiver.args.waitTimeoutNs = kDeadlineNs;
+    receiver.conn = pipe.end(false);
+    const auto start = std::chrono::steady_clock::now();
+    const bool ok = receiveAlone(receiver, GetParam(), 2);
+    const auto waited = std::chrono::steady_clock::now() - start;
+    EXPECT_FALSE(ok);
+    EXPECT_GE(waited, std::chrono::nanoseconds(kDeadlineNs));
+    EXPECT_LT(waited, std::chrono::seconds(10));
+    const ErrorRecord& e = receiver.control.error;
+    ASSERT_EQ(e.complete, 1u);
+    EXPECT_EQ(e.kind, kTimedOut);
+    EXPECT_EQ(e.waitKind, GetParam() == Wire::kSimple ? kWaitPiece : kWaitLine);
+    EXPECT_EQ(pipe.receiverStatus, 2u) << "the receiver (rank 1) tells its peer it failed: rank + 1";
+  }
+  Pipe pipe(kSmall);
+  Side sender(0), receiver(1);
+  sender.args.waitTimeoutNs = receiver.args.waitTimeoutNs = kDeadlineNs;
+  std::vector<std::vector<uint8_t>> steps;
+  for (uint32_t i = 0; i < 12; ++i) steps.push_back(randomBytes(3000, 40 + i));
+  const auto start = std::chrono::steady_clock::now();
+  Transfer t = transfer(pipe, sender, receiver, GetParam(), steps, 2, nullptr, nullptr, nullptr,
+                        std::chrono::milliseconds(40));
+  ASSERT_GT(std::chrono::steady_clock::now() - start, std::chrono::nanoseconds(3 * kDeadlineNs));
+  EXPECT_TRUE(t.sent);
+  EXPECT_TRUE(t.received) << "failure kind " << receiver.control.error.kind;
+  EXPECT_EQ(receiver.control.error.complete, 0u);
+  EXPECT_EQ(t.out, steps);
+}
+
 INSTANTIATE_TEST_SUITE_P(Wires, FifoFailures, testing::Values(Wire::kSimple, Wire::kLowLatency),
                          [](const auto& info) { return std::string(info.param == Wire::kSimple ? "simple" : "ll"); });
+
+// A wait for this rank's own step is left to the worker running that step while every worker
+// of the launch runs (that one times out itself if stuck); when some never started, the step
+// may be theirs, and the wait times out.
+TEST(FifoDeadlines, AStepWaitTimesOutOnlyWhileWorkersAreMissing) {
+  for (uint32_t started : {2u, 1u}) {
+    Side side(0);
+    side.args.waitTimeoutNs = 50'000'000;
+    side.args.workers = 2;
+    side.state.workersStarted = started;
+    uint64_t flag = 0;
+    std::thread finisher([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      __atomic_store_n(&flag, uint64_t{1}, __ATOMIC_RELEASE);
+    });
+    bool ok = false;
+    runWorker(1, [&](HostWorker& w) {
+      Ctx<HostWorker> ctx{w, side.args, 1, 0};
+      ok = waitAtLeast(ctx, &flag, 1, nullptr, Wait{kWaitStep, 3});
+    });
+    finisher.join();
+    if (started == 2) {
+      EXPECT_TRUE(ok) << "all workers run: the step's own worker keeps the deadline";
+      EXPECT_EQ(side.control.error.complete, 0u);
+    } else {
+      EXPECT_FALSE(ok);
+      ASSERT_EQ(side.control.error.complete, 1u);
+      EXPECT_EQ(side.control.error.kind, kTimedOut);
+      EXPECT_EQ(side.control.error.waitKind, kWaitStep);
+      EXPECT_EQ(side.control.error.waitStep, 3u);
+      EXPECT_EQ(side.control.error.workersStarted, 1u);
+    }
+  }
+}
 
 }  // namespace
 }  // namespace loom::device

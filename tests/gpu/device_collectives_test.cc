@@ -296,7 +296,8 @@ TEST(DeviceErrors, MismatchedCountsFailWithoutHanging) {
 }
 
 // Rank 1 never makes the call rank 0's kernel waits in: at the communicator's timeout the
-// watchdog stops the kernel, the stream completes, and the async error names the call.
+// kernel's wait gives up (the device's clock), the stream completes, and the async error
+// names the call.
 TEST(DeviceStops, AKernelWaitingForAPeerEndsAtTheTimeout) {
   SKIP_WITHOUT_DEVICE();
   RankOptions options = onDevice();
