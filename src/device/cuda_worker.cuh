@@ -106,7 +106,7 @@ struct CudaWorker {
     *static_cast<U*>(p) = v;
   }
 
-  // The device's global timer (ns), the same on every SM: LOOM_DEVICE_TIMELINE only.
+  // The device's global timer (ns), the same on every SM: wait deadlines and LOOM_DEVICE_TIMELINE.
   __device__ uint64_t now() const {
     uint64_t t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

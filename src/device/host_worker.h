@@ -116,7 +116,7 @@ class HostWorker {
     std::memcpy(p, &v, sizeof v);
   }
 
-  // The monotonic clock (ns): LOOM_DEVICE_TIMELINE only.
+  // The monotonic clock (ns): wait deadlines and LOOM_DEVICE_TIMELINE.
   uint64_t now() const {
     timespec t{};
     clock_gettime(CLOCK_MONOTONIC, &t);
