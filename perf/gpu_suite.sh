@@ -237,6 +237,14 @@ if [[ -s $out/device-tuning.txt ]]; then
 fi
 run tests-threads timeout -k 10 180 "$bin/tests/gpu/device_collectives_test"
 run tests-processes timeout -k 10 150 "$bin/tests/gpu/device_collectives_processes_test"
+# FIFOs in pinned host memory, the path of GPUs without peer access (LOOM_P2P_DISABLE forces it
+# on one GPU): every collective as threads and as processes, and the 2-rank allreduce over them.
+run tests-threads-hostfifo env LOOM_P2P_DISABLE=1 timeout -k 10 90 "$bin/tests/gpu/device_collectives_test" \
+  --gtest_filter='*DeviceCollectives.*'
+run tests-processes-hostfifo env LOOM_P2P_DISABLE=1 timeout -k 10 90 \
+  "$bin/tests/gpu/device_collectives_processes_test" --gtest_filter='*DeviceCollectives.*'
+run allreduce-2threads-hostfifo env LOOM_P2P_DISABLE=1 LOOM_DEBUG=INFO timeout -k 10 60 "$bin/perf/loom-perf" \
+  allreduce --device cuda -t 2 -b 8 -e 64M -f 8 -n 10 -w 3 -c 1
 perf latency-graph 45 allreduce --device cuda -t 2 -b 8 -e 8 -n 20 -w 5 -G 100
 # One rank alone in a graph: what a plan kernel costs on the device with no peer to wait for.
 perf latency-graph-1rank 45 allreduce --device cuda -t 1 -b 8 -e 8 -n 20 -w 5 -G 100

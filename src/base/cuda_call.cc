@@ -12,6 +12,7 @@ void StreamDeleter::operator()(CUstream_st* s) const { cudaStreamDestroy(s); }
 void EventDeleter::operator()(CUevent_st* e) const { cudaEventDestroy(e); }
 void DeviceDeleter::operator()(void* p) const { cudaFree(p); }
 void PinnedDeleter::operator()(void* p) const { cudaFreeHost(p); }
+void RegisteredDeleter::operator()(void* p) const { cudaHostUnregister(p); }
 
 Status makeStream(StreamPtr* out) {
   cudaStream_t s = nullptr;
@@ -38,6 +39,13 @@ Status allocPinned(size_t bytes, PinnedPtr* out) {
   void* p = nullptr;
   LOOM_CUDA_TRY(cudaHostAlloc(&p, bytes == 0 ? 1 : bytes, cudaHostAllocMapped | cudaHostAllocPortable));
   out->reset(p);
+  return Status::ok();
+}
+
+Status registerHost(void* p, size_t bytes, RegisteredPtr* out, void** device) {
+  LOOM_CUDA_TRY(cudaHostRegister(p, bytes, cudaHostRegisterMapped | cudaHostRegisterPortable));
+  out->reset(p);
+  LOOM_CUDA_TRY(cudaHostGetDevicePointer(device, p, 0));
   return Status::ok();
 }
 

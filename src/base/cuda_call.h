@@ -57,6 +57,14 @@ using PinnedPtr = std::unique_ptr<void, PinnedDeleter>;
 // Page-locked host memory mapped into every device's address space.
 Status allocPinned(size_t bytes, PinnedPtr* out);
 
+struct RegisteredDeleter {
+  void operator()(void* p) const;
+};
+using RegisteredPtr = std::unique_ptr<void, RegisteredDeleter>;
+// Pages-locks `bytes` of host memory at p (a shared-memory segment, whose mapping must outlive
+// the owner) and maps them into every device's address space; *device is the devices' address.
+Status registerHost(void* p, size_t bytes, RegisteredPtr* out, void** device);
+
 // For its lifetime, lets this thread allocate while one of its streams is being captured into
 // a CUDA graph: an allocation is no stream work, but capture's default mode refuses it (a
 // communicator's first call inside a capture may need memory for its plan).

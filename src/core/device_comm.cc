@@ -3,7 +3,8 @@
 #include "core/device_comm.h"
 
 #include <algorithm>
-#include <functional>
+#include <cstdio>
+#include <cstring>
 
 #include "base/env.h"
 #include "base/log.h"
@@ -32,7 +33,8 @@ Status DeviceCommImpl::init() {
   Registry& registry = Registry::instance();
   LOOM_TRY(makeRuntime(comm_->device(), config.deviceEmulation, registry.emulatedDeviceBlocks(),
                        registry.deviceHandover(), &runtime_));
-  LOOM_TRY(agreeOnBlockBudget());
+  peers_ = std::vector<PeerState>(static_cast<size_t>(comm_->nranks()));
+  LOOM_TRY(agreeOnDevices());
   // No plan uses more channels than fit its share of resident blocks (collective.cc), two
   // workers per channel at the least, so no more are connected: each costs FIFO memory.
   channels_ = channelsWithin(blockBudget_, 2, config.deviceChannels);
@@ -68,7 +70,6 @@ Status DeviceCommImpl::init() {
     LOOM_TRY(runtime_->allocDevice(kTimelineWorkers * sizeof(WorkerTimeline), &device));
     timeline_ = static_cast<WorkerTimeline*>(device);
   }
-  peers_ = std::vector<PeerState>(static_cast<size_t>(n));
   arena_ = std::make_unique<DeviceArena>(*runtime_);
   // Made now, not in a call: see memoryMadeInCall.
   LOOM_TRY(arena_->reserve(kFirstScratchBytes));
@@ -125,35 +126,42 @@ void DeviceCommImpl::warnOfSharedQueues(int threadRanks) {
 // Ranks whose plan kernels share a device wait on each other's workers, so all of their workers
 // must be resident at once: a worker left waiting for a free block while the blocks are held by
 // workers waiting for it is a hang. Ranks of one host naming the same device key share it (also
-// across processes: under MPS their blocks share the SMs).
-Status DeviceCommImpl::agreeOnBlockBudget() {
+// across processes: under MPS their blocks share the SMs). The same exchange says, for each
+// peer of this host, whether its device reaches this one's memory: where it does not (GPUs
+// without peer access, or LOOM_P2P_DISABLE), this rank's FIFOs for it go in pinned host memory.
+Status DeviceCommImpl::agreeOnDevices() {
   struct Entry {
     uint64_t hostHash;
-    uint64_t deviceKey;
+    char deviceKey[56];  // a PCI bus id, NUL-terminated
     int32_t residentBlocks;
     int32_t unused;
   };
   const std::vector<PeerInfo>& peers = comm_->bootstrap().peers();
   std::vector<Entry> all(static_cast<size_t>(comm_->nranks()));
-  all[static_cast<size_t>(comm_->rank())] = {peers[static_cast<size_t>(comm_->rank())].hostHash,
-                                             std::hash<std::string>{}(runtime_->deviceKey()),
-                                             runtime_->residentBlocks(), 0};
+  Entry& own = all[static_cast<size_t>(comm_->rank())];
+  own.hostHash = peers[static_cast<size_t>(comm_->rank())].hostHash;
+  const std::string key = runtime_->deviceKey();
+  std::snprintf(own.deviceKey, sizeof own.deviceKey, "%s", key.c_str());
+  own.residentBlocks = runtime_->residentBlocks();
   LOOM_TRY(comm_->bootstrap().allGather(all.data(), sizeof(Entry)).withContext("device residency exchange"));
+  auto sameDevice = [](const Entry& a, const Entry& b) {
+    return a.hostHash == b.hostHash && std::strncmp(a.deviceKey, b.deviceKey, sizeof a.deviceKey) == 0;
+  };
   int sharersOfMine = 0;
   for (const Entry& e : all) {
     if (e.residentBlocks <= 0) continue;
     int sharers = 0;
-    for (const Entry& o : all) sharers += o.hostHash == e.hostHash && o.deviceKey == e.deviceKey;
+    for (const Entry& o : all) sharers += sameDevice(o, e);
     const int budget = std::max(1, e.residentBlocks / sharers);
     blockBudget_ = blockBudget_ == 0 ? budget : std::min(blockBudget_, budget);
-    if (&e == &all[static_cast<size_t>(comm_->rank())]) sharersOfMine = sharers;
+    if (&e == &own) sharersOfMine = sharers;
   }
-  const Entry& mine = all[static_cast<size_t>(comm_->rank())];
   int threadRanks = 0, firstThreadRank = -1;  // ranks of this process on this device, this one too
   for (size_t p = 0; p < all.size(); ++p) {
-    if (all[p].deviceKey != mine.deviceKey || !sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())])) {
-      continue;
+    if (all[p].hostHash == own.hostHash && static_cast<int>(p) != comm_->rank()) {
+      peers_[p].hostFifo = comm_->config().p2pDisabled || !runtime_->reachedFrom(all[p].deviceKey);
     }
+    if (!sameDevice(all[p], own) || !sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())])) continue;
     if (threadRanks++ == 0) firstThreadRank = static_cast<int>(p);
   }
   threadPeerOnDevice_ = threadRanks > 1;

@@ -104,6 +104,7 @@ struct PeerState {
   // Set (release) once the fields below are; the watchdog reads them after seeing it.
   std::atomic<bool> connected{false};
   bool offHost = false;
+  bool hostFifo = false;         // block in pinned host memory: the peer's device cannot reach this one's
   uint8_t* block = nullptr;      // this rank's memory for the peer (device view)
   uint8_t* hostBlock = nullptr;  // the same, host view (off-host peers: what the proxy reads)
   uint8_t* peerBlock = nullptr;  // the peer's block for this rank, mapped (same host only)
@@ -141,7 +142,7 @@ class DeviceCommImpl final : public DeviceComm {
   }
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   // device_comm.cc
-  Status agreeOnBlockBudget();
+  Status agreeOnDevices();
   void warnOfSharedQueues(int threadRanks);
   bool launchesOutstanding() const;
   void stopRunningKernels(AbortReason reason, int peer);

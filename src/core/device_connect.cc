@@ -14,6 +14,13 @@ namespace loom::device_comm {
 
 namespace {
 constexpr uint32_t kConnectTag = 0x44455601;  // "DEV" 1: a peer's block handle
+
+// For the connection's INFO line: which blocks are in pinned host memory (agreeOnDevices).
+const char* hostFifoWords(bool own, bool peer) {
+  if (own && peer) return "; FIFOs in pinned host memory both ways";
+  if (own) return "; this rank's FIFOs for the peer in pinned host memory";
+  return peer ? "; the peer's FIFOs for this rank in pinned host memory" : "";
+}
 }  // namespace
 
 Status DeviceCommImpl::prepare(const DeviceJob& job) {
@@ -64,7 +71,7 @@ Status DeviceCommImpl::connectOut() {
     }
     SharedHandle handle;
     void* block = nullptr;
-    LOOM_TRY(runtime_->allocShared(blockBytes(false), them.pid, &block, &handle));
+    LOOM_TRY(runtime_->allocShared(blockBytes(false), them.pid, peer.hostFifo, &block, &handle));
     peer.block = static_cast<uint8_t*>(block);
     LOOM_TRY(comm_->bootstrap().send(p, kConnectTag, &handle, sizeof handle).withContext(
         format("device connection to rank %d", p)));
@@ -88,12 +95,14 @@ Status DeviceCommImpl::acceptIn() {
   for (int p : connecting_) {
     PeerState& peer = peers_[static_cast<size_t>(p)];
     const PeerInfo& them = info[static_cast<size_t>(p)];
+    bool peerHostFifo = false;  // the peer's block for this rank is in pinned host memory
     if (!peer.offHost) {
       SharedHandle handle;
       LOOM_TRY(comm_->bootstrap().recv(p, kConnectTag, &handle, sizeof handle).withContext(
           format("device connection from rank %d", p)));
       void* mapped = nullptr;
       LOOM_TRY(runtime_->openShared(handle, p, &mapped));
+      peerHostFifo = handle.hostMemory != 0;
       peer.peerBlock = static_cast<uint8_t*>(mapped);
       if (them.pid != ::getpid()) {
         peer.process.identify(them.pid, them.pidNamespace);
@@ -110,12 +119,13 @@ Status DeviceCommImpl::acceptIn() {
       }
     }
     peer.connected.store(true, std::memory_order_release);
-    LOOM_INFO("comm %016llx rank %d: device connection to rank %d: %s, %d channel(s)",
+    LOOM_INFO("comm %016llx rank %d: device connection to rank %d: %s, %d channel(s)%s",
               static_cast<unsigned long long>(comm_->commId()), comm_->rank(), p,
               peer.offHost ? "another host: local FIFOs bridged to sockets by the proxy thread"
               : them.pid == ::getpid() ? "same process: the peer's memory by address"
-                                       : (std::strcmp(runtime_->name(), "cuda") == 0 ? "CUDA IPC" : "shared memory"),
-              channels_);
+              : std::strcmp(runtime_->name(), "cuda") == 0 && !peerHostFifo ? "CUDA IPC"
+                                                                              : "shared memory",
+              channels_, hostFifoWords(peer.hostFifo, peerHostFifo));
   }
   // A process's block stays open to its peer until the peer has mapped it: a sender whose
   // call fits the FIFO may finish and destroy its communicator (removing the block's name)

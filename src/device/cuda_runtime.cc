@@ -1,7 +1,8 @@
 // The device runtime on a GPU (runtime.h): device memory from cudaMalloc, shared with peers of
-// other processes through CUDA IPC handles and with threads of this process by address;
-// pinned, mapped host memory for what the host watches; the plan kernel launched on the
-// caller's stream.
+// other processes through CUDA IPC handles and with threads of this process by address (peer
+// access on where the devices differ); for a peer whose device cannot reach this one, pinned
+// host memory both reach over PCIe; pinned, mapped host memory for what the host watches; the
+// plan kernel launched on the caller's stream.
 //
 // Launches of one communicator must run one after another (its FIFO counters and step flags
 // are one set): on one stream they do; when a launch goes to another stream than the last,
@@ -17,6 +18,7 @@
 #include "device/handover.h"
 #include "device/plan_kernel.h"
 #include "device/runtime.h"
+#include "device/shared_segment.h"
 
 namespace loom::device {
 namespace {
@@ -69,7 +71,8 @@ class CudaRuntime final : public DeviceRuntime {
     return Status::ok();
   }
   std::string deviceKey() const override { return busId_; }
-  Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
+  bool reachedFrom(const std::string& peerKey) const override;
+  Status allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
   Status allocHostMapped(size_t bytes, void** host, void** device) override;
   Status allocDevice(size_t bytes, void** out) override;
@@ -87,6 +90,8 @@ class CudaRuntime final : public DeviceRuntime {
  private:
   Status copyOnOwnStream(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
   Status allocZeroed(size_t bytes, cuda::DevicePtr* out);
+  Status allocSharedHost(size_t bytes, bool sameProcess, void** out, SharedHandle* handle);
+  Status enablePeerAccess(int ownerDevice, int peer);
 
   int device_;
   std::string deviceName_;
@@ -100,6 +105,8 @@ class CudaRuntime final : public DeviceRuntime {
   std::vector<std::shared_ptr<void>> takenOver_;
   std::vector<cuda::PinnedPtr> pinned_;
   std::vector<void*> opened_;  // peers' memory mapped through IPC
+  std::vector<transport::ShmSegment> segments_;  // FIFOs in host memory shared with other processes
+  std::vector<cuda::RegisteredPtr> registered_;  // their registrations (declared after: undone first)
   cuda::StreamPtr own_;        // for writeWord: never a stream of the caller's
   uint32_t* words_ = nullptr;  // pinned staging for writeWord, one word per write
   size_t wordsUsed_ = 0;
@@ -155,33 +162,82 @@ Status CudaRuntime::allocDevice(size_t bytes, void** out) {
   return Status::ok();
 }
 
-Status CudaRuntime::allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) {
+bool CudaRuntime::reachedFrom(const std::string& peerKey) const {
+  if (peerKey == busId_) return true;
+  int peer = -1, can = 0;
+  // A device this process does not see (CUDA_VISIBLE_DEVICES) is not known to reach it.
+  if (cudaDeviceGetByPCIBusId(&peer, peerKey.c_str()) != cudaSuccess ||
+      cudaDeviceCanAccessPeer(&can, peer, device_) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return can != 0;
+}
+
+Status CudaRuntime::allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) {
   const bool sameProcess = peerPid == ::getpid();
-  if (sameProcess) {
+  *handle = SharedHandle{};
+  handle->pid = static_cast<int32_t>(::getpid());
+  handle->bytes = static_cast<uint32_t>(bytes);
+  handle->device = device_;
+  handle->hostMemory = hostMemory ? 1 : 0;
+  if (hostMemory) {
+    LOOM_TRY(allocSharedHost(bytes, sameProcess, out, handle));
+  } else if (sameProcess) {
     cuda::DevicePtr memory;
     LOOM_TRY(allocZeroed(bytes, &memory));
     *out = memory.get();
     handedOver_.emplace_back(std::move(memory));
-    handover_.give(reinterpret_cast<uint64_t>(*out), handedOver_.back());
   } else {
     LOOM_TRY(allocDevice(bytes, out));
+    // Only another process needs the IPC handle: a thread takes the block by its address.
+    cudaIpcMemHandle_t ipc;
+    LOOM_CUDA_TRY(cudaIpcGetMemHandle(&ipc, *out));
+    std::memcpy(handle->data, &ipc, sizeof ipc);
   }
-  *handle = SharedHandle{};
-  handle->pid = static_cast<int32_t>(::getpid());
-  handle->bytes = static_cast<uint32_t>(bytes);
   handle->address = reinterpret_cast<uint64_t>(*out);
-  // A thread of this process takes the block over by its address (openShared); only another
-  // process needs the IPC handle.
-  if (sameProcess) return Status::ok();
-  cudaIpcMemHandle_t ipc;
-  LOOM_CUDA_TRY(cudaIpcGetMemHandle(&ipc, *out));
-  std::memcpy(handle->data, &ipc, sizeof ipc);
+  if (sameProcess) handover_.give(handle->address, handedOver_.back());
+  return Status::ok();
+}
+
+// Pinned host memory: for a thread peer from cudaHostAlloc (portable, so every device of the
+// process reaches it), for another process a shared-memory file that both register.
+Status CudaRuntime::allocSharedHost(size_t bytes, bool sameProcess, void** out, SharedHandle* handle) {
+  DeviceScope scope(device_);
+  cuda::RelaxedCapture capture;
+  if (sameProcess) {
+    cuda::PinnedPtr memory;
+    LOOM_TRY(cuda::allocPinned(bytes, &memory));
+    std::memset(memory.get(), 0, bytes);
+    LOOM_CUDA_TRY(cudaHostGetDevicePointer(out, memory.get(), 0));
+    handedOver_.emplace_back(memory.release(), cuda::PinnedDeleter());
+    return Status::ok();
+  }
+  transport::ShmSegment segment;
+  LOOM_TRY(createSharedSegment(bytes, "device FIFO in host memory", &segment, handle));
+  cuda::RegisteredPtr registration;
+  LOOM_TRY(cuda::registerHost(segment.data(), bytes, &registration, out));
+  segments_.push_back(std::move(segment));
+  registered_.push_back(std::move(registration));
   return Status::ok();
 }
 
 Status CudaRuntime::openShared(const SharedHandle& handle, int peer, void** out) {
-  if (handle.pid == ::getpid()) return handover_.take(handle.address, peer, &takenOver_, out);
+  if (handle.pid == ::getpid()) {
+    LOOM_TRY(handover_.take(handle.address, peer, &takenOver_, out));
+    return handle.hostMemory != 0 || handle.device == device_ ? Status::ok() : enablePeerAccess(handle.device, peer);
+  }
   DeviceScope scope(device_);
+  if (handle.hostMemory != 0) {
+    transport::ShmSegment segment;
+    LOOM_TRY(openSharedSegment(handle, peer, &segment));
+    cuda::RelaxedCapture capture;
+    cuda::RegisteredPtr registration;
+    LOOM_TRY(cuda::registerHost(segment.data(), handle.bytes, &registration, out));
+    segments_.push_back(std::move(segment));
+    registered_.push_back(std::move(registration));
+    return Status::ok();
+  }
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data, sizeof ipc);
   cudaError_t e = cudaIpcOpenMemHandle(out, ipc, cudaIpcMemLazyEnablePeerAccess);
@@ -193,6 +249,18 @@ Status CudaRuntime::openShared(const SharedHandle& handle, int peer, void** out)
   }
   opened_.push_back(*out);
   return Status::ok();
+}
+
+// A thread rank's device memory on another device of this process: this device's kernels reach
+// it once peer access is on, which lasts for the process (a second rank finds it on already).
+Status CudaRuntime::enablePeerAccess(int ownerDevice, int peer) {
+  DeviceScope scope(device_);
+  const cudaError_t e = cudaDeviceEnablePeerAccess(ownerDevice, 0);
+  if (e == cudaSuccess) return Status::ok();
+  cudaGetLastError();
+  if (e == cudaErrorPeerAccessAlreadyEnabled) return Status::ok();
+  return error(loomUnhandledCudaError, "device %d cannot reach rank %d's memory on device %d: %s", device_, peer,
+               ownerDevice, cudaGetErrorString(e));
 }
 
 Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {

@@ -25,7 +25,7 @@
 #include "device/host_worker.h"
 #include "device/interpreter.h"
 #include "device/runtime.h"
-#include "transport/shm_segment.h"
+#include "device/shared_segment.h"
 
 namespace loom::device {
 namespace {
@@ -48,7 +48,9 @@ class EmulatedRuntime final : public DeviceRuntime {
   int residentBlocks() const override { return blocks_.capacity(); }
   Status checkReduction(loomDataType_t) const override { return Status::ok(); }
   std::string deviceKey() const override { return "emulated"; }
-  Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) override;
+  bool reachedFrom(const std::string&) const override { return true; }
+  // Host memory already: `hostMemory` only travels in the handle.
+  Status allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) override;
   Status openShared(const SharedHandle& handle, int peer, void** out) override;
   Status allocHostMapped(size_t bytes, void** host, void** device) override {
     LOOM_TRY(allocHeap(bytes, host));
@@ -119,21 +121,17 @@ Status EmulatedRuntime::allocHeap(size_t bytes, void** out) {
   return Status::ok();
 }
 
-Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) {
+Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) {
   *handle = SharedHandle{};
   handle->pid = static_cast<int32_t>(::getpid());
   handle->bytes = static_cast<uint32_t>(bytes);
+  handle->hostMemory = hostMemory ? 1 : 0;
   if (peerPid == ::getpid()) {
     LOOM_TRY(allocHeap(bytes, out));
     handover_.give(reinterpret_cast<uint64_t>(*out), heap_.back());
   } else {
     transport::ShmSegment segment;
-    LOOM_TRY(transport::ShmSegment::create(env::getOrDefault("LOOM_SHM_DIR"), bytes, "emulated device FIFO", &segment));
-    if (segment.name().size() >= sizeof handle->data) {
-      return error(loomInvalidArgument, "LOOM_SHM_DIR is too long for an emulated device handle (%s)",
-                   segment.name().c_str());
-    }
-    std::memcpy(handle->data, segment.name().c_str(), segment.name().size() + 1);
+    LOOM_TRY(createSharedSegment(bytes, "emulated device FIFO", &segment, handle));
     *out = segment.data();
     segments_.push_back(std::move(segment));
   }
@@ -143,12 +141,8 @@ Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, void** out, Share
 
 Status EmulatedRuntime::openShared(const SharedHandle& handle, int peer, void** out) {
   if (handle.pid == ::getpid()) return handover_.take(handle.address, peer, &takenOver_, out);
-  char name[sizeof handle.data + 1] = {};
-  std::memcpy(name, handle.data, sizeof handle.data);
   transport::ShmSegment segment;
-  LOOM_TRY(transport::ShmSegment::open(name, handle.bytes, &segment).withContext(
-      format("mapping rank %d's emulated device memory", peer)));
-  segment.unlink();  // mapped on both sides: a crash from now on leaves no file behind
+  LOOM_TRY(openSharedSegment(handle, peer, &segment));
   *out = segment.data();
   segments_.push_back(std::move(segment));
   return Status::ok();

@@ -32,6 +32,8 @@ struct SharedHandle {
   int32_t pid = 0;        // the owner's process
   uint32_t bytes = 0;
   uint64_t address = 0;   // in the owner's process (enough for a peer in the same process)
+  int32_t device = 0;     // the owner's device, by its ordinal in the owner's process
+  uint32_t hostMemory = 0;  // 1: pinned host memory (allocShared's hostMemory)
   uint8_t data[96] = {};  // the runtime's own: a CUDA IPC handle, a shared-memory file name
 };
 
@@ -57,10 +59,14 @@ class DeviceRuntime {
   // its build for compute capability 8.9 or later (element_ops.h, kPlanFloat8).
   virtual Status checkReduction(loomDataType_t type) const = 0;
   virtual std::string deviceKey() const = 0;
+  // Whether a kernel on the device named `peerKey` (its deviceKey, from a rank of this host)
+  // reaches this device's memory: the same device, or peer access between the two.
+  virtual bool reachedFrom(const std::string& peerKey) const = 0;
 
   // Memory a peer may map, zeroed. `peerPid`: the process that will open it (this one: the
-  // memory is handed over, see handover.h).
-  virtual Status allocShared(size_t bytes, int peerPid, void** out, SharedHandle* handle) = 0;
+  // memory is handed over, see handover.h). `hostMemory`: pinned host memory both devices
+  // reach over PCIe, for a peer whose device cannot reach this one's memory.
+  virtual Status allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) = 0;
   // A peer's shared memory in this process (mapped, or taken over, once per handle). `peer`
   // names it in errors.
   virtual Status openShared(const SharedHandle& handle, int peer, void** out) = 0;
