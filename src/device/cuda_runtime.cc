@@ -77,10 +77,10 @@ class CudaRuntime final : public DeviceRuntime {
   Status allocHostMapped(size_t bytes, void** host, void** device) override;
   Status allocDevice(size_t bytes, void** out) override;
   Status copyToDevice(void* dst, const void* src, size_t bytes) override {
-    return copyOnOwnStream(dst, src, bytes, cudaMemcpyHostToDevice);
+    return copyOnOwnStream(dst, src, bytes);
   }
   Status copyToHost(void* dst, const void* src, size_t bytes) override {
-    return copyOnOwnStream(dst, src, bytes, cudaMemcpyDeviceToHost);
+    return copyOnOwnStream(dst, src, bytes);
   }
   Status writeWord(uint32_t* word, uint32_t value) override;
   Status checkBuffer(const char* name, const void* ptr, size_t bytes) const override;
@@ -88,7 +88,7 @@ class CudaRuntime final : public DeviceRuntime {
   Status finishLaunches(const LaunchStream&) override { return Status::ok(); }
 
  private:
-  Status copyOnOwnStream(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  Status copyOnOwnStream(void* dst, const void* src, size_t bytes);
   Status allocZeroed(size_t bytes, cuda::DevicePtr* out);
   Status allocSharedHost(size_t bytes, bool sameProcess, void** out, SharedHandle* handle);
   Status enablePeerAccess(int ownerDevice, int peer);
@@ -275,11 +275,12 @@ Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
   return Status::ok();
 }
 
-// Copies on the runtime's own stream: they wait for no stream of the caller's.
-Status CudaRuntime::copyOnOwnStream(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+// Copies on the runtime's own stream: they wait for no stream of the caller's. The kind is the
+// pointers' own (cudaMemcpyDefault): a FIFO block may be device memory or pinned host memory.
+Status CudaRuntime::copyOnOwnStream(void* dst, const void* src, size_t bytes) {
   DeviceScope scope(device_);
   cuda::RelaxedCapture capture;
-  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, kind, own_.get()));
+  LOOM_CUDA_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, own_.get()));
   LOOM_CUDA_TRY(cudaStreamSynchronize(own_.get()));
   return Status::ok();
 }
@@ -289,7 +290,7 @@ Status CudaRuntime::writeWord(uint32_t* word, uint32_t value) {
   DeviceScope scope(device_);
   uint32_t* staged = &words_[wordsUsed_++ % kStagedWords];
   *staged = value;
-  LOOM_CUDA_TRY(cudaMemcpyAsync(word, staged, sizeof value, cudaMemcpyHostToDevice, own_.get()));
+  LOOM_CUDA_TRY(cudaMemcpyAsync(word, staged, sizeof value, cudaMemcpyDefault, own_.get()));
   return Status::ok();
 }
 
