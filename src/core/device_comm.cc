@@ -159,7 +159,8 @@ Status DeviceCommImpl::agreeOnDevices() {
   int threadRanks = 0, firstThreadRank = -1;  // ranks of this process on this device, this one too
   for (size_t p = 0; p < all.size(); ++p) {
     if (all[p].hostHash == own.hostHash && static_cast<int>(p) != comm_->rank()) {
-      peers_[p].hostFifo = comm_->config().p2pDisabled || !runtime_->reachedFrom(all[p].deviceKey);
+      const std::string peerKey(all[p].deviceKey, strnlen(all[p].deviceKey, sizeof all[p].deviceKey));
+      peers_[p].hostFifo = comm_->config().p2pDisabled || !runtime_->reachedFrom(peerKey);
     }
     if (!sameDevice(all[p], own) || !sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())])) continue;
     if (threadRanks++ == 0) firstThreadRank = static_cast<int>(p);
