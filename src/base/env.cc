@@ -194,9 +194,10 @@ const std::vector<Variable>& variables() {
        "waits for a free one before it starts). 0: no limit. Tests use it to check that device plans fit the GPU "
        "they share (docs/ARCHITECTURE.md, 'Device communicators')."},
       {"LOOM_P2P_DISABLE", "0", kData,
-       "1: device communicators put the FIFOs between GPUs of one host in pinned host memory, which both reach "
-       "over PCIe, even where the GPUs could reach each other's memory (NCCL_P2P_DISABLE's use: a machine whose "
-       "peer-to-peer path is broken or slow). GPUs without peer access get host memory whatever this says."},
+       "1: a device communicator's rank puts the FIFOs it receives into from GPUs of its host in pinned host "
+       "memory, which both GPUs reach over PCIe, even where they could reach each other's memory "
+       "(NCCL_P2P_DISABLE's use: a machine whose peer-to-peer path is broken or slow). Each rank decides for its "
+       "own FIFOs, so a pair may use both kinds; GPUs without peer access get host memory whatever this says."},
       {"LOOM_DEVICE_FIFO_BYTES", "4194304", kData,
        "Bytes of each simple-wire FIFO of a device communicator, per channel, peer and direction (8 slots of an "
        "eighth each; 16384 or more). A pair of ranks that exchange data holds two per channel."},
@@ -304,8 +305,9 @@ std::string markdown() {
       "keeps this file equal to it. Values are read when a communicator is created. The "
       "variables that shape plans and links (LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_CHANNELS, "
       "LOOM_RING_ORDER, LOOM_CHUNK_SIZE, LOOM_STREAMING_MIN_BYTES, LOOM_MAPPED_MIN_BYTES, LOOM_SOCKET_NSOCKS, "
-      "LOOM_UCX_LINKS, LOOM_CHECK, LOOM_DEVICE_EMULATION, LOOM_P2P_DISABLE, "
-      "LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES) are rank 0's for the whole communicator: a rank whose "
+      "LOOM_UCX_LINKS, LOOM_CHECK, "
+      "LOOM_DEVICE_EMULATION, LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES) are rank 0's for the whole "
+      "communicator: a rank whose "
       "value differs warns and uses rank 0's, since ranks that planned differently would wait on "
       "each other.\n";
   const char* section = nullptr;

@@ -95,7 +95,7 @@ Status readDataPathSizes(CommConfig* c) {
 
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
 // LOOM_STREAMING_MIN_BYTES, LOOM_MAPPED_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_DEVICE_EMULATION,
-// LOOM_P2P_DISABLE, LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES, and the sizes above.
+// LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES, and the sizes above.
 Status readDataPathSettings(CommConfig* c) {
   std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
   c->shm = c->socket = c->ucx = c->networkAuto = false;
@@ -167,9 +167,6 @@ Status readDataPathSettings(CommConfig* c) {
   long long emulation = 0, fifo = 0, deviceSlice = 0;
   LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION", 0, 1, &emulation));
   c->deviceEmulation = emulation != 0;
-  long long p2pDisabled = 0;
-  LOOM_TRY(env::getInt("LOOM_P2P_DISABLE", 0, 1, &p2pDisabled));
-  c->p2pDisabled = p2pDisabled != 0;
   LOOM_TRY(env::getInt("LOOM_DEVICE_FIFO_BYTES", 16 << 10, 1LL << 30, &fifo));
   c->deviceFifoBytes = static_cast<size_t>(fifo);
   LOOM_TRY(env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));

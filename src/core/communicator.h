@@ -58,7 +58,6 @@ struct CommConfig {
   std::string linkSizeSources;  // the two above and where each came from, for the INFO line
   bool check = false;           // LOOM_CHECK
   bool deviceEmulation = false; // LOOM_DEVICE_EMULATION
-  bool p2pDisabled = false;     // LOOM_P2P_DISABLE
   size_t deviceFifoBytes = 0;   // LOOM_DEVICE_FIFO_BYTES
   size_t deviceSliceBytes = 0;  // LOOM_DEVICE_SLICE_BYTES
   int deviceChannels = 0;       // connections per peer of a device communicator (LOOM_CHANNELS)

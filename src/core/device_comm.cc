@@ -45,6 +45,13 @@ Status DeviceCommImpl::init() {
   // line each (4 KiB) a slot's turn around the ring, not the bytes, paced the wire (about
   // 1 GB/s on an H100).
   shape_.llLines = kLLControlLines + 2048;
+  // FIFOs in pinned host memory (GPUs without peer access) take 18 MiB per peer over 32 channels
+  // where device memory takes 138 (4 MiB simple and 256 KiB low-latency a channel): a host of 8
+  // GPUs would pin 7.7 GB for an all-to-all. PCIe, not the slot count, bounds that path: 8
+  // slots of 64 KiB keep 512 KiB a channel in flight.
+  hostShape_ = shape_;
+  hostShape_.slotBytes = std::min<uint32_t>(shape_.slotBytes, 64 << 10);
+  hostShape_.llLines = kLLControlLines + 512;
   const int n = comm_->nranks();
   const size_t connections = static_cast<size_t>(n) * static_cast<size_t>(channels_) * 2;
   void* host = nullptr;
@@ -156,11 +163,13 @@ Status DeviceCommImpl::agreeOnDevices() {
     blockBudget_ = blockBudget_ == 0 ? budget : std::min(blockBudget_, budget);
     if (&e == &own) sharersOfMine = sharers;
   }
+  long long p2pDisabled = 0;
+  LOOM_TRY(env::getInt("LOOM_P2P_DISABLE", 0, 1, &p2pDisabled));
   int threadRanks = 0, firstThreadRank = -1;  // ranks of this process on this device, this one too
   for (size_t p = 0; p < all.size(); ++p) {
     if (all[p].hostHash == own.hostHash && static_cast<int>(p) != comm_->rank()) {
       const std::string peerKey(all[p].deviceKey, strnlen(all[p].deviceKey, sizeof all[p].deviceKey));
-      peers_[p].hostFifo = comm_->config().p2pDisabled || !runtime_->reachedFrom(peerKey);
+      peers_[p].hostFifo = p2pDisabled != 0 || !runtime_->reachedFrom(peerKey);
     }
     if (!sameDevice(all[p], own) || !sameProcess(peers[p], peers[static_cast<size_t>(comm_->rank())])) continue;
     if (threadRanks++ == 0) firstThreadRank = static_cast<int>(p);

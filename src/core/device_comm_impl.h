@@ -105,6 +105,7 @@ struct PeerState {
   std::atomic<bool> connected{false};
   bool offHost = false;
   bool hostFifo = false;         // block in pinned host memory: the peer's device cannot reach this one's
+  bool peerHostFifo = false;     // the peer's block for this rank is in pinned host memory
   uint8_t* block = nullptr;      // this rank's memory for the peer (device view)
   uint8_t* hostBlock = nullptr;  // the same, host view (off-host peers: what the proxy reads)
   uint8_t* peerBlock = nullptr;  // the peer's block for this rank, mapped (same host only)
@@ -136,8 +137,10 @@ class DeviceCommImpl final : public DeviceComm {
   std::mutex& launchLock() override { return launchMutex_; }
 
  private:
-  size_t blockBytes(bool offHost) const {
-    const size_t channel = ChannelLayout::bytes(shape_) * (offHost ? 2 : 1);
+  // The FIFOs of a block in device memory, or in pinned host memory (hostShape_).
+  const FifoShape& shapeOf(bool hostMemory) const { return hostMemory ? hostShape_ : shape_; }
+  size_t blockBytes(const FifoShape& shape, bool offHost) const {
+    const size_t channel = ChannelLayout::bytes(shape) * (offHost ? 2 : 1);
     return kBlockStatusBytes + channel * static_cast<size_t>(channels_);
   }
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
@@ -168,6 +171,7 @@ class DeviceCommImpl final : public DeviceComm {
   Communicator* comm_;
   std::unique_ptr<DeviceRuntime> runtime_;
   FifoShape shape_{};
+  FifoShape hostShape_{};  // blocks in pinned host memory: smaller slots (device_comm.cc)
   int channels_ = 1;
   int blockBudget_ = 0;
   bool threadPeerOnDevice_ = false;  // a peer is a thread of this process on this rank's device

@@ -63,7 +63,7 @@ Status DeviceCommImpl::connectOut() {
     if (peer.offHost) {
       void* host = nullptr;
       void* device = nullptr;
-      LOOM_TRY(runtime_->allocHostMapped(blockBytes(true), &host, &device));
+      LOOM_TRY(runtime_->allocHostMapped(blockBytes(shape_, true), &host, &device));
       peer.hostBlock = static_cast<uint8_t*>(host);
       peer.block = static_cast<uint8_t*>(device);
       remote.push_back(p);
@@ -71,7 +71,8 @@ Status DeviceCommImpl::connectOut() {
     }
     SharedHandle handle;
     void* block = nullptr;
-    LOOM_TRY(runtime_->allocShared(blockBytes(false), them.pid, peer.hostFifo, &block, &handle));
+    LOOM_TRY(runtime_->allocShared(blockBytes(shapeOf(peer.hostFifo), false), them.pid, peer.hostFifo, &block,
+                                   &handle));
     peer.block = static_cast<uint8_t*>(block);
     LOOM_TRY(comm_->bootstrap().send(p, kConnectTag, &handle, sizeof handle).withContext(
         format("device connection to rank %d", p)));
@@ -95,14 +96,17 @@ Status DeviceCommImpl::acceptIn() {
   for (int p : connecting_) {
     PeerState& peer = peers_[static_cast<size_t>(p)];
     const PeerInfo& them = info[static_cast<size_t>(p)];
-    bool peerHostFifo = false;  // the peer's block for this rank is in pinned host memory
     if (!peer.offHost) {
       SharedHandle handle;
       LOOM_TRY(comm_->bootstrap().recv(p, kConnectTag, &handle, sizeof handle).withContext(
           format("device connection from rank %d", p)));
+      peer.peerHostFifo = handle.hostMemory != 0;
+      if (handle.bytes != blockBytes(shapeOf(peer.peerHostFifo), false)) {
+        return error(loomInternalError, "rank %d's device FIFOs for this rank take %u bytes where this rank expects %zu",
+                     p, handle.bytes, blockBytes(shapeOf(peer.peerHostFifo), false));
+      }
       void* mapped = nullptr;
       LOOM_TRY(runtime_->openShared(handle, p, &mapped));
-      peerHostFifo = handle.hostMemory != 0;
       peer.peerBlock = static_cast<uint8_t*>(mapped);
       if (them.pid != ::getpid()) {
         peer.process.identify(them.pid, them.pidNamespace);
@@ -123,9 +127,9 @@ Status DeviceCommImpl::acceptIn() {
               static_cast<unsigned long long>(comm_->commId()), comm_->rank(), p,
               peer.offHost ? "another host: local FIFOs bridged to sockets by the proxy thread"
               : them.pid == ::getpid() ? "same process: the peer's memory by address"
-              : std::strcmp(runtime_->name(), "cuda") == 0 && !peerHostFifo ? "CUDA IPC"
-                                                                              : "shared memory",
-              channels_, hostFifoWords(peer.hostFifo, peerHostFifo));
+              : std::strcmp(runtime_->name(), "cuda") == 0 && !peer.peerHostFifo ? "CUDA IPC"
+                                                                                   : "shared memory",
+              channels_, hostFifoWords(peer.hostFifo, peer.peerHostFifo));
   }
   // A process's block stays open to its peer until the peer has mapped it: a sender whose
   // call fits the FIFO may finish and destroy its communicator (removing the block's name)
@@ -144,42 +148,45 @@ Status DeviceCommImpl::acceptIn() {
 
 // Points the table's entries for `peer` at the FIFOs (fifo_layout.h): a same-host peer's
 // receive side is in the receiver's block, head and llHead in the sender's; an off-host
-// peer's channel c is two local regions, incoming then outgoing. The peer's entries (one run
-// of the table: connIndex) then go to the kernel's copy.
+// peer's channel c is two local regions, incoming then outgoing. A direction's FIFOs take the
+// shape of the block they are in (shapeOf: device or pinned host memory), which both ends know.
+// The peer's entries (one run of the table: connIndex) then go to the kernel's copy.
 Status DeviceCommImpl::fillConnections(int peer) {
   PeerState& p = peers_[static_cast<size_t>(peer)];
-  const size_t channelBytes = ChannelLayout::bytes(shape_);
+  const FifoShape& own = p.offHost ? shape_ : shapeOf(p.hostFifo);
+  const FifoShape& theirs = p.offHost ? shape_ : shapeOf(p.peerHostFifo);
   for (int c = 0; c < channels_; ++c) {
     uint8_t *in, *out, *headsOut, *headsIn;
     if (p.offHost) {
+      const size_t channelBytes = ChannelLayout::bytes(shape_);
       in = p.block + kBlockStatusBytes + static_cast<size_t>(c) * 2 * channelBytes;
       out = in + channelBytes;
       headsOut = out;  // the proxy moves the outgoing slots and frees them
       headsIn = in;    // the proxy reads what the kernel freed
     } else {
-      in = p.block + kBlockStatusBytes + static_cast<size_t>(c) * channelBytes;
-      out = p.peerBlock + kBlockStatusBytes + static_cast<size_t>(c) * channelBytes;
+      in = p.block + kBlockStatusBytes + static_cast<size_t>(c) * ChannelLayout::bytes(own);
+      out = p.peerBlock + kBlockStatusBytes + static_cast<size_t>(c) * ChannelLayout::bytes(theirs);
       headsOut = in;   // the peer frees this rank's slots in this rank's block
       headsIn = out;   // this rank frees the peer's slots in the peer's block
     }
-    auto fill = [&](bool send, uint8_t* fifo, uint8_t* heads) {
+    auto fill = [&](bool send, uint8_t* fifo, uint8_t* heads, const FifoShape& shape) {
       const int index = connIndex(peer, c, send);
       Connection& k = conns_[index];
       k.tail = reinterpret_cast<uint64_t*>(fifo + ChannelLayout::kTailAt);
       k.info = reinterpret_cast<SlotInfo*>(fifo + ChannelLayout::kInfoAt);
-      k.data = fifo + ChannelLayout::dataAt(shape_);
-      k.ll = reinterpret_cast<LLLine*>(fifo + ChannelLayout::llAt(shape_));
+      k.data = fifo + ChannelLayout::dataAt(shape);
+      k.ll = reinterpret_cast<LLLine*>(fifo + ChannelLayout::llAt(shape));
       k.head = reinterpret_cast<uint64_t*>(heads + ChannelLayout::kHeadAt);
       k.llHead = reinterpret_cast<uint64_t*>(heads + ChannelLayout::kLLHeadAt);
       k.counters = counters_ + 2 * static_cast<size_t>(index);
       k.peerStatus = p.offHost ? nullptr : reinterpret_cast<const uint32_t*>(p.peerBlock);
       k.ownStatus = p.offHost ? nullptr : reinterpret_cast<uint32_t*>(p.block);
       k.peer = peer;
-      k.shape = shape_;
+      k.shape = shape;
       k.ready = 1;
     };
-    fill(true, out, headsOut);
-    fill(false, in, headsIn);
+    fill(true, out, headsOut, theirs);
+    fill(false, in, headsIn, own);
   }
   const size_t first = static_cast<size_t>(connIndex(peer, 0, true)), count = static_cast<size_t>(channels_) * 2;
   return runtime_->copyToDevice(connsDevice_ + first, &conns_[first], count * sizeof(Connection));

@@ -68,7 +68,7 @@ void DeviceCommImpl::logCounters() {
       const uint64_t* taken = &counters[2 * static_cast<size_t>(connIndex(p, c, false))];
       if (sent[0] + sent[1] + taken[0] + taken[1] == 0 || in.ready == 0) continue;
       LLLine next{};
-      const LLLine* nextAt = in.ll + (taken[1] % shape_.llSlots) * shape_.llLines;
+      const LLLine* nextAt = in.ll + (taken[1] % in.shape.llSlots) * in.shape.llLines;
       (void)runtime_->copyToHost(&next, nextAt, sizeof next);
       text += format(" %d/%d: %llu+%llu sent (peer took %llu+%llu), %llu+%llu taken (tail %llu, next line flags "
                      "%u/%u);",

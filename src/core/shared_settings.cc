@@ -18,7 +18,7 @@ struct Record {
   int32_t channels;
   int32_t socketLinks;
   int32_t ucxLinks;
-  uint8_t shm, socket, ucx, networkAuto, topologyRing, check, deviceEmulation, p2pDisabled;
+  uint8_t shm, socket, ucx, networkAuto, topologyRing, check, deviceEmulation;
   int32_t deviceChannels;
   uint64_t sliceBytes;
   int64_t streamingMinBytes;  // -1: unset
@@ -43,7 +43,6 @@ Record recordOf(const CommConfig& c) {
   r.topologyRing = c.topologyRing;
   r.check = c.check;
   r.deviceEmulation = c.deviceEmulation;
-  r.p2pDisabled = c.p2pDisabled;
   r.deviceChannels = c.deviceChannels;
   r.sliceBytes = c.sliceBytes;
   r.streamingMinBytes = c.streamingMinBytes;
@@ -66,7 +65,6 @@ void apply(const Record& r, CommConfig* c) {
   c->topologyRing = r.topologyRing != 0;
   c->check = r.check != 0;
   c->deviceEmulation = r.deviceEmulation != 0;
-  c->p2pDisabled = r.p2pDisabled != 0;
   c->deviceChannels = r.deviceChannels;
   c->sliceBytes = static_cast<size_t>(r.sliceBytes);
   c->streamingMinBytes = r.streamingMinBytes;
@@ -93,7 +91,6 @@ std::string namesOfDifferences(const Record& a, const Record& b) {
   note(a.ucxLinks != b.ucxLinks, "LOOM_UCX_LINKS");
   note(a.check != b.check, "LOOM_CHECK");
   note(a.deviceEmulation != b.deviceEmulation, "LOOM_DEVICE_EMULATION");
-  note(a.p2pDisabled != b.p2pDisabled, "LOOM_P2P_DISABLE");
   note(a.deviceFifoBytes != b.deviceFifoBytes, "LOOM_DEVICE_FIFO_BYTES");
   note(a.deviceSliceBytes != b.deviceSliceBytes, "LOOM_DEVICE_SLICE_BYTES");
   return names;
