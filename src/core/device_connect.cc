@@ -102,8 +102,9 @@ Status DeviceCommImpl::acceptIn() {
           format("device connection from rank %d", p)));
       peer.peerHostFifo = handle.hostMemory != 0;
       if (handle.bytes != blockBytes(shapeOf(peer.peerHostFifo), false)) {
-        return error(loomInternalError, "rank %d's device FIFOs for this rank take %u bytes where this rank expects %zu",
-                     p, handle.bytes, blockBytes(shapeOf(peer.peerHostFifo), false));
+        return error(loomInternalError,
+                     "rank %d's device FIFOs for this rank take %u bytes where this rank expects %zu", p,
+                     handle.bytes, blockBytes(shapeOf(peer.peerHostFifo), false));
       }
       void* mapped = nullptr;
       LOOM_TRY(runtime_->openShared(handle, p, &mapped));
