@@ -61,8 +61,8 @@ struct RegisteredDeleter {
   void operator()(void* p) const;
 };
 using RegisteredPtr = std::unique_ptr<void, RegisteredDeleter>;
-// Pages-locks `bytes` of host memory at p (a shared-memory segment, whose mapping must outlive
-// the owner) and maps them into every device's address space; *device is the devices' address.
+// Page-locks `bytes` of host memory at p (a shared-memory segment: the owner is released before
+// the mapping goes) and maps them into every device's address space; *device is their address.
 Status registerHost(void* p, size_t bytes, RegisteredPtr* out, void** device);
 
 // For its lifetime, lets this thread allocate while one of its streams is being captured into

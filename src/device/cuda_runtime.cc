@@ -91,6 +91,8 @@ class CudaRuntime final : public DeviceRuntime {
   Status copyOnOwnStream(void* dst, const void* src, size_t bytes);
   Status allocZeroed(size_t bytes, cuda::DevicePtr* out);
   Status allocSharedHost(size_t bytes, bool sameProcess, void** out, SharedHandle* handle);
+  Status keepRegistered(transport::ShmSegment segment, void** out);
+  Status allocPinnedZeroed(size_t bytes, cuda::PinnedPtr* memory, void** device);
   Status enablePeerAccess(int ownerDevice, int peer);
 
   int device_;
@@ -176,11 +178,7 @@ bool CudaRuntime::reachedFrom(const std::string& peerKey) const {
 
 Status CudaRuntime::allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) {
   const bool sameProcess = peerPid == ::getpid();
-  *handle = SharedHandle{};
-  handle->pid = static_cast<int32_t>(::getpid());
-  handle->bytes = static_cast<uint32_t>(bytes);
-  handle->device = device_;
-  handle->hostMemory = hostMemory ? 1 : 0;
+  *handle = ownSharedHandle(bytes, device_, hostMemory);
   if (hostMemory) {
     LOOM_TRY(allocSharedHost(bytes, sameProcess, out, handle));
   } else if (sameProcess) {
@@ -203,20 +201,24 @@ Status CudaRuntime::allocShared(size_t bytes, int peerPid, bool hostMemory, void
 // Pinned host memory: for a thread peer from cudaHostAlloc (portable, so every device of the
 // process reaches it), for another process a shared-memory file that both register.
 Status CudaRuntime::allocSharedHost(size_t bytes, bool sameProcess, void** out, SharedHandle* handle) {
+  if (!sameProcess) {
+    transport::ShmSegment segment;
+    LOOM_TRY(createSharedSegment(bytes, "device FIFO in host memory", &segment, handle));
+    return keepRegistered(std::move(segment), out);
+  }
+  cuda::PinnedPtr memory;
+  LOOM_TRY(allocPinnedZeroed(bytes, &memory, out));
+  handedOver_.emplace_back(memory.release(), cuda::PinnedDeleter());
+  return Status::ok();
+}
+
+// A shared-memory file of either side, registered with CUDA (mapped for every device) and
+// kept, with its registration, as long as the runtime: *out is the devices' address.
+Status CudaRuntime::keepRegistered(transport::ShmSegment segment, void** out) {
   DeviceScope scope(device_);
   cuda::RelaxedCapture capture;
-  if (sameProcess) {
-    cuda::PinnedPtr memory;
-    LOOM_TRY(cuda::allocPinned(bytes, &memory));
-    std::memset(memory.get(), 0, bytes);
-    LOOM_CUDA_TRY(cudaHostGetDevicePointer(out, memory.get(), 0));
-    handedOver_.emplace_back(memory.release(), cuda::PinnedDeleter());
-    return Status::ok();
-  }
-  transport::ShmSegment segment;
-  LOOM_TRY(createSharedSegment(bytes, "device FIFO in host memory", &segment, handle));
   cuda::RegisteredPtr registration;
-  LOOM_TRY(cuda::registerHost(segment.data(), bytes, &registration, out));
+  LOOM_TRY(cuda::registerHost(segment.data(), segment.size(), &registration, out));
   segments_.push_back(std::move(segment));
   registered_.push_back(std::move(registration));
   return Status::ok();
@@ -227,17 +229,12 @@ Status CudaRuntime::openShared(const SharedHandle& handle, int peer, void** out)
     LOOM_TRY(handover_.take(handle.address, peer, &takenOver_, out));
     return handle.hostMemory != 0 || handle.device == device_ ? Status::ok() : enablePeerAccess(handle.device, peer);
   }
-  DeviceScope scope(device_);
   if (handle.hostMemory != 0) {
     transport::ShmSegment segment;
     LOOM_TRY(openSharedSegment(handle, peer, &segment));
-    cuda::RelaxedCapture capture;
-    cuda::RegisteredPtr registration;
-    LOOM_TRY(cuda::registerHost(segment.data(), handle.bytes, &registration, out));
-    segments_.push_back(std::move(segment));
-    registered_.push_back(std::move(registration));
-    return Status::ok();
+    return keepRegistered(std::move(segment), out);
   }
+  DeviceScope scope(device_);
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data, sizeof ipc);
   cudaError_t e = cudaIpcOpenMemHandle(out, ipc, cudaIpcMemLazyEnablePeerAccess);
@@ -263,13 +260,19 @@ Status CudaRuntime::enablePeerAccess(int ownerDevice, int peer) {
                ownerDevice, cudaGetErrorString(e));
 }
 
-Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
+// Pinned, mapped and zeroed; *device is the devices' address of it.
+Status CudaRuntime::allocPinnedZeroed(size_t bytes, cuda::PinnedPtr* memory, void** device) {
   DeviceScope scope(device_);
   cuda::RelaxedCapture capture;
+  LOOM_TRY(cuda::allocPinned(bytes, memory));
+  std::memset(memory->get(), 0, bytes);
+  LOOM_CUDA_TRY(cudaHostGetDevicePointer(device, memory->get(), 0));
+  return Status::ok();
+}
+
+Status CudaRuntime::allocHostMapped(size_t bytes, void** host, void** device) {
   cuda::PinnedPtr memory;
-  LOOM_TRY(cuda::allocPinned(bytes, &memory));
-  std::memset(memory.get(), 0, bytes);
-  LOOM_CUDA_TRY(cudaHostGetDevicePointer(device, memory.get(), 0));
+  LOOM_TRY(allocPinnedZeroed(bytes, &memory, device));
   *host = memory.get();
   pinned_.push_back(std::move(memory));
   return Status::ok();

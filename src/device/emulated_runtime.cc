@@ -122,10 +122,7 @@ Status EmulatedRuntime::allocHeap(size_t bytes, void** out) {
 }
 
 Status EmulatedRuntime::allocShared(size_t bytes, int peerPid, bool hostMemory, void** out, SharedHandle* handle) {
-  *handle = SharedHandle{};
-  handle->pid = static_cast<int32_t>(::getpid());
-  handle->bytes = static_cast<uint32_t>(bytes);
-  handle->hostMemory = hostMemory ? 1 : 0;
+  *handle = ownSharedHandle(bytes, 0, hostMemory);
   if (peerPid == ::getpid()) {
     LOOM_TRY(allocHeap(bytes, out));
     handover_.give(reinterpret_cast<uint64_t>(*out), heap_.back());

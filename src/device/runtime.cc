@@ -1,9 +1,20 @@
 // Choosing the device runtime: CUDA or the CPU emulation (runtime.h).
 #include "device/runtime.h"
 
+#include <unistd.h>
+
 #include "loom_build_config.h"
 
 namespace loom::device {
+
+SharedHandle ownSharedHandle(size_t bytes, int device, bool hostMemory) {
+  SharedHandle handle;
+  handle.pid = static_cast<int32_t>(::getpid());
+  handle.bytes = static_cast<uint32_t>(bytes);
+  handle.device = device;
+  handle.hostMemory = hostMemory ? 1 : 0;
+  return handle;
+}
 
 Status makeRuntime(int device, bool emulated, SlotPool& emulatedBlocks, Handover& handover,
                    std::unique_ptr<DeviceRuntime>* out) {

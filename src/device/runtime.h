@@ -36,6 +36,8 @@ struct SharedHandle {
   uint32_t hostMemory = 0;  // 1: pinned host memory (allocShared's hostMemory)
   uint8_t data[96] = {};  // the runtime's own: a CUDA IPC handle, a shared-memory file name
 };
+// A handle for memory of `bytes` this process shares from `device`, the runtime's data empty.
+SharedHandle ownSharedHandle(size_t bytes, int device, bool hostMemory);
 
 // The stream a call was made on: a CUDA stream on a GPU; in the emulation NULL (the call
 // completes before it returns) or a Loom host stream.
