@@ -7,12 +7,14 @@
 # perf/peers/tcp_loopback_bw.c) under the same sweep and timing flags; perf/compare_table.py
 # turns them into ratio tables.
 #
-#   perf/compare.sh [--collectives allreduce,broadcast] [--ranks N] [--sweep "-b 8 -e 128M -f 2"]
+#   perf/compare.sh [--collectives allreduce,broadcast,...] [--ranks N] [--sweep "-b 8 -e 128M -f 2"]
 #                   [--transports shm,tcp] [--runs R] [--min-time S] [--markdown FILE]
 #                   [--plot FILE.svg] [--out DIR] [--builddir DIR] [--pin LIST]
 #                   [--wait-idle S] [--retries K] [--loom-args ARGS] [--no-install]
 #
-#   --collectives L  allreduce, broadcast or both (default both)
+#   --collectives L  allreduce, broadcast, reduce, allgather, reducescatter, alltoall (default
+#                    allreduce,broadcast). Gloo runs allreduce and broadcast only; the memory
+#                    limit has a model for those two only (docs/PERF.md)
 #   --ranks N        ranks of every program (default 2)
 #   --sweep ARGS     sizes, nccl-tests' flags (default "-b 8 -e 128M -f 2"); every program also
 #                    gets "-n 20 -w 5 -c 1 --min-time S"
@@ -86,7 +88,7 @@ check_list() {  # check_list OPTION VALUE ALLOWED...
     [[ " $* " == *" $item "* ]] || { echo "compare.sh: $option: unknown '$item' ($*)" >&2; exit 2; }
   done
 }
-check_list --collectives "$collectives" allreduce broadcast
+check_list --collectives "$collectives" allreduce broadcast reduce allgather reducescatter alltoall
 check_list --transports "$transports" shm tcp
 check_list --pin "$pin" all none loom mpi gloo
 out="${out:-$builddir/compare}"
@@ -173,6 +175,7 @@ for coll in ${collectives//,/ }; do
     cmd[$coll.$t.mpi]="$mpirun ${mpi_transport[$t]} $peers/mpi_collective $coll $timing"
     order+=("$coll.$t.mpi")
   done
+  [[ " allreduce broadcast " == *" $coll "* ]] || continue  # what gloo_collective.py runs
   cmd[$coll.gloo]="$python perf/peers/gloo_collective.py $coll -N $ranks $timing $gloo_pin"
   order+=("$coll.gloo")
 done
@@ -258,7 +261,10 @@ for coll in ${collectives//,/ }; do
     for s in "Loom=$coll.$t.loom" "Open MPI=$coll.$t.mpi" "Gloo (TCP)=$coll.gloo"; do
       [ -f "$out/best/${s#*=}.txt" ] && series+=("${s%%=*}=$out/best/${s#*=}.txt")
     done
-    plot_cmd=("$plot_bin" -o "$file" --title "$coll, $t, $ranks ranks, float32, in-place" --mode ip
+    # The mode of the main table: all-to-all has no in-place form (compare_table.py).
+    mode=ip mode_title=in-place
+    [ "$coll" = alltoall ] && mode=oop mode_title="out of place"
+    plot_cmd=("$plot_bin" -o "$file" --title "$coll, $t, $ranks ranks, float32, $mode_title" --mode $mode
               "${series[@]}")
     echo "== plot: $(printf '%q ' "${plot_cmd[@]}")"
     "${plot_cmd[@]}"

@@ -6,7 +6,7 @@ of the transport's limit (for shared memory what the memory-traffic model allows
 bandwidth of as many threads as ranks, for TCP the loopback link's); as markdown, with the
 machine and the exact commands.
 
-    perf/compare_table.py --dir DIR [--collectives allreduce,broadcast] [--transports shm,tcp]
+    perf/compare_table.py --dir DIR [--collectives allreduce,broadcast,...] [--transports shm,tcp]
                           [--ranks 2] [--pin WHAT] [--markdown FILE] [--best DIR]
 
 DIR holds what compare.sh kept: COLL.TRANSPORT.loom.R.txt, COLL.TRANSPORT.mpi.R.txt,
@@ -28,7 +28,17 @@ TRANSPORTS = {  # transport: (title, how Loom and Open MPI were told)
 BUS_FACTOR = {  # nccl-tests' busbw / algbw, by collective and ranks
     "allreduce": lambda n: 2 * (n - 1) / n,
     "broadcast": lambda n: 1.0,
+    "reduce": lambda n: 1.0,
+    "allgather": lambda n: (n - 1) / n,
+    "reducescatter": lambda n: (n - 1) / n,
+    "alltoall": lambda n: (n - 1) / n,
 }
+WHAT = {  # what the call does, for the table's caption
+    "allreduce": "sum", "broadcast": "from rank 0", "reduce": "sum to rank 0", "allgather": "",
+    "reducescatter": "sum", "alltoall": "",
+}
+# Collectives without an in-place form (Loom's all-to-all): their main table is out of place.
+NO_IN_PLACE = {"alltoall"}
 COLUMNS = {"oop": 5, "ip": 9}  # first field of each mode in a 13-field row
 LIMITS = {  # transport: (the program that measures its limit, the ratio column's title)
     "shm": ("memcpy", "Loom/limit"),
@@ -38,7 +48,7 @@ LIMITS = {  # transport: (the program that measures its limit, the ratio column'
 # and ranks (docs/PERF.md, "Memory traffic"): the ring allreduce on one host, forwarding what
 # it reduces from the cache, moves 4(n-1)/n of its buffer for a busbw of 2(n-1)/n; the chain
 # broadcast's inner ranks write and forward the buffer, the root only reads it and the last
-# rank only writes it.
+# rank only writes it. The other collectives have no model yet: no memory limit is shown.
 TRAFFIC = {
     "allreduce": lambda n: 2.0,
     "broadcast": lambda n: 1.0 if n == 2 else 2.0,
@@ -54,7 +64,7 @@ def memory_limit(memcpy, coll, ranks):
     """{bytes: (None, busbw limit)}: a thread of memcpy_bw -t RANKS moves 2 bytes (read +
     write) per byte it copies; a rank whose core moves as much can reach at most that over
     TRAFFIC bytes per byte of busbw."""
-    if not memcpy:
+    if not memcpy or coll not in TRAFFIC:
         return None
     return {n: (None, 2 * m[1] / TRAFFIC[coll](ranks)) for n, m in memcpy.items()
             if n >= MEMORY_LIMIT_MIN_BYTES}
@@ -136,7 +146,8 @@ def render_legend(runs):
     spread = ", (+x%): how much slower the slowest round was" if runs > 1 else ""
     return [
         f"The main tables come from each program's **in-place** column, the only mode all three "
-        f"measure (MPI_Bcast and torch.distributed's calls have one buffer); the out-of-place "
+        f"measure (MPI_Bcast and torch.distributed's calls have one buffer; all-to-all's from the "
+        f"out-of-place one, Loom having no in-place form); the out-of-place "
         f"tables put Loom beside Open MPI where both measure that mode. Time: µs per call "
         f"(mean over ranks) in the best of {runs} round{'s' * (runs > 1)}{spread}. busbw: GB/s "
         f"(GB = 1e9), nccl-tests' bus bandwidth. MPI/Loom and Gloo/Loom: peer time / Loom time "
@@ -144,7 +155,8 @@ def render_legend(runs):
         f"allows at that size, from 1 MiB (docs/PERF.md, \"Memory traffic\"): each of as many threads as "
         f"ranks copying at once moves twice the bytes it copies (read + write), and the busiest "
         f"rank must move 2 bytes of its buffers per byte of busbw in a ring allreduce, 1 in a "
-        f"2-rank broadcast (2 with more ranks). Loom/TCP link: Loom's busbw / what one TCP connection on 127.0.0.1 carries "
+        f"2-rank broadcast (2 with more ranks); the other collectives have no model yet. Loom/TCP link: "
+        f"Loom's busbw / what one TCP connection on 127.0.0.1 carries "
         f"each way while two processes send each other a buffer of that size at once "
         f"(perf/peers/tcp_loopback_bw.c; a 2-rank allreduce sends and receives its whole buffer "
         f"on each rank). Gloo (torch.distributed) has TCP only: the same Gloo column shows under "
@@ -153,9 +165,10 @@ def render_legend(runs):
 
 def render_table(args, coll, transport, loom, mpi, gloo, limit, runs):
     title, how = TRANSPORTS[transport]
-    what = "sum" if coll == "allreduce" else "from rank 0"
+    mode = "out of place" if coll in NO_IN_PLACE else "in-place"
+    gloo_how = "; Gloo over TCP" if gloo else "; no Gloo (perf/peers/gloo_collective.py runs allreduce and broadcast)"
     out = [f"### {coll}, {title}", "",
-           f"{args.ranks} ranks, float32 {what}, in-place; {how}; Gloo over TCP.", "",
+           f"{args.ranks} ranks, float32{' ' + WHAT[coll] if WHAT[coll] else ''}, {mode}; {how}{gloo_how}.", "",
            "| size | Loom µs | Open MPI µs | Gloo µs | Loom GB/s | Open MPI GB/s "
            f"| Gloo GB/s | MPI/Loom | Gloo/Loom | {LIMITS[transport][1]} |",
            "|---:|" + "---:|" * 9]
@@ -175,8 +188,8 @@ def render_table(args, coll, transport, loom, mpi, gloo, limit, runs):
 
 def render_out_of_place(args, coll, transport, loom, mpi, limit, runs):
     """Loom beside Open MPI out of place, where both measure it (Gloo cannot: torch's calls
-    have one buffer)."""
-    if not loom or not mpi:
+    have one buffer), unless the main table is out of place already."""
+    if not loom or not mpi or coll in NO_IN_PLACE:
         return []
     title, how = TRANSPORTS[transport]
     out = [f"### {coll}, {title}, out of place (Loom and Open MPI)", "",
@@ -299,10 +312,11 @@ def main():
     out = render_legend(max(runs, 1))
     for coll in collectives:
         factor = BUS_FACTOR[coll](args.ranks)
+        main_mode = "oop" if coll in NO_IN_PLACE else "ip"
         gloo = load(f"{coll}.gloo", "ip", factor)
         for t in transports:
-            loom = load(f"{coll}.{t}.loom", "ip", factor)
-            mpi = load(f"{coll}.{t}.mpi", "ip", factor)
+            loom = load(f"{coll}.{t}.loom", main_mode, factor)
+            mpi = load(f"{coll}.{t}.mpi", main_mode, factor)
             limit = memory_limit(limits[t], coll, args.ranks) if t == "shm" else limits[t]
             out += render_table(args, coll, t, loom, mpi, gloo, limit, max(runs, 1))
             # The best-round files for loom-plot hold in-place rows: read these without --best.

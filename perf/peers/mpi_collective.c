@@ -1,39 +1,65 @@
-/* Open MPI's allreduce and broadcast in nccl-tests' loop and table (perf/peers/nccl_table.h),
- * so that perf/compare.sh can put them beside loom-perf's.
+/* Open MPI's collectives in nccl-tests' loop and table (perf/peers/nccl_table.h), so that
+ * perf/compare.sh can put them beside loom-perf's.
  *
  *   mpicc -O2 -Wall -Wextra -o mpi_collective mpi_collective.c -lm
- *   mpirun -n 2 --bind-to core ./mpi_collective allreduce|broadcast [-b 8] [-e 128M] [-f 2]
+ *   mpirun -n 2 --bind-to core ./mpi_collective COLLECTIVE [-b 8] [-e 128M] [-f 2]
  *          [-n 20] [-w 1] [-c 1] [-a 1] [-r 0] [--min-time S]
  *
- * float32. allreduce: sum, out-of-place and in-place (MPI_IN_PLACE). broadcast: in-place only,
- * since MPI_Bcast has one buffer; its out-of-place fields read `-`. The buffers hold zeros
- * while timed (an in-place sum of zeros stays finite and regular); the check then fills rank
- * r's input with (i + 3r) % 61 in element i, so that every float sum is exact, the output
- * with NaN, and counts the elements of one call that differ from the exact result. Any wrong
- * element: exit status 1.
+ * COLLECTIVE: allreduce, broadcast, reduce, allgather, reducescatter, alltoall. float32, sum;
+ * sizes and bus-bandwidth factors as nccl-tests (and loom-perf) count them: the size is the
+ * larger buffer's, each rank's share of allgather, reducescatter and alltoall its n-th part
+ * rounded down to 16 bytes. Out of place and in place (MPI_IN_PLACE; the reduction's result at
+ * the start of the buffer for reducescatter), except broadcast (MPI_Bcast has one buffer) and
+ * alltoall (measured out of place only, as loom-perf does): their other fields read `-`. The
+ * buffers hold zeros while timed (an in-place sum of zeros stays finite and regular); the check
+ * then fills rank r's input with (i + 3r) % 61 in element i, so that every float sum is exact,
+ * the output with NaN, and counts the elements of one call that differ from the exact result.
+ * Any wrong element: exit status 1.
  */
 #include "nccl_table.h"
 
 #include <limits.h>
 #include <mpi.h>
 
+typedef enum { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll } Kind;
+static const char* const kNames[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
+                                     "alltoall"};
+
 typedef struct {
-  int allreduce; /* else broadcast */
+  Kind kind;
   int inPlace;
   int root;
-  int count;
+  int rank, nranks;
+  int count;  /* elements of the larger buffer */
+  int share;  /* allgather, reducescatter, alltoall: elements per rank */
   float* send;
   float* recv;
 } Collective;
 
 static void callCollective(void* state) {
   const Collective* c = state;
-  if (!c->allreduce)
-    MPI_Bcast(c->send, c->count, MPI_FLOAT, c->root, MPI_COMM_WORLD);
-  else if (c->inPlace)
-    MPI_Allreduce(MPI_IN_PLACE, c->send, c->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  else
-    MPI_Allreduce(c->send, c->recv, c->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  void* const in = c->inPlace ? MPI_IN_PLACE : c->send;
+  switch (c->kind) {
+    case kAllReduce:
+      MPI_Allreduce(in, c->inPlace ? c->send : c->recv, c->count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case kBroadcast: MPI_Bcast(c->send, c->count, MPI_FLOAT, c->root, MPI_COMM_WORLD); break;
+    case kReduce:
+      /* In place, only the root names MPI_IN_PLACE; the others send from their buffer. */
+      MPI_Reduce(c->inPlace && c->rank != c->root ? c->send : in, c->inPlace ? c->send : c->recv, c->count,
+                 MPI_FLOAT, MPI_SUM, c->root, MPI_COMM_WORLD);
+      break;
+    case kAllGather:
+      /* In place, this rank's share already lies at its place in the receive buffer. */
+      MPI_Allgather(in, c->share, MPI_FLOAT, c->recv, c->share, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+    case kReduceScatter:
+      MPI_Reduce_scatter_block(in, c->inPlace ? c->send : c->recv, c->share, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      break;
+    case kAllToAll:
+      MPI_Alltoall(c->send, c->share, MPI_FLOAT, c->recv, c->share, MPI_FLOAT, MPI_COMM_WORLD);
+      break;
+  }
 }
 
 static void barrier(void* state) {
@@ -61,25 +87,75 @@ static double combine(void* state, double value, RankCombine how) {
 
 static float pattern(size_t i, int rank) { return (float)((i + 3u * (size_t)rank) % 61u); }
 
+static float sumOfRanks(size_t i, int nranks) {
+  float want = 0.0f;
+  for (int r = 0; r < nranks; ++r) want += pattern(i, r);
+  return want;
+}
+
+/* Element i of rank `rank`'s input (for allgather: of its share) and of the result it must
+ * hold; false where the result is not this rank's to check. */
+static int expected(const Collective* c, size_t i, float* want) {
+  const size_t share = (size_t)c->share;
+  switch (c->kind) {
+    case kAllReduce: *want = sumOfRanks(i, c->nranks); return 1;
+    case kBroadcast: *want = pattern(i, c->root); return 1;
+    case kReduce: *want = sumOfRanks(i, c->nranks); return c->rank == c->root;
+    case kAllGather: *want = pattern(i % share, (int)(i / share)); return 1;
+    case kReduceScatter: *want = sumOfRanks((size_t)c->rank * share + i, c->nranks); return 1;
+    case kAllToAll:
+      /* Block j comes from rank j, which sent its block `rank`. */
+      *want = pattern((size_t)c->rank * share + i % share, (int)(i / share));
+      return 1;
+  }
+  return 0;
+}
+
 /* Wrong elements of one checked call, summed over the ranks. */
-static double check(Collective* c, int rank, int nranks) {
-  const size_t n = (size_t)c->count;
+static double check(Collective* c) {
+  const size_t count = (size_t)c->count, share = (size_t)c->share;
+  memset(c->recv, 0xff, count * sizeof(float)); /* NaN: a call that writes nothing cannot pass */
+  memset(c->send, 0xff, count * sizeof(float));
+  size_t outCount = count;
   float* out = c->inPlace ? c->send : c->recv;
-  memset(c->recv, 0xff, n * sizeof(float)); /* NaN: a call that writes nothing cannot pass */
-  memset(c->send, 0xff, n * sizeof(float));
-  if (c->allreduce || rank == c->root)
-    for (size_t i = 0; i < n; ++i) c->send[i] = pattern(i, rank);
+  switch (c->kind) {
+    case kBroadcast:
+      if (c->rank == c->root)
+        for (size_t i = 0; i < count; ++i) c->send[i] = pattern(i, c->rank);
+      break;
+    case kAllGather:
+      if (c->inPlace)
+        for (size_t i = 0; i < share; ++i) c->recv[(size_t)c->rank * share + i] = pattern(i, c->rank);
+      else
+        for (size_t i = 0; i < share; ++i) c->send[i] = pattern(i, c->rank);
+      out = c->recv;
+      outCount = share * (size_t)c->nranks;
+      break;
+    case kReduceScatter:
+      for (size_t i = 0; i < share * (size_t)c->nranks; ++i) c->send[i] = pattern(i, c->rank);
+      outCount = share;
+      break;
+    case kAllToAll:
+      for (size_t i = 0; i < share * (size_t)c->nranks; ++i) c->send[i] = pattern(i, c->rank);
+      outCount = share * (size_t)c->nranks;
+      break;
+    default:
+      for (size_t i = 0; i < count; ++i) c->send[i] = pattern(i, c->rank);
+      break;
+  }
   callCollective(c);
   long wrong = 0;
-  for (size_t i = 0; i < n; ++i) {
-    float want = 0.0f;
-    if (c->allreduce)
-      for (int r = 0; r < nranks; ++r) want += pattern(i, r);
-    else
-      want = pattern(i, c->root);
-    wrong += out[i] != want;
+  for (size_t i = 0; i < outCount; ++i) {
+    float want;
+    if (expected(c, i, &want)) wrong += out[i] != want;
   }
   return combine(c, (double)wrong, kRankSum);
+}
+
+static int kindOf(const char* name) {
+  for (int k = 0; k < (int)(sizeof kNames / sizeof kNames[0]); ++k)
+    if (strcmp(name, kNames[k]) == 0) return k;
+  return -1;
 }
 
 int main(int argc, char** argv) {
@@ -90,18 +166,19 @@ int main(int argc, char** argv) {
 
   PeerOptions o;
   const int first = peerParseOptions(argc, argv, &o, rank == 0);
-  const char* name = first >= 0 && first + 1 == argc ? argv[first] : "";
-  const int allreduce = strcmp(name, "allreduce") == 0;
-  if (first < 0 || (!allreduce && strcmp(name, "broadcast") != 0) || o.root >= nranks ||
-      o.maxBytes / sizeof(float) > INT_MAX) {
+  const int kind = first >= 0 && first + 1 == argc ? kindOf(argv[first]) : -1;
+  if (kind < 0 || o.root >= nranks || o.maxBytes / sizeof(float) > INT_MAX) {
     if (rank == 0 && first >= 0)
-      fprintf(stderr, "usage: mpirun -n N %s allreduce|broadcast [flags] (-r < N, -e < 8G)\n",
+      fprintf(stderr,
+              "usage: mpirun -n N %s allreduce|broadcast|reduce|allgather|reducescatter|alltoall [flags] "
+              "(-r < N, -e < 8G)\n",
               argv[0]);
     MPI_Finalize();
     return 2;
   }
+  const char* name = kNames[kind];
 
-  Collective c = {.allreduce = allreduce, .root = o.root};
+  Collective c = {.kind = (Kind)kind, .root = o.root, .rank = rank, .nranks = nranks};
   c.send = malloc(o.maxBytes);
   c.recv = malloc(o.maxBytes);
   if (!c.send || !c.recv) {
@@ -109,7 +186,12 @@ int main(int argc, char** argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   const PeerCalls calls = {callCollective, barrier, combine, &c};
-  const double busFactor = allreduce ? 2.0 * (nranks - 1) / nranks : 1.0;
+  const int reduces = c.kind == kAllReduce || c.kind == kReduce || c.kind == kReduceScatter;
+  const int takesRoot = c.kind == kBroadcast || c.kind == kReduce;
+  const int shared = c.kind == kAllGather || c.kind == kReduceScatter || c.kind == kAllToAll;
+  const double busFactor = c.kind == kAllReduce ? 2.0 * (nranks - 1) / nranks
+                           : shared             ? (double)(nranks - 1) / nranks
+                                                : 1.0;
 
   if (rank == 0) {
     char version[MPI_MAX_LIBRARY_VERSION_STRING], cpus[256];
@@ -117,8 +199,8 @@ int main(int argc, char** argv) {
     MPI_Get_library_version(version, &len);
     version[strcspn(version, ",\n")] = '\0';
     peerDescribeAffinity(cpus, sizeof cpus);
-    printf("# mpi_collective %s: %s, %d ranks, float32%s; rank 0 cpus %s\n", name, version,
-           nranks, allreduce ? " sum" : ", in-place only (MPI_Bcast has one buffer)", cpus);
+    printf("# mpi_collective %s: %s, %d ranks, float32%s; rank 0 cpus %s\n", name, version, nranks,
+           reduces ? " sum" : "", cpus);
     printf("# -b %zu -e %zu -f %zu -n %ld -w %ld -c %d -a %d --min-time %g\n", o.minBytes,
            o.maxBytes, o.factor, o.iters, o.warmup, o.check, (int)o.average, o.minTime);
     peerPrintHeader();
@@ -127,18 +209,22 @@ int main(int argc, char** argv) {
 
   TableTotals totals = {0};
   for (size_t bytes = o.minBytes; bytes; bytes = peerNextSize(&o, bytes)) {
-    c.count = (int)(bytes / sizeof(float));
+    const size_t elements = bytes / sizeof(float);
+    /* nccl-tests keeps each rank's share a multiple of 16 bytes. */
+    c.share = shared ? (int)((elements / (size_t)nranks) & ~(size_t)3) : 0;
+    c.count = shared ? c.share * nranks : (int)elements;
     const size_t used = (size_t)c.count * sizeof(float);
-    if (rank == 0) peerPrintRowStart(used, allreduce ? "sum" : "none", allreduce ? -1 : o.root);
+    if (shared && c.share == 0) continue;
+    if (rank == 0) peerPrintRowStart(used, reduces ? "sum" : "none", takesRoot ? o.root : -1);
     for (c.inPlace = 0; c.inPlace <= 1; ++c.inPlace) {
-      if (!allreduce && !c.inPlace) {
+      if ((c.kind == kBroadcast && !c.inPlace) || (c.kind == kAllToAll && c.inPlace)) {
         if (rank == 0) peerPrintNoMode();
         continue;
       }
       memset(c.send, 0, used);
       memset(c.recv, 0, used);
       const double seconds = peerTimePerCall(&o, &calls);
-      const double wrong = o.check ? check(&c, rank, nranks) : -1.0;
+      const double wrong = o.check ? check(&c) : -1.0;
       if (rank == 0) peerPrintMode(&totals, used, seconds, busFactor, wrong);
     }
     if (rank == 0) {

@@ -14,7 +14,7 @@ enum class Algorithm : uint8_t {
   kRing,
   kTree,               // double binary tree (allreduce), binary tree (broadcast, reduce)
   kRecursiveDoubling,  // latency-optimal small allreduce over links
-  kOneShot,            // small allreduce or broadcast through one shared-memory board (one host)
+  kOneShot,            // a small collective through one shared-memory board (one host)
   kPairwise,           // all-to-all: every pair exchanges directly
   kHierarchical,       // allreduce, broadcast, reduce across hosts: each rank of a host carries a shard between hosts
 };

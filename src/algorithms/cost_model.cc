@@ -396,21 +396,33 @@ double hierarchicalUs(CallInfo::Kind kind, Protocol protocol, size_t size, const
   return us;
 }
 
-// One-shot (one_shot.cc): each rank posts its buffer in its board slot (a copy), then folds
-// the n slots in rank order (n - 1 reductions of the buffer), after a fixed cost for posting
-// the flags and waiting for the others'. The other slots were just written by other cores,
-// so reading them moves their cache lines across, as a shared-memory hop does; and the
-// other cores read this rank's slot in the last call, so writing it takes its lines back
-// first, at the same cost:
-//   oneShotLatencyUs + bytes / intra.gbps + (n-1) (bytes / intra.gbps + bytes / reduceGbps).
-// (Measured on 2 ranks, 8 to 32 KiB: 1.8e-4 µs a byte, against 1.85e-4 so and 1.3e-4 with
-// the post at copy speed.) A broadcast posts the root's buffer alone, which every other rank
-// copies out of the root's slot at once: one hop after the post, whatever n.
+// One-shot (one_shot.cc): each rank posts its send buffer in its board slot (a copy), then
+// makes its result from the others' slots, after a fixed cost for posting the flags and
+// waiting for the others'. The other slots were just written by other cores, so reading them
+// moves their cache lines across, as a shared-memory hop does; and the other cores read this
+// rank's slot in the last call, so writing it takes its lines back first, at the same cost.
+// With B the call's bytes (one rank's input of an allreduce or reduce, the whole receive
+// buffer of an allgather, the whole send buffer of a reduce-scatter or all-to-all) and b =
+// B / n a block:
+//   allreduce, reduce   oneShotLatencyUs + B / intra + (n-1) (B / intra + B / reduceGbps)
+//   reduce-scatter      oneShotLatencyUs + B / intra + (n-1) (b / intra + b / reduceGbps)
+//   allgather           oneShotLatencyUs + b / intra + (n-1) b / intra
+//   all-to-all          oneShotLatencyUs + B / intra + (n-1) b / intra
+//   broadcast           oneShotLatencyUs + B / intra + B / intra
+// (Allreduce measured on 2 ranks, 8 to 32 KiB: 1.8e-4 µs a byte, against 1.85e-4 so and 1.3e-4
+// with the post at copy speed.) A broadcast posts the root's buffer alone, which every other
+// rank copies out of the root's slot at once: one hop after the post, whatever n.
 double oneShotUs(CallInfo::Kind kind, size_t bytes, const CommProfile& p) {
-  const double b = static_cast<double>(bytes);
-  const double posted = p.oneShotLatencyUs + transferUs(b, p.intra.gbps);
-  if (kind == CallInfo::Kind::kBroadcast) return posted + transferUs(b, p.intra.gbps);
-  return posted + (p.nranks - 1) * (transferUs(b, p.intra.gbps) + transferUs(b, p.reduceGbps));
+  const double all = static_cast<double>(bytes), block = all / p.nranks, peers = p.nranks - 1;
+  auto hop = [&](double b) { return transferUs(b, p.intra.gbps); };
+  auto fold = [&](double b) { return hop(b) + transferUs(b, p.reduceGbps); };
+  switch (kind) {
+    case CallInfo::Kind::kBroadcast: return p.oneShotLatencyUs + 2 * hop(all);
+    case CallInfo::Kind::kAllGather: return p.oneShotLatencyUs + hop(block) + peers * hop(block);
+    case CallInfo::Kind::kAllToAll: return p.oneShotLatencyUs + hop(all) + peers * hop(block);
+    case CallInfo::Kind::kReduceScatter: return p.oneShotLatencyUs + hop(all) + peers * fold(block);
+    default: return p.oneShotLatencyUs + hop(all) + peers * fold(all);
+  }
 }
 
 }  // namespace

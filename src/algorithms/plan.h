@@ -96,7 +96,7 @@ struct Step {
     kRecv,        // peer -> dst
     kRecvReduce,  // dst = src op (bytes from peer); src may equal dst
     kCopy,        // dst = src, local
-    kOneShot,     // dst = op over every rank's src, through the one-shot board (local)
+    kOneShot,     // a whole small collective through the one-shot board (local; core/one_shot.h)
     // An allreduce straight between the ranks' buffers where all can reach each other's
     // (core/mapped_allreduce.h); when it does, the call's other steps are not run (local).
     kMapped,

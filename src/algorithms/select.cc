@@ -67,15 +67,15 @@ const char* algorithmName(Algorithm algorithm) {
 
 bool supports(CallInfo::Kind kind, Algorithm algorithm) {
   switch (kind) {
+    // Every collective has its one-shot form on the board (core/one_shot.h).
     case CallInfo::Kind::kAllReduce: return algorithm != Algorithm::kPairwise;  // hierarchical included
     case CallInfo::Kind::kBroadcast:
+    case CallInfo::Kind::kReduce:
       return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree || algorithm == Algorithm::kHierarchical ||
              algorithm == Algorithm::kOneShot;
-    case CallInfo::Kind::kReduce:
-      return algorithm == Algorithm::kRing || algorithm == Algorithm::kTree || algorithm == Algorithm::kHierarchical;
     case CallInfo::Kind::kAllGather:
-    case CallInfo::Kind::kReduceScatter: return algorithm == Algorithm::kRing;
-    case CallInfo::Kind::kAllToAll: return algorithm == Algorithm::kPairwise;
+    case CallInfo::Kind::kReduceScatter: return algorithm == Algorithm::kRing || algorithm == Algorithm::kOneShot;
+    case CallInfo::Kind::kAllToAll: return algorithm == Algorithm::kPairwise || algorithm == Algorithm::kOneShot;
     default: return false;
   }
 }

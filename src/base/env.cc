@@ -66,8 +66,8 @@ const std::vector<Variable>& variables() {
        "ranks and the field (collective, count, type, op, root) that differ, before any data "
        "moves. Costs one small allgather per launch. Read at communicator creation."},
       {"LOOM_ALGO", "", kData,
-       "Which algorithms may run: ring, tree, rd (recursive doubling), oneshot (small allreduce and "
-       "broadcast on one host's shared-memory board), pairwise, hierarchical (allreduce, broadcast and reduce across hosts: every rank of a host carries "
+       "Which algorithms may run: ring, tree, rd (recursive doubling), oneshot (small calls of every "
+       "collective on one host's shared-memory board), pairwise, hierarchical (allreduce, broadcast and reduce across hosts: every rank of a host carries "
        "a shard between hosts; set aside on one host). One name forces it for every collective that has it; a list allows only those "
        "('ring,tree'); ^ excludes ('^oneshot'); 'allreduce=tree,broadcast=^tree' applies per collective. "
        "Among the allowed, the tuner picks the one its cost model predicts fastest (docs/TUNING.md). "

@@ -200,7 +200,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
     Step step{Step::Kind::kOneShot};
     step.src = args.send;
     step.dst = call.recv;
-    step.bytes = bytes;
+    step.bytes = call.info.count * typeSize(call.info.type);  // as the board's calls count (OneShot::bytes)
     step.finalize = call.info.op == loomAvg;
     plan.add(step);
     return;

@@ -31,7 +31,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call);
 // The tuner's prediction for the call with the algorithm it picks, in µs.
 double predictedUs(const CollectiveCall& call);
 
-// A lone call (no group, NULL stream) that runs without a plan: a small allreduce on the
+// A lone call (no group, NULL stream) that runs without a plan: a small collective on the
 // one-shot board, the latency-critical case.
 bool runsAlone(const CollectiveCall& call);
 Status runAlone(const CollectiveCall& call);

@@ -416,7 +416,7 @@ Status Communicator::finishInit() {
   LOOM_INFO("comm %016llx: shm to ranks [%s] (same host), %s (%d link(s) each%s%s) to ranks [%s]%s",
             static_cast<unsigned long long>(commId()), shmList.c_str(), config_.ucx ? "ucx" : "socket", socketLinks,
             config_.ucx ? "" : ", ", config_.ucx ? "" : sendBuffer.c_str(), socketList.c_str(),
-            board_ ? "; one-shot board for small allreduces" : "");
+            board_ ? "; one-shot board for small collectives" : "");
   // The chunk is rank 0's on every rank (plans must match); a FIFO's size is its creator's,
   // a send buffer its sender's.
   LOOM_INFO("comm %016llx: data-path sizes: chunk %zu bytes (%s), %s", static_cast<unsigned long long>(commId()),

@@ -1,4 +1,4 @@
-// The one-shot allreduce and broadcast on the shared-memory board (one_shot.h).
+// Small collectives in one shot on the shared-memory board (one_shot.h).
 #include "core/one_shot.h"
 
 #include <poll.h>
@@ -9,12 +9,77 @@
 #include <mutex>
 
 #include "base/spin_lock.h"
+#include "core/collective.h"
 #include "core/communicator.h"
 #include "core/wait_policy.h"
 #include "kernels/reduce.h"
 #include "transport/shm_board.h"
 
 namespace loom {
+
+namespace {
+
+// Bytes this rank posts for its call: its whole send buffer (collective.h, bufferBytes), which
+// for a broadcast's other ranks is nothing (they post their header alone).
+size_t postedBytes(const Communicator& comm, const CallInfo& call) {
+  size_t sendBytes = 0, recvBytes = 0;
+  bufferBytes(call, comm.rank(), comm.nranks(), &sendBytes, &recvBytes);
+  return sendBytes;
+}
+
+// Folds, in rank order, the `bytes` at `offset` of every rank's post into dst: the same bits
+// on every rank.
+void reduceParts(const transport::ShmBoard& board, const OneShot& op, size_t offset, void* dst) {
+  const int n = board.nranks();
+  // At most kMaxBytes of the smallest type: a fixed array, no allocation on this path.
+  const void* inputs[64];
+  std::vector<const void*> many;
+  const void** parts = inputs;
+  if (n > 64) {
+    many.resize(static_cast<size_t>(n));
+    parts = many.data();
+  }
+  for (int r = 0; r < n; ++r) parts[r] = static_cast<const uint8_t*>(board.data(r, op.round)) + offset;
+  const loomDataType_t type = op.call->type;
+  const size_t count = op.bytes / typeSize(type);
+  kernels::reduceN(dst, parts, n, count, type, op.call->op);
+  if (op.call->op == loomAvg) kernels::scale(dst, dst, count, type, n);
+}
+
+// Copies rank r's part into block `to` of dst: `from` is the offset in r's post, whose bytes
+// this rank reads from its own buffer where r is itself (nothing to do in place).
+void copyPart(const transport::ShmBoard& board, const OneShot& op, int rank, int r, size_t from, size_t to) {
+  const void* part = r == rank ? op.src : board.data(r, op.round);
+  const auto* src = static_cast<const uint8_t*>(part);
+  uint8_t* dst = static_cast<uint8_t*>(op.dst) + to;
+  if (dst != src + from && op.bytes > 0) std::memcpy(dst, src + from, op.bytes);
+}
+
+// This rank's result, once every rank has posted: op.bytes is the call's count in bytes (one
+// block of an allgather, reduce-scatter or all-to-all).
+void resultFromBoard(const transport::ShmBoard& board, const OneShot& op, int rank) {
+  const CallInfo& call = *op.call;
+  const size_t block = op.bytes;
+  switch (call.kind) {
+    case CallInfo::Kind::kAllReduce: return reduceParts(board, op, 0, op.dst);
+    case CallInfo::Kind::kReduce:
+      if (rank == call.root) reduceParts(board, op, 0, op.dst);
+      return;
+    case CallInfo::Kind::kReduceScatter: return reduceParts(board, op, static_cast<size_t>(rank) * block, op.dst);
+    case CallInfo::Kind::kBroadcast: return copyPart(board, op, rank, call.root, 0, 0);
+    case CallInfo::Kind::kAllGather:
+      for (int r = 0; r < board.nranks(); ++r) copyPart(board, op, rank, r, 0, static_cast<size_t>(r) * block);
+      return;
+    case CallInfo::Kind::kAllToAll:
+      for (int r = 0; r < board.nranks(); ++r) {
+        copyPart(board, op, rank, r, static_cast<size_t>(rank) * block, static_cast<size_t>(r) * block);
+      }
+      return;
+    default: return;
+  }
+}
+
+}  // namespace
 
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   transport::ShmBoard& board = *comm.board();
@@ -23,9 +88,10 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   const CallInfo& call = *op.call;
   // Every rank posts, the broadcast's others too: a round ends only once all have (so a slot
   // is written again only after all read it, shm_board.h), and their headers are compared.
-  if (call.kind == CallInfo::Kind::kBroadcast && call.root != comm.rank()) return board.publish(op.round, op.header);
-  if (!call.preMul.on) return board.post(op.round, op.header, op.src, op.bytes);
-  kernels::multiply(board.ownData(op.round), op.src, op.bytes / typeSize(call.type), call.type, call.preMul.scalar());
+  const size_t bytes = postedBytes(comm, call);
+  if (bytes == 0) return board.publish(op.round, op.header);
+  if (!call.preMul.on) return board.post(op.round, op.header, op.src, bytes);
+  kernels::multiply(board.ownData(op.round), op.src, bytes / typeSize(call.type), call.type, call.preMul.scalar());
   board.publish(op.round, op.header);
 }
 
@@ -43,26 +109,7 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
     const uint8_t* header = board.header(r, op.round);
     if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
   }
-  if (op.call->kind == CallInfo::Kind::kBroadcast) {
-    const int root = op.call->root;
-    const void* from = root == comm.rank() ? op.src : board.data(root, op.round);
-    if (op.dst != from && op.bytes > 0) std::memcpy(op.dst, from, op.bytes);
-    *done = true;
-    return Status::ok();
-  }
-  // At most kMaxBytes of the smallest type: a fixed array, no allocation on this path.
-  const void* inputs[64];
-  std::vector<const void*> many;
-  const void** parts = inputs;
-  if (n > 64) {
-    many.resize(static_cast<size_t>(n));
-    parts = many.data();
-  }
-  for (int r = 0; r < n; ++r) parts[r] = board.data(r, op.round);
-  const loomDataType_t type = op.call->type;
-  size_t count = op.bytes / typeSize(type);
-  kernels::reduceN(op.dst, parts, n, count, type, op.call->op);
-  if (op.call->op == loomAvg) kernels::scale(op.dst, op.dst, count, type, n);
+  resultFromBoard(board, op, comm.rank());
   *done = true;
   return Status::ok();
 }

@@ -1,9 +1,11 @@
-// The one-shot allreduce and broadcast on a communicator's shared-memory board
-// (transport/shm_board.h): post this rank's part, then, once every rank's part is there,
-// check that all ranks made the same call and fold the parts in rank order (allreduce), or
-// copy the root's (broadcast: the root's part is its buffer, the others' their call alone).
-// Used by the executor (a step that may have to wait for peers) and by the fast path of a
-// lone small call, which skips building a plan.
+// Small collectives in one shot on a communicator's shared-memory board
+// (transport/shm_board.h): every rank posts its send buffer (a broadcast's other ranks their
+// call alone), then, once every rank's post is there, checks that all ranks made the same call
+// and makes its result from the posts: folds them in rank order (allreduce, reduce at its
+// root, this rank's block of a reduce-scatter), or copies what it receives (the root's buffer
+// of a broadcast, every rank's block of an allgather, the block each rank addressed to it in
+// an all-to-all). Used by the executor (a step that may have to wait for peers) and by the
+// fast path of a lone small call, which skips building a plan.
 #pragma once
 
 #include "algorithms/plan.h"
@@ -18,16 +20,16 @@ struct OneShot {
   const CallInfo* call;
   const void* src;
   void* dst;
-  size_t bytes;
+  size_t bytes;  // the call's count in bytes: one block of an allgather, reduce-scatter or all-to-all
   uint64_t round;
   // kCallInfoWireBytes, the caller's: the call's encoding, written by postOneShot and compared
   // with every rank's by finishOneShot.
   uint8_t* header;
 };
 
-// Publishes this rank's part (never waits): src, or for a premultiplied sum src times its
-// scalar, multiplied straight into the board, or a broadcast's header alone where this rank
-// is not the root; with announceSeq != 0 also announces the call under that number (see
+// Publishes this rank's part (never waits): its send buffer, or for a premultiplied sum that
+// times its scalar, multiplied straight into the board, or a broadcast's header alone where
+// this rank is not the root; with announceSeq != 0 also announces the call under that number (see
 // announceCall), from the same encoded header.
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
 // *done once every rank has posted and dst holds the result; a mismatched call is
@@ -42,7 +44,7 @@ void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call);
 Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call);
 Status checkAnnouncement(Communicator& comm, uint64_t seq, const CallInfo& call, int peer);
 
-// Runs one allreduce or broadcast on the board to completion on this thread, with the
+// Runs one collective on the board to completion on this thread, with the
 // communicator's no-progress timeout and abort.
 Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const void* src, void* dst);
 

@@ -408,6 +408,71 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<2>(info.param));
     });
 
+// On one host a small call of every collective runs on the board, where each rank compares
+// every rank's call before it makes its result: ranks that disagree fail that very call, every
+// one of them, with the call named, where over links some ranks could return first (a
+// reduce's leaves, which only send). Rank 0 makes one call, the others another.
+enum class BoardMismatch { kReduceRoot, kAllGatherCount, kReduceScatterOp, kAllToAllType };
+
+std::string boardMismatchName(BoardMismatch m) {
+  switch (m) {
+    case BoardMismatch::kReduceRoot: return "ReduceRoot";
+    case BoardMismatch::kAllGatherCount: return "AllGatherCount";
+    case BoardMismatch::kReduceScatterOp: return "ReduceScatterOp";
+    case BoardMismatch::kAllToAllType: return "AllToAllType";
+  }
+  return "?";
+}
+
+class MismatchOnTheBoard : public testing::TestWithParam<std::tuple<Mode, int, BoardMismatch>> {};
+
+TEST_P(MismatchOnTheBoard, FailsTheCallOnEveryRank) {
+  auto [mode, nranks, mismatch] = GetParam();
+  loomtest::RankOptions options;
+  options.timeoutMs = 3000;
+  options.deadlineMs = 30000;
+  SharedRecords records(nranks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  const size_t count = 64;  // per rank: every call below is on the board (32 KiB at most in all)
+  static const char* const kNames[] = {"loomReduce", "loomAllGather", "loomReduceScatter", "loomAllToAll"};
+  const char* name = kNames[static_cast<int>(mismatch)];
+  loomtest::runRanks(nranks, mode, [&, m = mismatch](loomComm_t comm, int rank) {
+    std::vector<float> send(count * static_cast<size_t>(nranks), 1.0f), recv(count * static_cast<size_t>(nranks));
+    const bool odd = rank == 0;
+    record(records[rank], comm, [&] {
+      switch (m) {
+        case BoardMismatch::kReduceRoot:
+          return loomReduce(send.data(), recv.data(), count, loomFloat32, loomSum, odd ? 0 : 1, comm, nullptr);
+        case BoardMismatch::kAllGatherCount:
+          return loomAllGather(send.data(), recv.data(), odd ? count : count - 1, loomFloat32, comm, nullptr);
+        case BoardMismatch::kReduceScatterOp:
+          return loomReduceScatter(send.data(), recv.data(), count, loomFloat32, odd ? loomMax : loomSum, comm,
+                                   nullptr);
+        case BoardMismatch::kAllToAllType:  // the same bytes: only the type says they differ
+          return loomAllToAll(send.data(), recv.data(), count, odd ? loomFloat32 : loomInt32, comm, nullptr);
+      }
+      return loomInternalError;
+    });
+  }, options);
+  const std::string summary = records.summary();
+  for (int r = 0; r < nranks; ++r) {
+    EXPECT_EQ(records[r].result, loomInvalidUsage) << "rank " << r << summary;
+    const std::string message = records[r].message;
+    EXPECT_NE(message.find("mismatched calls"), std::string::npos) << message;
+    EXPECT_NE(message.find(name), std::string::npos) << message;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Kinds, MismatchOnTheBoard,
+    testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
+                     testing::Values(BoardMismatch::kReduceRoot, BoardMismatch::kAllGatherCount,
+                                     BoardMismatch::kReduceScatterOp, BoardMismatch::kAllToAllType)),
+    [](const auto& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
+             boardMismatchName(std::get<2>(info.param));
+    });
+
 // ---- LOOM_CHECK=1: every rank gets the same loomInvalidUsage, and the communicator lives ---
 
 const char* differingField(Mismatch m) {

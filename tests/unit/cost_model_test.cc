@@ -268,8 +268,7 @@ TEST(CostModel, OneShotOnlyOnOneHostAndUpTo32KiB) {
 }
 
 // A one-shot broadcast posts the root's buffer once and every other rank copies it at once:
-// its prediction does not grow with the ranks, where the allreduce's folds every slot; a
-// reduce has no one-shot.
+// its prediction does not grow with the ranks, where the allreduce's folds every slot.
 TEST(CostModel, OneShotBroadcastIsOnePostAndOneCopyWhateverTheRanks) {
   const CommProfile two = CommProfile::defaults(2, 1), eight = CommProfile::defaults(8, 1);
   for (size_t bytes : {size_t{8}, 4 * kKiB, 32 * kKiB}) {
@@ -281,8 +280,32 @@ TEST(CostModel, OneShotBroadcastIsOnePostAndOneCopyWhateverTheRanks) {
   }
   EXPECT_TRUE(std::isinf(simpleUs(Kind::kBroadcast, Algorithm::kOneShot, 32 * kKiB + 4, two)));
   EXPECT_TRUE(std::isinf(simpleUs(Kind::kBroadcast, Algorithm::kOneShot, 8, CommProfile::defaults(4, 2))));
-  EXPECT_TRUE(std::isinf(simpleUs(Kind::kReduce, Algorithm::kOneShot, 8, two)));
   EXPECT_EQ(rankAlgorithms(Kind::kBroadcast, 8, two).front().algorithm, Algorithm::kOneShot);
+}
+
+// Every collective has its one-shot form, the fastest for a small call on one host (a post and
+// one pass over the peers' slots against a FIFO hop per step), out of reach above the board's
+// slot or across hosts. What a rank posts and reads sets the order between them: an allgather
+// posts one block where an all-to-all posts them all, and a reduce-scatter folds one block of
+// each peer's post where an allreduce folds the whole.
+TEST(CostModel, EveryCollectiveHasAOneShotForSmallCallsOnOneHost) {
+  for (int n : {2, 3, 8}) {
+    const CommProfile p = CommProfile::defaults(n, 1);
+    for (Kind kind : {Kind::kReduce, Kind::kAllGather, Kind::kReduceScatter, Kind::kAllToAll}) {
+      const size_t small = 64 * static_cast<size_t>(n);
+      EXPECT_TRUE(std::isfinite(simpleUs(kind, Algorithm::kOneShot, small, p))) << n;
+      EXPECT_EQ(rankAlgorithms(kind, small, p).front().algorithm, Algorithm::kOneShot) << n << " ranks";
+      EXPECT_TRUE(std::isinf(simpleUs(kind, Algorithm::kOneShot, 32 * kKiB + 4, p))) << n;
+      EXPECT_TRUE(std::isinf(simpleUs(kind, Algorithm::kOneShot, small, CommProfile::defaults(n, 2)))) << n;
+    }
+    const size_t bytes = 16 * kKiB;
+    EXPECT_LT(simpleUs(Kind::kAllGather, Algorithm::kOneShot, bytes, p),
+              simpleUs(Kind::kAllToAll, Algorithm::kOneShot, bytes, p));
+    EXPECT_LT(simpleUs(Kind::kReduceScatter, Algorithm::kOneShot, bytes, p),
+              simpleUs(Kind::kAllReduce, Algorithm::kOneShot, bytes, p));
+    EXPECT_DOUBLE_EQ(simpleUs(Kind::kReduce, Algorithm::kOneShot, bytes, p),
+                     simpleUs(Kind::kAllReduce, Algorithm::kOneShot, bytes, p));
+  }
 }
 
 TEST(CostModel, AlgorithmsACollectiveLacksCannotRun) {

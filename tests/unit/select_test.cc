@@ -62,7 +62,9 @@ TEST(AlgoSetting, UnsetTakesThePredictedFastest) {
 TEST(AlgoSetting, OneNameForcesItWhereItExists) {
   EXPECT_EQ(choose("tree", shape(kAllReduce, 1 << 20)), Algorithm::kTree);
   EXPECT_EQ(choose("ring", shape(kBroadcast, 8)), Algorithm::kRing);
-  EXPECT_EQ(choose("ring", shape(kAllToAll, 8)), Algorithm::kPairwise);  // alltoall has no ring
+  // All-to-all has no ring: it keeps its own, the board for a small call, else pairwise.
+  EXPECT_EQ(choose("ring", shape(kAllToAll, 8)), Algorithm::kOneShot);
+  EXPECT_EQ(choose("ring", shape(kAllToAll, 1 << 20)), Algorithm::kPairwise);
   AlgorithmSetting setting;
   ASSERT_TRUE(parseAlgorithmSetting("rd", &setting).isOk());
   Choice c = chooseAlgorithm(shape(kAllReduce, 8), setting);
@@ -80,8 +82,10 @@ TEST(AlgoSetting, CaretExcludes) {
   EXPECT_EQ(choose("allreduce=^oneshot,allreduce=^rd", shape(kAllReduce, 8)), Algorithm::kTree);
   EXPECT_EQ(choose("^ring", shape(kBroadcast, 1 << 20)), Algorithm::kTree);
   EXPECT_EQ(choose("allreduce=^ring", shape(kBroadcast, 1 << 20)), Algorithm::kRing);  // only allreduce
-  // Excluding for every collective leaves one whose only algorithm it is alone.
-  EXPECT_EQ(choose("^pairwise", shape(kAllToAll, 8)), Algorithm::kPairwise);
+  // Excluding for every collective the one algorithm that can carry a call sets the exclusion
+  // aside (a large all-to-all has pairwise alone).
+  EXPECT_EQ(choose("^pairwise", shape(kAllToAll, 8)), Algorithm::kOneShot);
+  EXPECT_EQ(choose("^pairwise", shape(kAllToAll, 1 << 20)), Algorithm::kPairwise);
 }
 
 TEST(AlgoSetting, PerCollective) {
@@ -103,7 +107,7 @@ TEST(AlgoSetting, BadValuesSayWhat) {
   EXPECT_NE(parseError("^bogus").find("unknown algorithm \"bogus\""), std::string::npos);
   EXPECT_NE(parseError("gather=ring").find("unknown collective \"gather\""), std::string::npos);
   EXPECT_NE(parseError("allreduce=pairwise").find("allreduce has no pairwise"), std::string::npos);
-  EXPECT_NE(parseError("alltoall=^pairwise").find("leaves alltoall no algorithm"), std::string::npos);
+  EXPECT_NE(parseError("alltoall=^pairwise,alltoall=^oneshot").find("leaves alltoall no algorithm"), std::string::npos);
   EXPECT_NE(parseError("broadcast=^ring,broadcast=^tree,broadcast=^hierarchical,broadcast=^oneshot")
                 .find("leaves broadcast no algorithm"),
             std::string::npos);
