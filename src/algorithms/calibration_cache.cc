@@ -24,8 +24,8 @@ namespace {
 
 // Changes whenever machine_calibration.cc measures or decides differently (2: the streaming
 // copy it times stores as wide as the vectors; 3: past the cache where plain copies reach
-// memory speed), so that older files are measured over.
-constexpr int kMeasureRevision = 3;
+// memory speed; 4: direct reads against the FIFO), so that older files are measured over.
+constexpr int kMeasureRevision = 4;
 constexpr const char* kKeyPrefix = "machine calibration: ";
 
 std::string cpuModel() {
@@ -83,9 +83,10 @@ bool readFile(const std::string& path, std::string* text) {
   return !in.bad();
 }
 
-// The cache file's lines when it holds this key's every value; a file for another key (an
-// edit, or a hash collision) or none is false, quietly; a broken one is false with a warning.
-bool readCached(const std::string& path, const std::string& key, std::string* lines) {
+// The cache file's lines when it holds this key's every value (shm.direct_min_bytes too where
+// `threads` >= 2); a file for another key (an edit, or a hash collision) or none is false,
+// quietly; a broken one is false with a warning.
+bool readCached(const std::string& path, const std::string& key, int threads, std::string* lines) {
   std::string text;
   if (!readFile(path, &text)) return false;
   std::istringstream in(text);
@@ -98,28 +99,32 @@ bool readCached(const std::string& path, const std::string& key, std::string* li
   }
   CommProfile profile = CommProfile::defaults(1, 1);
   std::vector<std::string> keys;
-  Status status = applyTuningText(text, path, &profile, &keys);
+  DataPathSizes sizes;
+  Status status = applyTuningText(text, path, &profile, &keys, &sizes);
   for (const std::string& wanted : machineCalibrationKeys()) {
     if (status.isOk() && std::find(keys.begin(), keys.end(), wanted) == keys.end()) {
       status = error(loomInvalidArgument, "%s: no %s", path.c_str(), wanted.c_str());
     }
   }
+  if (status.isOk() && threads >= 2 && sizes.shmDirectMinBytes < 0) {
+    status = error(loomInvalidArgument, "%s: no shm.direct_min_bytes", path.c_str());
+  }
   if (!status.isOk()) {
     LOOM_WARN("machine calibration: %s; measuring again and replacing it", status.message().c_str());
     return false;
   }
-  *lines = tuningText(profile, machineCalibrationKeys());
+  *lines = tuningText(profile, machineCalibrationKeys()) + dataPathText(sizes);
   return true;
 }
 
 // Writes through a file of this thread's own and a rename, so that a reader sees the old
 // file or the whole new one, and ranks that measure at once each write whole files.
 Status writeCached(const std::string& dir, const std::string& path, const CommProfile& profile,
-                   const std::string& comment) {
+                   const DataPathSizes& sizes, const std::string& comment) {
   LOOM_TRY(makeDirectories(dir));
   const std::string temporary = path + ".tmp." + std::to_string(getpid()) + "." +
                                 std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  Status saved = saveTuningFile(temporary, profile, "", machineCalibrationKeys(), comment);
+  Status saved = saveTuningFile(temporary, profile, "", machineCalibrationKeys(), comment, sizes);
   if (saved.isOk() && std::rename(temporary.c_str(), path.c_str()) != 0) {
     saved = error(loomSystemError, "cannot rename %s to %s (%s)", temporary.c_str(), path.c_str(), std::strerror(errno));
   }
@@ -131,6 +136,20 @@ std::string seconds(double s) {
   char text[32];
   std::snprintf(text, sizeof text, "%.2f s", s);
   return text;
+}
+
+// "direct reads / the FIFO, us a transfer both ways: 256 KiB 40.1 / 38.2, ...; direct from 1024 KiB"
+std::string describeDirectReads(const MachineFigures& figures) {
+  if (!figures.directMeasured) return "direct reads not measured (" + figures.directNote + "): the FIFO";
+  std::string text = "direct reads / the FIFO, us a transfer both ways:";
+  char line[96];
+  for (const DirectReadFigures::Size& s : figures.direct.sizes) {
+    std::snprintf(line, sizeof line, "%s%zu KiB %.1f / %.1f", s.bytes == figures.direct.sizes[0].bytes ? " " : ", ",
+                  s.bytes >> 10, s.directUs, s.fifoUs);
+    text += line;
+  }
+  const size_t from = figures.direct.minBytes;
+  return text + (from > 0 ? "; direct from " + std::to_string(from >> 10) + " KiB" : "; the FIFO at every size");
 }
 
 }  // namespace
@@ -173,7 +192,7 @@ Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir,
   std::snprintf(name, sizeof name, "/machine-%016llx.txt", static_cast<unsigned long long>(fnv1a(key)));
   const std::string path = dir.empty() ? "" : dir + name;
   std::string lines;
-  if (!path.empty() && readCached(path, key, &lines)) {
+  if (!path.empty() && readCached(path, key, threads, &lines)) {
     *out = {lines, path};
     return Status::ok();
   }
@@ -181,6 +200,7 @@ Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir,
   MachineFigures figures;
   LOOM_TRY(measureMachine(threads, maxCopyBytes, &figures));
   const CommProfile profile = applyMachineFigures(figures, CommProfile::defaults(1, 1));
+  const DataPathSizes sizes = machineCalibrationSizes(figures);
   char line[256];
   std::snprintf(line, sizeof line,
                 "measured in %s by %d thread(s) at once; GB/s per thread copying, plain / non-temporal stores:",
@@ -191,12 +211,16 @@ Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir,
                   copy.bytes >> 10, copy.plainGbps, copy.streamingGbps);
     details += line;
   }
+  // A line of its own in the file's comment; one log line.
+  const std::string direct = threads >= 2 ? describeDirectReads(figures) : "";
   const std::string measured = "measured now in " + seconds(figures.seconds);
+  const std::string comment = std::string(kKeyPrefix) + key + "\n" + details + (direct.empty() ? "" : "\n" + direct);
   Status cached = path.empty() ? error(loomSystemError, "no cache directory (neither XDG_CACHE_HOME nor HOME is set)")
-                               : writeCached(dir, path, profile, std::string(kKeyPrefix) + key + "\n" + details);
-  *out = {tuningText(profile, machineCalibrationKeys()),
+                               : writeCached(dir, path, profile, sizes, comment);
+  *out = {tuningText(profile, machineCalibrationKeys()) + dataPathText(sizes),
           cached.isOk() ? path + " (" + measured + ")" : measured + ", not cached: " + cached.message()};
-  LOOM_INFO("machine calibration: %s: %s", out->source.c_str(), details.c_str());
+  LOOM_INFO("machine calibration: %s: %s%s%s", out->source.c_str(), details.c_str(), direct.empty() ? "" : "; ",
+            direct.c_str());
   return Status::ok();
 }
 

@@ -49,13 +49,14 @@ struct CommProfile {
   double memGbps = 0;
   double streamingGbps = 0;
   // A shared-memory receive of a range of directMinBytes or more (LOOM_SHM_DIRECT_MIN_BYTES;
-  // 0 where LOOM_SHM_DIRECT keeps the ranks on the FIFO: by default, ranks that are not all
-  // threads of one process) reads straight from the sender's buffer: one copy, at directGbps,
+  // between processes what LOOM_SHM_DIRECT, a tuning file or the machine calibration says, 0:
+  // never) reads straight from the sender's buffer: one copy, at directGbps,
   // where the FIFO's intra.gbps pays for two. Plain receives do so, and reductions that
   // may not write their destination yet (recursive doubling's); reductions that may read
   // the FIFO in place instead (ring, tree, reduce), and so never read directly.
   double directGbps = 0;
   size_t directMinBytes = 512 << 10;
+  bool directMeasured = false;  // directMinBytes is the machine calibration's (rank 0's)
   // A device communicator (docs/ARCHITECTURE.md, "Device communicators"): intra is a FIFO
   // hop of the plan kernel's simple wire, lowLatency one of its low-latency wire; copy and
   // reduce are the kernel's own loops. No one-shot board, no streaming stores, no direct

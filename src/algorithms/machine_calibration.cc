@@ -1,7 +1,6 @@
 // Measuring the host constants of the cost model in this process (machine_calibration.h).
 #include "algorithms/machine_calibration.h"
 
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,9 +11,9 @@
 #include <mutex>
 #include <thread>
 
+#include "algorithms/calibration_cpus.h"
 #include "base/spin_lock.h"
 #include "kernels/reduce.h"
-#include "topology/affinity.h"
 
 namespace loom {
 namespace {
@@ -52,18 +51,6 @@ double kernelGbps(size_t bytes, Run run) {
   return best;
 }
 
-// The CPUs this process may use, in order.
-std::vector<int> allowedCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
-
 // Threads that copy between their own two buffers at once, as the ranks of a host do during
 // a collective. Between jobs they sleep; within a job they meet at a spinning barrier, so that
 // the timed part holds no wake-up (tens of microseconds on a virtual machine, as long as a
@@ -71,8 +58,8 @@ std::vector<int> allowedCpus() {
 class CopyTeam {
  public:
   CopyTeam(int threads, size_t maxBytes) : buffers_(static_cast<size_t>(threads)) {
-    const std::vector<int> cpus = allowedCpus();
-    const bool pin = cpus.size() >= static_cast<size_t>(threads);
+    const std::vector<int> cpus = calibrationCpus(static_cast<size_t>(threads));
+    const bool pin = cpus.size() == static_cast<size_t>(threads);
     for (int i = 0; i < threads; ++i) {
       workers_.emplace_back([this, i, maxBytes, cpu = pin ? cpus[static_cast<size_t>(i)] : -1] {
         work(i, maxBytes, cpu);
@@ -144,8 +131,7 @@ class CopyTeam {
   }
 
   void work(int index, size_t maxBytes, int cpu) {
-    std::string note;
-    if (cpu >= 0) topo::bindCurrentThread({cpu}, &note);
+    if (cpu >= 0) runOnCpu(cpu);
     Buffers& mine = buffers_[static_cast<size_t>(index)];
     mine.from = std::make_unique<char[]>(maxBytes);  // zeroed: touched by this thread
     mine.to = std::make_unique<char[]>(maxBytes);
@@ -243,6 +229,8 @@ Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out) {
     figures.copies.push_back({sizes[i], bytes / plain[i] / 1e9, bytes / streaming[i] / 1e9});
   }
   figures.streamingMinBytes = pastCacheBytes(figures.copies);
+  // Ranks copying at once on two CPUs or more: how they best read each other's sends.
+  if (threads >= 2) figures.directMeasured = measureDirectReads(&figures.direct, &figures.directNote);
   figures.seconds = secondsBetween(begin, Clock::now());
   *out = figures;
   return Status::ok();
@@ -268,6 +256,15 @@ size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies) {
 
 std::vector<std::string> machineCalibrationKeys() {
   return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};  // in the tuning file's order
+}
+
+DataPathSizes machineCalibrationSizes(const MachineFigures& figures) {
+  DataPathSizes sizes;
+  // Where the kernel refused, no rank may read another's memory: the FIFO.
+  if (figures.threads >= 2) {
+    sizes.shmDirectMinBytes = figures.directMeasured ? static_cast<long long>(figures.direct.minBytes) : 0;
+  }
+  return sizes;
 }
 
 CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile& base) {

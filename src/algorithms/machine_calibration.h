@@ -12,6 +12,9 @@
 //                           what the copy before it wrote, as a collective reads what arrived.
 //   streaming.gbps          mem.gbps (built in) times how much faster non-temporal stores
 //                           copied at the largest size.
+//   shm.direct_min_bytes    with 2 threads or more: from which size processes read each
+//                           other's large sends straight from the sender's memory rather than
+//                           through the FIFO (direct_read_calibration.h; 0: never).
 // The rest (shared-memory and network links, one-shot, mem.gbps) needs ranks:
 // `loom-perf --calibrate` measures them (and writes these keys too) for LOOM_TUNING_FILE,
 // which overrides the calibration key by key.
@@ -22,6 +25,8 @@
 #include <vector>
 
 #include "algorithms/cost_model.h"
+#include "algorithms/direct_read_calibration.h"
+#include "algorithms/tuning_file.h"
 #include "base/status.h"
 
 namespace loom {
@@ -39,6 +44,10 @@ struct MachineFigures {
     double plainGbps, streamingGbps;
   };
   std::vector<Copy> copies;
+  // With 2 threads or more, direct reads against the FIFO (direct.minBytes), or why not.
+  bool directMeasured = false;
+  DirectReadFigures direct;
+  std::string directNote;
   double seconds = 0;            // what measuring took
 };
 
@@ -59,8 +68,10 @@ Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out);
 size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies);
 
 // The calibration's keys (tuning_file.h) and their values for `figures`, over `base` (whose
-// mem.gbps scales streaming.gbps).
+// mem.gbps scales streaming.gbps); with 2 threads or more also the data-path size
+// shm.direct_min_bytes (machineCalibrationSizes).
 std::vector<std::string> machineCalibrationKeys();
 CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile& base);
+DataPathSizes machineCalibrationSizes(const MachineFigures& figures);
 
 }  // namespace loom

@@ -169,8 +169,9 @@ const std::vector<Variable>& variables() {
        "threads of one process (memcpy); all: also between processes (cross-memory attach, "
        "process_vm_readv); none: every message through the FIFO. Where unset, LOOM_TUNING_FILE's "
        "shm.direct_min_bytes decides between processes (loom-perf --calibrate measures both ways; 0: the "
-       "FIFO), else threads. Between processes the FIFO was faster on our machines except where the two "
-       "cores reach each other's caches slowly (docs/RESULTS.md)."},
+       "FIFO), else rank 0's machine calibration, which measures the two on this machine (docs/TUNING.md), "
+       "else threads. Between processes the FIFO was faster on the AMD EPYC VM, the single copy on the "
+       "Intel Xeon VM (docs/RESULTS.md)."},
       {"LOOM_SHM_DIRECT_MIN_BYTES", "524288", kData,
        "Smallest send that LOOM_SHM_DIRECT offers for a direct read (smaller ones are cheaper "
        "through the FIFO; docs/RESULTS.md). The tuner's cost model times receives from this size "

@@ -78,18 +78,10 @@ Status readDataPathSizes(CommConfig* c) {
   c->socketSendBuffer = static_cast<int>(sendBuffer);
   c->sliceSource = sliceSource;
   // Direct reads between processes: LOOM_SHM_DIRECT decides where it is set, else the file
-  // (ShmTransport weighs the two).
+  // (ShmTransport weighs the two), else rank 0's machine calibration (agreeOnProfile).
   c->shmDirectFromFile = fromFile.shmDirectMinBytes;
-  size_t direct = 0;
-  bool directFromFile = false;
-  LOOM_TRY(transport::ShmTransport::directReadMinBytes(false, c->shmDirectFromFile, &direct, &directFromFile));
-  const std::string directSource = directFromFile               ? "LOOM_TUNING_FILE " + c->tuningFile
-                                   : env::get("LOOM_SHM_DIRECT") ? "LOOM_SHM_DIRECT"
-                                                                 : "built in";
-  c->linkSizeSources = format("shm FIFO %lld bytes (%s), socket send buffer %lld bytes (%s), direct reads between "
-                              "processes %s (%s)",
-                              fifo, fifoSource.c_str(), sendBuffer, sendBufferSource.c_str(),
-                              direct > 0 ? format("from %zu bytes", direct).c_str() : "never", directSource.c_str());
+  c->linkSizeSources = format("shm FIFO %lld bytes (%s), socket send buffer %lld bytes (%s)", fifo,
+                              fifoSource.c_str(), sendBuffer, sendBufferSource.c_str());
   return Status::ok();
 }
 
@@ -389,13 +381,14 @@ Status Communicator::finishInit() {
     LOOM_TRY(transport::ShmTransport::create(*bootstrap_, shmPeers, config_.shmFifoBytes, config_.shmDirectFromFile,
                                              &shm));
   }
+  transport::ShmTransport* shmLinks = shm.get();  // owned by transport_ below; no link made yet
   if (hosts_ == 1 && nranks_ > 1 && config_.shm) {
     LOOM_TRY(transport::ShmBoard::create(*bootstrap_, env::getOrDefault("LOOM_SHM_DIR"), &board_)
                  .withContext("one-shot board"));
   }
   int socketLinks = network ? network->linksPerPeer() : 0;
   transport_ = std::make_unique<transport::RoutedTransport>(std::move(shm), std::move(network), viaShm);
-  LOOM_TRY(agreeOnProfile());
+  LOOM_TRY(agreeOnProfile(shmLinks));
   bootstrap_->setTimeoutMs(config_.timeoutMs);
 
   LOOM_INFO("comm %016llx%s%s: rank %d of %d on host %s (local rank %d of %d, %d host%s), "
@@ -419,8 +412,9 @@ Status Communicator::finishInit() {
             board_ ? "; one-shot board for small collectives" : "");
   // The chunk is rank 0's on every rank (plans must match); a FIFO's size is its creator's,
   // a send buffer its sender's.
-  LOOM_INFO("comm %016llx: data-path sizes: chunk %zu bytes (%s), %s", static_cast<unsigned long long>(commId()),
-            config_.sliceBytes, rank_ == 0 ? config_.sliceSource.c_str() : "rank 0's", config_.linkSizeSources.c_str());
+  LOOM_INFO("comm %016llx: data-path sizes: chunk %zu bytes (%s), %s, %s", static_cast<unsigned long long>(commId()),
+            config_.sliceBytes, rank_ == 0 ? config_.sliceSource.c_str() : "rank 0's", config_.linkSizeSources.c_str(),
+            directReads_.c_str());
   if (nranks_ > 2 && config_.topologyRing) {
     RingPlacementInput placement{rank_, nranks_, localRank_, localRanks_, config_.device, {}};
     for (const PeerInfo& p : peers) placement.hostOf.push_back(p.hostHash);
@@ -442,7 +436,7 @@ Status Communicator::finishInit() {
   return Status::ok();
 }
 
-Status Communicator::agreeOnProfile() {
+Status Communicator::agreeOnProfile(transport::ShmTransport* shm) {
   const bool device = config_.device >= 0;
   CommProfile mine = device ? CommProfile::deviceDefaults(nranks_, hosts_) : CommProfile::defaults(nranks_, hosts_);
   // Whether the ranks of this host are all threads of this process, which LOOM_SHM_DIRECT's
@@ -452,9 +446,16 @@ Status Communicator::agreeOnProfile() {
   const bool threadsOnly = std::all_of(peers.begin(), peers.end(), [&](const PeerInfo& p) {
     return p.hostHash != self.hostHash || sameProcess(p, self);
   });
+  bool directFromFile = false;
   if (!device) {
-    LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, config_.shmDirectFromFile, &mine.directMinBytes));
+    LOOM_TRY(transport::ShmTransport::directReadMinBytes(threadsOnly, config_.shmDirectFromFile, &mine.directMinBytes,
+                                                         &directFromFile));
   }
+  // Between processes, where neither LOOM_SHM_DIRECT nor a tuning file says, the machine
+  // calibration's measurement decides, rank 0's for every rank (below).
+  const bool directByCalibration =
+      !device && !threadsOnly && !transport::ShmTransport::directReadsSet(config_.shmDirectFromFile);
+  const size_t ownDirect = mine.directMinBytes;  // this rank's links' setting, unless the calibration's
   applyDataPath(config_, device, transport_->linksPerPeer(), &mine);
   mine.sharedMemory = board_ != nullptr;
   // Every rank takes rank 0's constants (ranks that chose differently would run different
@@ -472,7 +473,12 @@ Status Communicator::agreeOnProfile() {
       layers.streamingMinBytes = config_.streamingMinBytes;
       layers.calibrationThreads = calibrationThreads();
     }
-    LOOM_TRY(layerTunerConstants(layers, &mine, &sources));
+    DataPathSizes calibrated;
+    LOOM_TRY(layerTunerConstants(layers, &mine, &sources, &calibrated));
+    if (directByCalibration && calibrated.shmDirectMinBytes >= 0) {
+      mine.directMinBytes = static_cast<size_t>(calibrated.shmDirectMinBytes);
+      mine.directMeasured = true;
+    }
   } else if (!config_.tuningFile.empty()) {
     LOOM_TRY(loadTuningFile(config_.tuningFile, &ownFile, &ownKeys));
   }
@@ -481,6 +487,16 @@ Status Communicator::agreeOnProfile() {
   all[static_cast<size_t>(rank_)] = mine;
   LOOM_TRY(bootstrap_->allGather(all.data(), sizeof(CommProfile)).withContext("tuner constants exchange"));
   profile_ = all[0];
+  const bool measured = directByCalibration && profile_.directMeasured;
+  const std::string directSource = measured ? (rank_ == 0 ? "machine calibration" : "rank 0's machine calibration")
+                                   : directFromFile              ? "LOOM_TUNING_FILE " + config_.tuningFile
+                                   : env::get("LOOM_SHM_DIRECT") ? std::string("LOOM_SHM_DIRECT")
+                                                                 : std::string("built in");
+  if (measured && shm != nullptr) shm->useDirectReadsFrom(profile_.directMinBytes);
+  const size_t direct = measured ? profile_.directMinBytes : ownDirect;
+  const std::string from = direct > 0 ? format("from %zu bytes", direct) : "never";
+  directReads_ = format("direct reads between %s %s (%s)", threadsOnly ? "threads" : "processes", from.c_str(),
+                        directSource.c_str());
   if (rank_ == 0) {
     LOOM_INFO("comm %016llx: tuner constants: %s", static_cast<unsigned long long>(commId()), sources.c_str());
     return Status::ok();

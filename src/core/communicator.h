@@ -26,6 +26,10 @@
 
 namespace loom {
 
+namespace transport {
+class ShmTransport;
+}
+
 // loomConfig_t after validation, with environment defaults filled in. The data-path
 // settings are rank 0's once the communicator exists (core/shared_settings.h).
 struct CommConfig {
@@ -196,7 +200,9 @@ class Communicator {
   void findDeviceCpus();
   // Builds the tuner's profile (tuner_constants.h on rank 0, data-path settings) and makes
   // every rank use rank 0's (collective).
-  Status agreeOnProfile();
+  // `shm`: the shared-memory links (null where no peer is on this host), told where the machine
+  // calibration decides direct reads.
+  Status agreeOnProfile(transport::ShmTransport* shm);
   // Threads the machine calibration copies with: the ranks on rank 0's host, at most its
   // CPUs; 0 where there is to be none (LOOM_MACHINE_CALIBRATION=0, a sanitized build).
   int calibrationThreads() const;
@@ -207,6 +213,7 @@ class Communicator {
   std::unique_ptr<transport::ShmBoard> board_;
   std::unique_ptr<RingOrder> ringOrder_;
   CommProfile profile_;
+  std::string directReads_;  // how shared-memory receives read large sends, for the INFO line
   mutable ChoiceCache choices_;
   std::vector<int> deviceCpus_;
   CancelSignal cancel_;

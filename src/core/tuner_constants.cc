@@ -10,7 +10,8 @@
 
 namespace loom {
 
-Status layerTunerConstants(const TunerLayers& layers, CommProfile* inout, std::string* sources) {
+Status layerTunerConstants(const TunerLayers& layers, CommProfile* inout, std::string* sources,
+                           DataPathSizes* calibrated) {
   CommProfile profile = *inout;
   // Layer names in the order they apply, and the layer that last set each key.
   std::vector<std::string> names;
@@ -23,8 +24,10 @@ Status layerTunerConstants(const TunerLayers& layers, CommProfile* inout, std::s
     MachineCalibration calibration;
     LOOM_TRY(Registry::instance().machineCalibration(layers.calibrationThreads, &calibration));
     std::vector<std::string> keys;
-    LOOM_TRY(applyTuningText(calibration.text, calibration.source, &profile, &keys));
+    DataPathSizes sizes;
+    LOOM_TRY(applyTuningText(calibration.text, calibration.source, &profile, &keys, &sizes));
     record("machine calibration (" + calibration.source + ")", keys);
+    if (calibrated != nullptr) *calibrated = sizes;
   }
   if (!layers.tuningFile.empty()) {
     std::vector<std::string> keys;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "algorithms/cost_model.h"
+#include "algorithms/tuning_file.h"
 #include "base/status.h"
 
 namespace loom {
@@ -23,6 +24,9 @@ struct TunerLayers {
 // copy.gbps = 21, ...; LOOM_TUNING_FILE (t.txt): intra.gbps = 9; built in: intra.latency_us
 // = 1.5, ...". A tuning file that cannot be read is the error returned; *inout is then
 // untouched.
-Status layerTunerConstants(const TunerLayers& layers, CommProfile* inout, std::string* sources);
+// *calibrated (when not null) gets the data-path sizes the machine calibration measured
+// (shm.direct_min_bytes; -1 where it did not).
+Status layerTunerConstants(const TunerLayers& layers, CommProfile* inout, std::string* sources,
+                           DataPathSizes* calibrated = nullptr);
 
 }  // namespace loom

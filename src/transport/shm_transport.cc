@@ -656,13 +656,21 @@ Status ShmTransport::create(Bootstrap& bootstrap, std::vector<int> peers, size_t
       return error(loomInternalError, "shm transport: peer %d is not a rank of %d", peer, bootstrap.nranks());
     }
   }
-  if (settings.directProcesses > 0) {
-    // Under Yama's ptrace_scope=1 peers (not our ancestors) may read this process's memory
-    // only if it says so. Fails harmlessly where Yama is absent.
-    ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  }
+  const size_t directProcesses = settings.directProcesses;
   out->reset(new ShmTransport(bootstrap, peers, std::move(settings)));
+  (*out)->useDirectReadsFrom(directProcesses);
   return Status::ok();
+}
+
+bool ShmTransport::directReadsSet(long long fileDirectMinBytes) {
+  return env::get("LOOM_SHM_DIRECT") || fileDirectMinBytes >= 0;
+}
+
+void ShmTransport::useDirectReadsFrom(size_t minBytes) {
+  settings_.directProcesses = minBytes;
+  // Under Yama's ptrace_scope=1 peers (not our ancestors) may read this process's memory
+  // only if it says so. Fails harmlessly where Yama is absent.
+  if (minBytes > 0) ::prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
 }
 
 Status ShmTransport::checkServed(int peer) const {

@@ -48,6 +48,12 @@ class ShmTransport : public Transport {
   // *fromFile (when not null): whether the file's value decided.
   static Status directReadMinBytes(bool threadsOnly, long long fileDirectMinBytes, size_t* out,
                                    bool* fromFile = nullptr);
+  // Whether LOOM_SHM_DIRECT or a tuning file (`fileDirectMinBytes` >= 0) decides direct reads
+  // between processes; where neither does, the machine calibration may (useDirectReadsFrom).
+  static bool directReadsSet(long long fileDirectMinBytes);
+  // Direct reads between processes from `minBytes` (0: never), in the links made from now on:
+  // what rank 0's machine calibration measured, where directReadsSet is false.
+  void useDirectReadsFrom(size_t minBytes);
 
   const char* name() const override { return "shm"; }
   // Creates the segments of pairs where this rank is the lower one and sends their names;

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <stdlib.h>
@@ -390,6 +391,51 @@ TEST(Logging, DataPathSizesNameTheirSourcesAndTakeEffect) {
   EXPECT_NE(all.find("direct reads between processes never (LOOM_SHM_DIRECT)"), std::string::npos) << all;
   EXPECT_NE(all.find("all sends through it"), std::string::npos) << all;
   std::system((std::string("rm -rf ") + dir).c_str());
+}
+
+// Between processes, where neither LOOM_SHM_DIRECT nor a tuning file says, rank 0's machine
+// calibration decides whether large sends are read straight from the sender's memory, for
+// every rank and its links (its cache file edited here, so that the choice is known).
+TEST(Logging, DirectReadsFollowRankZerosMachineCalibration) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "a sanitized build has no machine calibration; the plain build runs this";
+#else
+  char dir[] = "/tmp/loom-direct-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string cache = std::string(dir) + "/cache";
+  const std::string xdg = "XDG_CACHE_HOME=" + cache;
+  infoLogOfRun(dir, xdg);  // measures and writes the cache
+  std::string file;
+  FILE* ls = ::popen(("ls " + cache + "/loom/machine-*.txt").c_str(), "r");
+  char line[512];
+  if (ls != nullptr && std::fgets(line, sizeof line, ls) != nullptr) file = std::string(line, std::strcspn(line, "\n"));
+  if (ls != nullptr) ::pclose(ls);
+  ASSERT_FALSE(file.empty());
+  auto setDirect = [&](const char* value) {
+    const std::string sed = "sed -i 's/^shm.direct_min_bytes = .*/shm.direct_min_bytes = " + std::string(value) +
+                            "/' " + file;
+    ASSERT_EQ(std::system(sed.c_str()), 0);
+  };
+  setDirect("4096");
+  std::string all = infoLogOfRun(dir, xdg);
+  EXPECT_NE(all.find("direct reads between processes from 4096 bytes (machine calibration)"), std::string::npos)
+      << all;
+  EXPECT_NE(all.find("direct reads between processes from 4096 bytes (rank 0's machine calibration)"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("sends of 4096 bytes or more are read by the receiver straight from the sender's memory"),
+            std::string::npos)
+      << all;
+  // The variable wins.
+  all = infoLogOfRun(dir, xdg + " LOOM_SHM_DIRECT=none");
+  EXPECT_NE(all.find("direct reads between processes never (LOOM_SHM_DIRECT)"), std::string::npos) << all;
+  EXPECT_NE(all.find("all sends through it"), std::string::npos) << all;
+  setDirect("0");
+  all = infoLogOfRun(dir, xdg);
+  EXPECT_NE(all.find("direct reads between processes never (machine calibration)"), std::string::npos) << all;
+  EXPECT_NE(all.find("all sends through it"), std::string::npos) << all;
+  std::system((std::string("rm -rf ") + dir).c_str());
+#endif
 }
 
 // Rank 0 says where each tuner constant came from: the machine calibration (measured at the

@@ -63,7 +63,45 @@ TEST(MachineCalibration, MeasuresEveryFigureOnOneAndTwoThreads) {
     EXPECT_EQ(p.streamingMinBytes, figures.streamingMinBytes);
     EXPECT_NEAR(p.streamingGbps, base.memGbps * figures.streamingSpeedup, p.streamingGbps * 0.005);
     EXPECT_EQ(p.intra.gbps, base.intra.gbps);
+    // Two threads or more also say how processes read each other's large sends.
+    const long long direct = loom::machineCalibrationSizes(figures).shmDirectMinBytes;
+    if (threads == 1) {
+      EXPECT_EQ(direct, -1);
+      EXPECT_FALSE(figures.directMeasured);
+    } else if (figures.directMeasured) {
+      ASSERT_EQ(figures.direct.sizes.size(), 3u);
+      for (const auto& s : figures.direct.sizes) {
+        std::printf("  direct reads %zu KiB: %.1f us, the FIFO %.1f us\n", s.bytes >> 10, s.directUs, s.fifoUs);
+        EXPECT_GT(s.directUs, 0);
+        EXPECT_GT(s.fifoUs, 0);
+      }
+      EXPECT_EQ(direct, static_cast<long long>(figures.direct.minBytes));
+      EXPECT_EQ(figures.direct.minBytes, loom::directReadMinBytes(figures.direct.sizes));
+    } else {
+      std::printf("  direct reads not measured: %s\n", figures.directNote.c_str());
+      EXPECT_FALSE(figures.directNote.empty());
+      EXPECT_EQ(direct, 0);  // the FIFO
+    }
   }
+}
+
+// Direct reads from the smallest size from which they take at most 0.97 of the FIFO's time at
+// every larger size too; the FIFO where they do not win at the largest.
+TEST(MachineCalibration, DirectReadsFromWhereTheyWinForGood) {
+  using Size = loom::DirectReadFigures::Size;
+  constexpr size_t KiB = 1024;
+  // The Intel Xeon VM (docs/RESULTS.md): the single copy wins at every size.
+  EXPECT_EQ(loom::directReadMinBytes({{256 * KiB, 36.1, 26.2}, {1024 * KiB, 144.4, 107.1}, {4096 * KiB, 691.9, 446.5}}),
+            256 * KiB);
+  // The FIFO faster at the smallest size, a tie in between: from where the wins hold.
+  EXPECT_EQ(loom::directReadMinBytes({{256 * KiB, 30, 40}, {1024 * KiB, 100, 98}, {4096 * KiB, 700, 500}}),
+            4096 * KiB);
+  // A win at a small size alone does not count.
+  EXPECT_EQ(loom::directReadMinBytes({{256 * KiB, 40, 30}, {1024 * KiB, 100, 120}, {4096 * KiB, 700, 500}}),
+            4096 * KiB);
+  // The FIFO faster at the largest: never.
+  EXPECT_EQ(loom::directReadMinBytes({{256 * KiB, 40, 30}, {1024 * KiB, 100, 90}, {4096 * KiB, 500, 700}}), 0u);
+  EXPECT_EQ(loom::directReadMinBytes(std::vector<Size>{}), 0u);
 }
 
 // Copies of 512 KiB to 64 MiB per thread, plain and non-temporal GB/s from a ladder.
@@ -189,6 +227,38 @@ TEST(CalibrationCache, MeasuresOnceThenReadsTheFile) {
               std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   EXPECT_EQ(second.source, file);
   EXPECT_NE(second.text.find("copy.gbps = 12345\n"), std::string::npos) << second.text;
+}
+
+// With two threads the file also keeps how processes read each other's large sends, and a
+// file without it (written before Loom measured it) is measured over.
+TEST(CalibrationCache, TwoThreadsKeepTheDirectReadChoice) {
+  SKIP_UNDER_TSAN(kCacheIsOneThread);
+  CacheDir cache;
+  const std::string dir = cache.path + "/loom";
+  MachineCalibration first;
+  Status status = loom::loadOrMeasureMachineCalibration(2, dir, &first, kSmallCopies);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_NE(first.text.find("shm.direct_min_bytes = "), std::string::npos) << first.text;
+  const std::string file = cache.file();
+  ASSERT_FALSE(file.empty());
+  const std::string text = readFile(file);
+  EXPECT_NE(text.find("\n# direct reads "), std::string::npos) << text;
+  loom::DataPathSizes sizes;
+  CommProfile loaded = CommProfile::defaults(2, 1);
+  ASSERT_TRUE(loom::loadTuningFile(file, &loaded, nullptr, &sizes).isOk());
+  EXPECT_GE(sizes.shmDirectMinBytes, 0);
+
+  writeFile(file, withValue(text, "shm.direct_min_bytes", "4096"));
+  MachineCalibration read;
+  ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, dir, &read, kSmallCopies).isOk());
+  EXPECT_EQ(read.source, file);
+  EXPECT_NE(read.text.find("shm.direct_min_bytes = 4096\n"), std::string::npos) << read.text;
+
+  writeFile(file, text.substr(0, text.find("shm.direct_min_bytes")));
+  MachineCalibration again;
+  ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, dir, &again, kSmallCopies).isOk());
+  EXPECT_EQ(again.source.rfind(file + " (measured now in ", 0), 0u) << again.source;
+  EXPECT_NE(readFile(file).find("shm.direct_min_bytes = "), std::string::npos);
 }
 
 TEST(CalibrationCache, MeasuresAgainForAnotherKeyOrABrokenFile) {
