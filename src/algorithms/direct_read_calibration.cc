@@ -27,6 +27,9 @@ constexpr size_t kPieceBytes = size_t{64} << 10;
 constexpr int kRounds = 3;
 // Direct reads win at a size only when at least this much faster: within it, a tie.
 constexpr double kWinMargin = 0.97;
+// Whole pieces, so that no piece wraps around the ring's end.
+static_assert(kRingBytes % kPieceBytes == 0);
+static_assert(kSizes[0] % kPieceBytes == 0 && kSizes[1] % kPieceBytes == 0 && kSizes[2] % kPieceBytes == 0);
 
 // One direction's ring: bytes written and read so far, each on its own cache line.
 struct Ring {
