@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "algorithms/calibration_cpus.h"
-#include "base/spin_lock.h"
+#include "base/spin_barrier.h"
 
 namespace loom {
 namespace {
@@ -36,24 +36,6 @@ struct Ring {
   alignas(64) std::atomic<uint64_t> written{0};
   alignas(64) std::atomic<uint64_t> read{0};
   alignas(64) uint8_t data[kRingBytes];
-};
-
-// Two threads that meet at a spinning barrier: the timed part holds no wake-up.
-class Pair {
- public:
-  void meet() {
-    const unsigned phase = phase_.load(std::memory_order_acquire);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) == 1) {
-      arrived_.store(0, std::memory_order_relaxed);
-      phase_.store(phase + 1, std::memory_order_release);
-      return;
-    }
-    while (phase_.load(std::memory_order_acquire) == phase) cpuRelax();
-  }
-
- private:
-  std::atomic<unsigned> arrived_{0};
-  std::atomic<unsigned> phase_{0};
 };
 
 struct Side {
@@ -113,7 +95,7 @@ bool measureDirectReads(DirectReadFigures* out, std::string* whyNot) {
     return false;
   }
   auto rings = std::make_unique<Ring[]>(2);  // rings[s]: from side s to the other
-  Pair pair;
+  SpinBarrier pair(2);  // the timed part holds no wake-up
   std::vector<double> fifoUs(std::size(kSizes), 1e30), directUs(std::size(kSizes), 1e30);
   std::atomic<bool> failed{false};
   // Each on a thread of its own: the caller's binding stays as it was.
@@ -129,7 +111,7 @@ bool measureDirectReads(DirectReadFigures* out, std::string* whyNot) {
           double total = 0;
           for (int r = 0; r < reps; ++r) {
             std::memset(mine.send.get(), round * 16 + r, bytes);
-            pair.meet();
+            pair.arriveAndWait();
             const Clock::time_point start = Clock::now();
             if (direct) {
               iovec to{mine.recv.get(), bytes}, from{peer.send.get(), bytes};
@@ -137,7 +119,7 @@ bool measureDirectReads(DirectReadFigures* out, std::string* whyNot) {
             } else {
               pumpBothWays(mine.send.get(), mine.recv.get(), bytes, rings[me], rings[1 - me]);
             }
-            pair.meet();
+            pair.arriveAndWait();
             total += std::chrono::duration<double, std::micro>(Clock::now() - start).count();
           }
           if (me == 0) {

@@ -3,7 +3,6 @@
 
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -12,7 +11,7 @@
 #include <thread>
 
 #include "algorithms/calibration_cpus.h"
-#include "base/spin_lock.h"
+#include "base/spin_barrier.h"
 #include "kernels/reduce.h"
 
 namespace loom {
@@ -57,7 +56,8 @@ double kernelGbps(size_t bytes, Run run) {
 // 512 KiB copy).
 class CopyTeam {
  public:
-  CopyTeam(int threads, size_t maxBytes) : buffers_(static_cast<size_t>(threads)) {
+  CopyTeam(int threads, size_t maxBytes)
+      : buffers_(static_cast<size_t>(threads)), barrier_(static_cast<size_t>(threads)) {
     const std::vector<int> cpus = calibrationCpus(static_cast<size_t>(threads));
     const bool pin = cpus.size() == static_cast<size_t>(threads);
     for (int i = 0; i < threads; ++i) {
@@ -115,21 +115,6 @@ class CopyTeam {
     if (++done_ == workers_.size()) changed_.notify_all();
   }
 
-  // All threads of the team meet here; the last to arrive lets the others go.
-  void barrier() {
-    const unsigned phase = phase_.load(std::memory_order_acquire);
-    if (arrived_.fetch_add(1, std::memory_order_acq_rel) + 1 == workers_.size()) {
-      arrived_.store(0, std::memory_order_relaxed);
-      phase_.store(phase + 1, std::memory_order_release);
-      return;
-    }
-    for (int spins = 0; phase_.load(std::memory_order_acquire) == phase; ++spins) {
-      // More threads than CPUs: the one still copying needs this one's CPU.
-      if (spins > 10000) std::this_thread::yield();
-      cpuRelax();
-    }
-  }
-
   void work(int index, size_t maxBytes, int cpu) {
     if (cpu >= 0) runOnCpu(cpu);
     Buffers& mine = buffers_[static_cast<size_t>(index)];
@@ -161,10 +146,10 @@ class CopyTeam {
       };
       pass(0);  // untimed: the first touch of the size
       pass(1);
-      barrier();
+      barrier_.arriveAndWait();
       if (index == 0) start_ = Clock::now();
       for (int r = 0; r < job.reps; ++r) pass(r);
-      barrier();
+      barrier_.arriveAndWait();
       if (index == 0) end_ = Clock::now();
       finish(seen);
     }
@@ -178,8 +163,7 @@ class CopyTeam {
   unsigned generation_ = 1;  // the setup counts as the first job
   unsigned doneGeneration_ = 0;
   size_t done_ = 0;
-  std::atomic<size_t> arrived_{0};
-  std::atomic<unsigned> phase_{0};
+  SpinBarrier barrier_;
   Clock::time_point start_, end_;  // written by thread 0 inside a job, read after it
 };
 
