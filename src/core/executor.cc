@@ -626,13 +626,16 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   Plan& plan = *ps.plan;
   StepState& st = ps.steps[static_cast<size_t>(index)];
   const OneShot op = boardCall(q.plan, index);
+  // A peer that died will never post: ask once this plan has waited a millisecond.
+  bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
   if (st.headerMoved == 0) {
+    bool ready = false;
+    LOOM_TRY(readyToPost(*plan.comm, checkPeers, &ready));
+    if (!ready) return Status::ok();
     postOneShot(*plan.comm, op, 0);  // the plan announced its first call when it started
     st.headerMoved = kHeaderBytes;
     *moved = true;
   }
-  // A peer that died will never post: ask once this plan has waited a millisecond.
-  bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
   LOOM_TRY(finishOneShot(*plan.comm, op, checkPeers, &st.done));
   *moved = *moved || st.done;
   return Status::ok();

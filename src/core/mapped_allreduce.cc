@@ -49,12 +49,8 @@ BufferRef refOf(const void* p, size_t bytes) {
 
 // Whether every rank has posted `round`; a rank whose process exited is loomRemoteError.
 Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bool* all) {
-  *all = false;
-  for (int q = 0; q < board.nranks(); ++q) {
-    if (!board.posted(q, round)) return checkPeers ? board.checkAlive() : Status::ok();
-  }
-  *all = true;
-  return Status::ok();
+  *all = board.allPosted(round);
+  return *all || !checkPeers ? Status::ok() : board.checkAlive();
 }
 
 // Looks at the board for round k before the step returns to the executor (see advance).
@@ -164,7 +160,9 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
 }
 
 std::string MappedPeers::missingRanks(Communicator& comm, uint64_t round, MappedPhase phase) {
-  const uint64_t waited = round + (phase == MappedPhase::kJudged ? 1 : phase == MappedPhase::kWritten ? 2 : 0);
+  // Before posting, the wait is for the board's slots: the others' posts of this rank's last round.
+  const uint64_t waited = phase == MappedPhase::kStart ? comm.board()->lastPosted()
+                          : round + (phase == MappedPhase::kJudged ? 1 : phase == MappedPhase::kWritten ? 2 : 0);
   std::string ranks;
   for (int q = 0; q < comm.nranks(); ++q) {
     if (!comm.board()->posted(q, waited)) ranks += format("%srank %d", ranks.empty() ? "" : ", ", q);
@@ -186,6 +184,9 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
   const int n = board.nranks();
   bool all = false;
   if (*phase == MappedPhase::kStart) {
+    bool ready = false;
+    LOOM_TRY(readyToPost(comm, checkPeers, &ready));
+    if (!ready) return Status::ok();
     encodeCallInfo(*op.call, op.header);
     Descriptor own{refOf(op.src, op.bytes), refOf(op.dst, op.bytes), 1, 0};
     for (int q = 0; q < n; ++q) {

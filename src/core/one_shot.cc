@@ -79,15 +79,44 @@ void resultFromBoard(const transport::ShmBoard& board, const OneShot& op, int ra
   }
 }
 
+// Whether this rank's result needs the others' posts: a broadcast's root and a reduce's other
+// ranks read none, so they finish once they have posted (the next post waits, if need be,
+// for the board's slots: shm_board.h).
+bool readsPosts(const CallInfo& call, int rank) {
+  switch (call.kind) {
+    case CallInfo::Kind::kBroadcast: return rank != call.root;
+    case CallInfo::Kind::kReduce: return rank == call.root;
+    default: return true;
+  }
+}
+
 }  // namespace
+
+Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
+  transport::ShmBoard& board = *comm.board();
+  uint64_t unchecked = 0;
+  *ready = board.mayPost(&unchecked);
+  if (!*ready) return checkPeers ? board.checkAlive() : Status::ok();
+  if (unchecked == 0) return Status::ok();
+  // This rank left that round without comparing calls; a rank that did compare them failed then.
+  const uint8_t* own = board.header(comm.rank(), unchecked);
+  for (int r = 0; r < board.nranks(); ++r) {
+    const uint8_t* header = board.header(r, unchecked);
+    if (std::memcmp(header, own, kCallInfoWireBytes) == 0) continue;
+    CallInfo mine;
+    decodeCallInfo(own, &mine);
+    return checkCallInfo(header, mine, r).withContext("this rank's previous call on the shared-memory board");
+  }
+  return Status::ok();
+}
 
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   transport::ShmBoard& board = *comm.board();
   encodeCallInfo(*op.call, op.header);
   if (announceSeq != 0) board.announce(announceSeq, op.header);
   const CallInfo& call = *op.call;
-  // Every rank posts, the broadcast's others too: a round ends only once all have (so a slot
-  // is written again only after all read it, shm_board.h), and their headers are compared.
+  // Every rank posts, the broadcast's others too: their posts tell the others when a slot may
+  // be written again (shm_board.h), and their headers are compared.
   const size_t bytes = postedBytes(comm, call);
   if (bytes == 0) return board.publish(op.round, op.header);
   if (!call.preMul.on) return board.post(op.round, op.header, op.src, bytes);
@@ -97,15 +126,16 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
 
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done) {
   transport::ShmBoard& board = *comm.board();
-  const int n = board.nranks();
   *done = false;
-  for (int r = 0; r < n; ++r) {
-    if (board.posted(r, op.round)) continue;
-    return checkPeers ? board.checkAlive() : Status::ok();
+  if (!readsPosts(*op.call, comm.rank())) {
+    resultFromBoard(board, op, comm.rank());  // an out-of-place broadcast's root copies its own buffer
+    *done = true;
+    return Status::ok();
   }
+  if (!board.allPosted(op.round)) return checkPeers ? board.checkAlive() : Status::ok();
   // Every rank posted its call's encoding: equal bytes are the same call, and only a
   // difference needs decoding to be described.
-  for (int r = 0; r < n; ++r) {
+  for (int r = 0; r < board.nranks(); ++r) {
     const uint8_t* header = board.header(r, op.round);
     if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
   }
@@ -149,7 +179,7 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
   std::lock_guard<YieldingLock> lock(comm.executionLock());
   uint8_t header[kCallInfoWireBytes];
   OneShot op{&call, src, dst, call.count * typeSize(call.type), comm.board()->nextRound(), header};
-  postOneShot(comm, op, seq);
+  bool posted = false;
   // The clock is first read after 64 passes: a call that finishes before (most do, in a
   // fraction of a microsecond) would spend a good part of its time reading it.
   Clock::time_point start, lastCheck;
@@ -166,7 +196,12 @@ Status runOneShot(Communicator& comm, uint64_t seq, const CallInfo& call, const 
     Clock::time_point now = slow ? Clock::now() : lastCheck;
     if (spins == 63) start = lastCheck = now;
     bool check = slow && now - lastCheck > std::chrono::milliseconds(1);
-    Status s = finishOneShot(comm, op, check, &done);
+    Status s;
+    if (!posted) {
+      s = readyToPost(comm, check, &posted);
+      if (posted) postOneShot(comm, op, seq);
+    }
+    if (s.isOk() && posted) s = finishOneShot(comm, op, check, &done);
     if (s.isOk() && check) s = checkAnnouncements(comm, seq, call);
     if (!s.isOk()) return failWith(comm, s);
     if (done) return s;

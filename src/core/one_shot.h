@@ -4,8 +4,11 @@
 // and makes its result from the posts: folds them in rank order (allreduce, reduce at its
 // root, this rank's block of a reduce-scatter), or copies what it receives (the root's buffer
 // of a broadcast, every rank's block of an allgather, the block each rank addressed to it in
-// an all-to-all). Used by the executor (a step that may have to wait for peers) and by the
-// fast path of a lone small call, which skips building a plan.
+// an all-to-all). A rank that reads no post (a broadcast's root, a reduce's other ranks) is
+// done once it has posted, as an MPI rank whose message went eagerly; it compares that call
+// with the others' when it next posts, and fails that later call if they differed. Used by
+// the executor (a step that may have to wait for peers) and by the fast path of a lone small
+// call, which skips building a plan.
 #pragma once
 
 #include "algorithms/plan.h"
@@ -27,13 +30,17 @@ struct OneShot {
   uint8_t* header;
 };
 
-// Publishes this rank's part (never waits): its send buffer, or for a premultiplied sum that
+// Whether this rank may post now (ShmBoard::mayPost: the slot it takes has been read); where
+// its last round was one it left without waiting, also compares the others' calls of that
+// round with its own (loomInvalidUsage where they differ). `checkPeers` as below.
+Status readyToPost(Communicator& comm, bool checkPeers, bool* ready);
+// Publishes this rank's part, once readyToPost (never waits): its send buffer, or for a premultiplied sum that
 // times its scalar, multiplied straight into the board, or a broadcast's header alone where
 // this rank is not the root; with announceSeq != 0 also announces the call under that number (see
 // announceCall), from the same encoded header.
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
-// *done once every rank has posted and dst holds the result; a mismatched call is
-// loomInvalidUsage. `checkPeers`: also ask whether a missing rank's process has exited
+// *done once dst holds the result: every rank has posted (or this rank reads no post); a
+// mismatched call is loomInvalidUsage. `checkPeers`: also ask whether a missing rank's process has exited
 // (a system call: only after waiting a while).
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done);
 

@@ -51,6 +51,7 @@ void ShmBoard::publish(uint64_t round, const uint8_t* header) {
   Slot& s = slot(rank_, round);
   std::memcpy(s.header, header, kHeaderBytes);
   s.round.store(round, std::memory_order_release);
+  lastPosted_ = round;
 }
 
 void ShmBoard::announce(uint64_t seq, const uint8_t* header) {

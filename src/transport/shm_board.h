@@ -7,11 +7,14 @@
 //   segment:  [rank 0: pid | announcements seq%2=0, 1 | slot round%2=0 | slot round%2=1] [rank 1: ...]
 //   slot:     round (atomic, written last) | call header | data (up to kMaxBytes)
 //
-// Two slots per rank are enough: a rank posts round k+2 only after finishing round k+1,
-// which needs every rank's post of k+1, which each made only after finishing round k, that
-// is after reading this rank's slot of round k.
+// Two slots per rank are enough: a rank posts a round only once every rank has posted the
+// last round it posted itself (mayPost), each of them after finishing the round before, that
+// is after reading this rank's slot of that round, the slot the new post takes. A rank that
+// waited its last round out (every post there) knows it already; one that left without
+// waiting (a broadcast's root, a reduce's leaf: they read nothing) looks when it posts next.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -49,6 +52,25 @@ class ShmBoard {
   // Whether rank q has posted round `round` (inline: a waiting rank asks in a tight loop).
   bool posted(int q, uint64_t round) const {
     return slot(q, round).round.load(std::memory_order_acquire) == round;
+  }
+  // Whether every rank has posted round `round` (remembered for mayPost).
+  bool allPosted(uint64_t round) {
+    for (int q = 0; q < nranks_; ++q) {
+      if (!posted(q, round)) return false;
+    }
+    seenAll_ = std::max(seenAll_, round);
+    return true;
+  }
+  uint64_t lastPosted() const { return lastPosted_; }
+  // Whether this rank may post a new round (see the top): every rank has posted the last
+  // round this rank posted. *unchecked: that round, where this rank left it without seeing
+  // every post (the others' headers are now there to compare with its own), else 0.
+  bool mayPost(uint64_t* unchecked) {
+    *unchecked = 0;
+    if (seenAll_ >= lastPosted_) return true;
+    if (!allPosted(lastPosted_)) return false;
+    *unchecked = lastPosted_;
+    return true;
   }
   const uint8_t* header(int q, uint64_t round) const { return slot(q, round).header; }
   const void* data(int q, uint64_t round) const { return slot(q, round).data; }
@@ -116,6 +138,8 @@ class ShmBoard {
   int rank_;
   int nranks_;
   uint64_t rounds_ = 0;
+  uint64_t lastPosted_ = 0;  // the last round this rank posted
+  uint64_t seenAll_ = 0;     // the last round this rank saw every rank post
   std::vector<PeerProcess> peers_;
   bool oneProcess_ = true;
 };

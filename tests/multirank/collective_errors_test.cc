@@ -356,10 +356,12 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Every rank names itself the root: no rank receives, so no header is compared in the data.
-// Where the ranks share the board (one host), the broadcast itself is loomInvalidUsage on at
-// least one rank (Run::checkUnheardCall), naming both roots, rather than a later call that reads
-// the bytes left in the link; the follow-up below is a small allreduce, which runs on the board
-// and never reads them. Over sockets alone only such a later call can tell (MismatchedCalls).
+// Where the ranks share the board (one host), a broadcast through the links is loomInvalidUsage
+// on at least one rank (Run::checkUnheardCall), naming both roots, rather than a later call that
+// reads the bytes left in the link; the follow-up below is a small allreduce, which runs on the
+// board and never reads them. A small broadcast runs on the board itself, where a root returns
+// once it has posted (as over links, or in MPI): there every rank's next call on the board
+// names it. Over sockets alone only such a later call can tell (MismatchedCalls).
 class EveryRankTheRoot : public testing::TestWithParam<std::tuple<Mode, int, size_t>> {};
 
 TEST_P(EveryRankTheRoot, IsAnErrorInTheBroadcastItself) {
@@ -390,12 +392,21 @@ TEST_P(EveryRankTheRoot, IsAnErrorInTheBroadcastItself) {
     EXPECT_NE(message.find("mismatched calls"), std::string::npos) << message;
     EXPECT_NE(message.find("root " + std::to_string(r)), std::string::npos) << message;
   }
-  EXPECT_GE(invalidUsage, 1) << "no rank's broadcast saw the other roots" << summary;
+  const bool onTheBoard = count * sizeof(float) <= 32 * 1024;
+  if (onTheBoard) {
+    EXPECT_EQ(invalidUsage, 0) << "a root on the board reads no post" << summary;
+  } else {
+    EXPECT_GE(invalidUsage, 1) << "no rank's broadcast saw the other roots" << summary;
+  }
   // A rank whose broadcast returned first and succeeded learns it in its next call.
   for (int r = 0; r < nranks; ++r) {
-    if (records[r].result == loomSuccess) {
-      EXPECT_NE(followUps[r].result, loomSuccess) << "rank " << r << summary;
-    }
+    if (records[r].result != loomSuccess) continue;
+    EXPECT_NE(followUps[r].result, loomSuccess) << "rank " << r << summary;
+    if (!onTheBoard) continue;
+    EXPECT_EQ(followUps[r].result, loomInvalidUsage) << "rank " << r << summary;
+    const std::string message = followUps[r].message;
+    EXPECT_NE(message.find("previous call on the shared-memory board: mismatched calls"), std::string::npos)
+        << message;
   }
 }
 
@@ -408,15 +419,17 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<2>(info.param));
     });
 
-// On one host a small call of every collective runs on the board, where each rank compares
-// every rank's call before it makes its result: ranks that disagree fail that very call, every
-// one of them, with the call named, where over links some ranks could return first (a
-// reduce's leaves, which only send). Rank 0 makes one call, the others another.
-enum class BoardMismatch { kReduceRoot, kAllGatherCount, kReduceScatterOp, kAllToAllType };
+// On one host a small call of every collective runs on the board, where each rank that reads
+// the others' posts compares every rank's call before it makes its result: ranks that disagree
+// fail that very call, with the call named. A rank that reads no post (a reduce's leaf, a
+// broadcast's root) returns once it has posted, as over links, and fails its next call on the
+// board instead, naming the one before. Rank 0 makes one call, the others another.
+enum class BoardMismatch { kReduceRoot, kBroadcastRoot, kAllGatherCount, kReduceScatterOp, kAllToAllType };
 
 std::string boardMismatchName(BoardMismatch m) {
   switch (m) {
     case BoardMismatch::kReduceRoot: return "ReduceRoot";
+    case BoardMismatch::kBroadcastRoot: return "BroadcastRoot";
     case BoardMismatch::kAllGatherCount: return "AllGatherCount";
     case BoardMismatch::kReduceScatterOp: return "ReduceScatterOp";
     case BoardMismatch::kAllToAllType: return "AllToAllType";
@@ -424,25 +437,41 @@ std::string boardMismatchName(BoardMismatch m) {
   return "?";
 }
 
+// The root rank r names in its call: rank 0 names itself, the others rank 1.
+int boardRootOf(int rank) { return rank == 0 ? 0 : 1; }
+
+// Whether rank r's own call reads the others' posts (and so fails at once).
+bool readsPostsInItsCall(BoardMismatch m, int rank) {
+  switch (m) {
+    case BoardMismatch::kReduceRoot: return rank == boardRootOf(rank);
+    case BoardMismatch::kBroadcastRoot: return rank != boardRootOf(rank);
+    default: return true;
+  }
+}
+
 class MismatchOnTheBoard : public testing::TestWithParam<std::tuple<Mode, int, BoardMismatch>> {};
 
-TEST_P(MismatchOnTheBoard, FailsTheCallOnEveryRank) {
+TEST_P(MismatchOnTheBoard, FailsTheCallOrTheNextOnEveryRank) {
   auto [mode, nranks, mismatch] = GetParam();
   loomtest::RankOptions options;
   options.timeoutMs = 3000;
   options.deadlineMs = 30000;
-  SharedRecords records(nranks);
-  ASSERT_TRUE(records.ok()) << "mmap failed";
+  SharedRecords records(nranks), next(nranks);
+  ASSERT_TRUE(records.ok() && next.ok()) << "mmap failed";
   const size_t count = 64;  // per rank: every call below is on the board (32 KiB at most in all)
-  static const char* const kNames[] = {"loomReduce", "loomAllGather", "loomReduceScatter", "loomAllToAll"};
+  static const char* const kNames[] = {"loomReduce", "loomBroadcast", "loomAllGather", "loomReduceScatter",
+                                       "loomAllToAll"};
   const char* name = kNames[static_cast<int>(mismatch)];
   loomtest::runRanks(nranks, mode, [&, m = mismatch](loomComm_t comm, int rank) {
     std::vector<float> send(count * static_cast<size_t>(nranks), 1.0f), recv(count * static_cast<size_t>(nranks));
     const bool odd = rank == 0;
+    const int root = boardRootOf(rank);
     record(records[rank], comm, [&] {
       switch (m) {
         case BoardMismatch::kReduceRoot:
-          return loomReduce(send.data(), recv.data(), count, loomFloat32, loomSum, odd ? 0 : 1, comm, nullptr);
+          return loomReduce(send.data(), recv.data(), count, loomFloat32, loomSum, root, comm, nullptr);
+        case BoardMismatch::kBroadcastRoot:
+          return loomBroadcast(send.data(), recv.data(), count, loomFloat32, root, comm, nullptr);
         case BoardMismatch::kAllGatherCount:
           return loomAllGather(send.data(), recv.data(), odd ? count : count - 1, loomFloat32, comm, nullptr);
         case BoardMismatch::kReduceScatterOp:
@@ -453,21 +482,31 @@ TEST_P(MismatchOnTheBoard, FailsTheCallOnEveryRank) {
       }
       return loomInternalError;
     });
+    if (records[rank].result != loomSuccess) return;
+    record(next[rank], comm, [&] {
+      return loomAllReduce(send.data(), recv.data(), count, loomFloat32, loomSum, comm, nullptr);
+    });
   }, options);
-  const std::string summary = records.summary();
+  const std::string summary = records.summary() + next.summary();
   for (int r = 0; r < nranks; ++r) {
-    EXPECT_EQ(records[r].result, loomInvalidUsage) << "rank " << r << summary;
-    const std::string message = records[r].message;
+    const bool atOnce = readsPostsInItsCall(mismatch, r);
+    const RankRecord& failed = atOnce ? records[r] : next[r];
+    EXPECT_EQ(failed.result, loomInvalidUsage) << "rank " << r << (atOnce ? "" : ", its next call") << summary;
+    const std::string message = failed.message;
     EXPECT_NE(message.find("mismatched calls"), std::string::npos) << message;
     EXPECT_NE(message.find(name), std::string::npos) << message;
+    if (atOnce) continue;
+    EXPECT_EQ(records[r].result, loomSuccess) << "rank " << r << summary;
+    EXPECT_NE(message.find("previous call"), std::string::npos) << message;
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, MismatchOnTheBoard,
     testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
-                     testing::Values(BoardMismatch::kReduceRoot, BoardMismatch::kAllGatherCount,
-                                     BoardMismatch::kReduceScatterOp, BoardMismatch::kAllToAllType)),
+                     testing::Values(BoardMismatch::kReduceRoot, BoardMismatch::kBroadcastRoot,
+                                     BoardMismatch::kAllGatherCount, BoardMismatch::kReduceScatterOp,
+                                     BoardMismatch::kAllToAllType)),
     [](const auto& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
              boardMismatchName(std::get<2>(info.param));

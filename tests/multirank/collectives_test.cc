@@ -13,12 +13,14 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "multirank/collective_reference.h"
@@ -437,6 +439,62 @@ TEST_P(StreamsAndGroups, AGroupOnAHostStream) {
 INSTANTIATE_TEST_SUITE_P(Modes, StreamsAndGroups,
                          testing::Values(Mode::kThreads, Mode::kProcesses),
                          [](const auto& info) { return loomtest::modeName(info.param); });
+
+// On the board a broadcast's root and a reduce's other ranks return once they have posted, so
+// they run ahead of the ranks that read their posts; the slot a post takes must still wait
+// for its last readers. Thousands of small calls, roots taking turns, lone and grouped (the
+// executor's path), between allreduces that every rank reads: each result is checked, and a
+// post written over before it was read would show as a wrong value or a hang.
+class RanksThatReadNothing : public testing::TestWithParam<std::tuple<Mode, int>> {};
+
+TEST_P(RanksThatReadNothing, RunAheadWithoutOverwritingAnUnreadPost) {
+  auto [mode, nranks] = GetParam();
+  loomtest::RankOptions options;
+  options.timeoutMs = 5000;
+  loomtest::runRanks(nranks, mode, [&, n = nranks](loomComm_t comm, int rank) {
+    constexpr size_t kCount = 16;  // every call below is on the board
+    std::vector<float> bcast(kCount), reduced(kCount), mine(kCount), sum(kCount);
+    auto broadcast = [&](int i) {
+      const int root = i % n;
+      std::fill(bcast.begin(), bcast.end(), rank == root ? static_cast<float>(i) : -1.0f);
+      return loomBroadcast(bcast.data(), bcast.data(), kCount, loomFloat32, root, comm, nullptr);
+    };
+    auto reduce = [&](int i) {
+      std::fill(mine.begin(), mine.end(), static_cast<float>(i + rank));
+      return loomReduce(mine.data(), reduced.data(), kCount, loomFloat32, loomSum, (i + 1) % n, comm, nullptr);
+    };
+    auto check = [&](int i) {
+      if (bcast[kCount - 1] != static_cast<float>(i)) return false;
+      // The root's sum of i + r over the ranks.
+      return rank != (i + 1) % n || reduced[0] == static_cast<float>(n * i + n * (n - 1) / 2);
+    };
+    for (int i = 0; i < 3000; ++i) {
+      if (i % 5 == 4) {
+        LOOM_ASSERT_OK(loomGroupStart(), comm);
+        LOOM_ASSERT_OK(broadcast(i), comm);
+        LOOM_ASSERT_OK(reduce(i), comm);
+        LOOM_ASSERT_OK(loomGroupEnd(), comm);
+      } else {
+        LOOM_ASSERT_OK(broadcast(i), comm);
+        LOOM_ASSERT_OK(reduce(i), comm);
+      }
+      ASSERT_TRUE(check(i)) << "call " << i << " on rank " << rank << ": broadcast " << bcast[kCount - 1]
+                            << ", reduce " << reduced[0];
+      if (i % 7 == 6) {
+        std::fill(sum.begin(), sum.end(), 1.0f);
+        LOOM_ASSERT_OK(loomAllReduce(sum.data(), sum.data(), kCount, loomFloat32, loomSum, comm, nullptr), comm);
+        ASSERT_EQ(sum[0], static_cast<float>(n)) << "call " << i;
+      }
+    }
+  }, options);
+}
+
+INSTANTIATE_TEST_SUITE_P(Board, RanksThatReadNothing,
+                         testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3)),
+                         [](const auto& info) {
+                           return loomtest::modeName(std::get<0>(info.param)) + "_" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
 
 // One thread drives every rank of a loomCommInitAll through one group: without the group
 // the first blocking collective would wait forever for ranks this thread has not reached.
