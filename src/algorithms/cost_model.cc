@@ -419,8 +419,9 @@ double oneShotUs(CallInfo::Kind kind, size_t bytes, const CommProfile& p) {
   switch (kind) {
     case CallInfo::Kind::kBroadcast: return p.oneShotLatencyUs + 2 * hop(all);
     case CallInfo::Kind::kAllGather: return p.oneShotLatencyUs + hop(block) + peers * hop(block);
-    case CallInfo::Kind::kAllToAll: return p.oneShotLatencyUs + hop(all) + peers * hop(block);
-    case CallInfo::Kind::kReduceScatter: return p.oneShotLatencyUs + hop(all) + peers * fold(block);
+    // A rank posts every block but its own, which it reads from its send buffer.
+    case CallInfo::Kind::kAllToAll: return p.oneShotLatencyUs + hop(all - block) + peers * hop(block);
+    case CallInfo::Kind::kReduceScatter: return p.oneShotLatencyUs + hop(all - block) + peers * fold(block);
     default: return p.oneShotLatencyUs + hop(all) + peers * fold(all);
   }
 }

@@ -27,9 +27,23 @@ size_t postedBytes(const Communicator& comm, const CallInfo& call) {
   return sendBytes;
 }
 
-// Folds, in rank order, the `bytes` at `offset` of every rank's post into dst: the same bits
-// on every rank.
-void reduceParts(const transport::ShmBoard& board, const OneShot& op, size_t offset, void* dst) {
+// Whether this rank posts its own block of the send buffer. An all-to-all's and a
+// reduce-scatter's block `rank` is this rank's alone, which it reads from its send buffer,
+// except a premultiplied sum's (the post is multiplied) and a reduce-scatter's in place (the
+// fold writes the result over that block as it reads it).
+bool postsOwnBlock(const OneShot& op, int rank) {
+  const CallInfo& call = *op.call;
+  if (call.kind == CallInfo::Kind::kAllToAll) return false;
+  if (call.kind != CallInfo::Kind::kReduceScatter || call.preMul.on) return true;
+  const auto* own = static_cast<const uint8_t*>(op.src) + static_cast<size_t>(rank) * op.bytes;
+  const auto* dst = static_cast<const uint8_t*>(op.dst);
+  return own < dst + op.bytes && dst < own + op.bytes;
+}
+
+// Folds, in rank order, the `bytes` at `offset` of every rank's post into dst (this rank's
+// part from `own` where it is not in its post): the same bits on every rank.
+void reduceParts(const transport::ShmBoard& board, const OneShot& op, size_t offset, const void* own, int rank,
+                 void* dst) {
   const int n = board.nranks();
   // At most kMaxBytes of the smallest type: a fixed array, no allocation on this path.
   const void* inputs[64];
@@ -40,6 +54,7 @@ void reduceParts(const transport::ShmBoard& board, const OneShot& op, size_t off
     parts = many.data();
   }
   for (int r = 0; r < n; ++r) parts[r] = static_cast<const uint8_t*>(board.data(r, op.round)) + offset;
+  if (own != nullptr) parts[rank] = static_cast<const uint8_t*>(own) + offset;
   const loomDataType_t type = op.call->type;
   const size_t count = op.bytes / typeSize(type);
   kernels::reduceN(dst, parts, n, count, type, op.call->op);
@@ -61,11 +76,13 @@ void resultFromBoard(const transport::ShmBoard& board, const OneShot& op, int ra
   const CallInfo& call = *op.call;
   const size_t block = op.bytes;
   switch (call.kind) {
-    case CallInfo::Kind::kAllReduce: return reduceParts(board, op, 0, op.dst);
+    case CallInfo::Kind::kAllReduce: return reduceParts(board, op, 0, nullptr, rank, op.dst);
     case CallInfo::Kind::kReduce:
-      if (rank == call.root) reduceParts(board, op, 0, op.dst);
+      if (rank == call.root) reduceParts(board, op, 0, nullptr, rank, op.dst);
       return;
-    case CallInfo::Kind::kReduceScatter: return reduceParts(board, op, static_cast<size_t>(rank) * block, op.dst);
+    case CallInfo::Kind::kReduceScatter:
+      return reduceParts(board, op, static_cast<size_t>(rank) * block, postsOwnBlock(op, rank) ? nullptr : op.src, rank,
+                         op.dst);
     case CallInfo::Kind::kBroadcast: return copyPart(board, op, rank, call.root, 0, 0);
     case CallInfo::Kind::kAllGather:
       for (int r = 0; r < board.nranks(); ++r) copyPart(board, op, rank, r, 0, static_cast<size_t>(r) * block);
@@ -119,6 +136,15 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   // be written again (shm_board.h), and their headers are compared.
   const size_t bytes = postedBytes(comm, call);
   if (bytes == 0) return board.publish(op.round, op.header);
+  if (!postsOwnBlock(op, comm.rank())) {
+    // The blocks before this rank's and after it, at their offsets.
+    const size_t own = static_cast<size_t>(comm.rank()) * op.bytes, rest = own + op.bytes;
+    auto* to = static_cast<uint8_t*>(board.ownData(op.round));
+    const auto* from = static_cast<const uint8_t*>(op.src);
+    if (own > 0) std::memcpy(to, from, own);
+    if (bytes > rest) std::memcpy(to + rest, from + rest, bytes - rest);
+    return board.publish(op.round, op.header);
+  }
   if (!call.preMul.on) return board.post(op.round, op.header, op.src, bytes);
   kernels::multiply(board.ownData(op.round), op.src, bytes / typeSize(call.type), call.type, call.preMul.scalar());
   board.publish(op.round, op.header);
