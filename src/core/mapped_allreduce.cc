@@ -210,10 +210,9 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
       LOOM_TRY(allPosted(board, op.round, false, &all));
     }
     if (!all) return Status::ok();
+    LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
     bool reachable = true;
     for (int q = 0; q < n; ++q) {
-      const uint8_t* header = board.header(q, op.round);
-      if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, q));
       Descriptor d;
       std::memcpy(&d, board.data(q, op.round), sizeof(d));
       reachable = reachable && d.reachable != 0;

@@ -117,12 +117,16 @@ Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
   if (unchecked == 0) return Status::ok();
   // This rank left that round without comparing calls; a rank that did compare them failed then.
   const uint8_t* own = board.header(comm.rank(), unchecked);
+  CallInfo mine;
+  decodeCallInfo(own, &mine);
+  return compareCalls(board, unchecked, own, mine).withContext("this rank's previous call on the shared-memory board");
+}
+
+Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header, const CallInfo& call) {
+  // Equal bytes are the same call, and only a difference needs decoding to be described.
   for (int r = 0; r < board.nranks(); ++r) {
-    const uint8_t* header = board.header(r, unchecked);
-    if (std::memcmp(header, own, kCallInfoWireBytes) == 0) continue;
-    CallInfo mine;
-    decodeCallInfo(own, &mine);
-    return checkCallInfo(header, mine, r).withContext("this rank's previous call on the shared-memory board");
+    const uint8_t* theirs = board.header(r, round);
+    if (std::memcmp(theirs, header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(theirs, call, r));
   }
   return Status::ok();
 }
@@ -159,12 +163,7 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
     return Status::ok();
   }
   if (!board.allPosted(op.round)) return checkPeers ? board.checkAlive() : Status::ok();
-  // Every rank posted its call's encoding: equal bytes are the same call, and only a
-  // difference needs decoding to be described.
-  for (int r = 0; r < board.nranks(); ++r) {
-    const uint8_t* header = board.header(r, op.round);
-    if (std::memcmp(header, op.header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(header, *op.call, r));
-  }
+  LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
   resultFromBoard(board, op, comm.rank());
   *done = true;
   return Status::ok();

@@ -17,6 +17,9 @@
 namespace loom {
 
 class Communicator;
+namespace transport {
+class ShmBoard;
+}  // namespace transport
 
 // A call on the board (the mapped allreduce's too: core/mapped_allreduce.h).
 struct OneShot {
@@ -34,15 +37,19 @@ struct OneShot {
 // its last round was one it left without waiting, also compares the others' calls of that
 // round with its own (loomInvalidUsage where they differ). `checkPeers` as below.
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready);
-// Publishes this rank's part, once readyToPost (never waits): its send buffer, or for a premultiplied sum that
-// times its scalar, multiplied straight into the board, or a broadcast's header alone where
-// this rank is not the root; with announceSeq != 0 also announces the call under that number (see
+// Publishes this rank's part, once readyToPost (never waits): its send buffer, or for a
+// premultiplied sum that times its scalar, multiplied straight into the board, or a
+// broadcast's header alone where this rank is not the root; with announceSeq != 0 also announces the call under that number (see
 // announceCall), from the same encoded header.
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
 // *done once dst holds the result: every rank has posted (or this rank reads no post); a
-// mismatched call is loomInvalidUsage. `checkPeers`: also ask whether a missing rank's process has exited
-// (a system call: only after waiting a while).
+// mismatched call is loomInvalidUsage. `checkPeers`: also ask whether a missing rank's
+// process has exited (a system call: only after waiting a while).
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done);
+// loomInvalidUsage where a rank's header of `round` (every rank has posted it) differs from
+// `header`, this rank's encoding of `call`.
+Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header,
+                    const CallInfo& call);
 
 // Puts this rank's current call on the board (nothing without a board).
 void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call);
