@@ -50,7 +50,7 @@ BufferRef refOf(const void* p, size_t bytes) {
 // Whether every rank has posted `round`; a rank whose process exited is loomRemoteError.
 Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bool* all) {
   *all = board.allPosted(round);
-  return *all || !checkPeers ? Status::ok() : board.checkAlive();
+  return *all || !checkPeers ? Status::ok() : board.checkAlive(round);
 }
 
 // Looks at the board for round k before the step returns to the executor (see advance).

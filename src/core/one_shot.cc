@@ -113,7 +113,7 @@ Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
   transport::ShmBoard& board = *comm.board();
   uint64_t unchecked = 0;
   *ready = board.mayPost(&unchecked);
-  if (!*ready) return checkPeers ? board.checkAlive() : Status::ok();
+  if (!*ready) return checkPeers ? board.checkAlive(board.lastPosted()) : Status::ok();
   if (unchecked == 0) return Status::ok();
   // This rank left that round without comparing calls; a rank that did compare them failed then.
   const uint8_t* own = board.header(comm.rank(), unchecked);
@@ -162,7 +162,7 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
     *done = true;
     return Status::ok();
   }
-  if (!board.allPosted(op.round)) return checkPeers ? board.checkAlive() : Status::ok();
+  if (!board.allPosted(op.round)) return checkPeers ? board.checkAlive(op.round) : Status::ok();
   LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
   resultFromBoard(board, op, comm.rank());
   *done = true;

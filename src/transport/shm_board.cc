@@ -83,10 +83,11 @@ int ShmBoard::recordedCause(int q) const {
   return static_cast<int>(area(q).failedBecauseOf.load(std::memory_order_acquire)) - 1;
 }
 
-Status ShmBoard::checkAlive() {
+Status ShmBoard::checkAlive(uint64_t round) {
   for (int q = 0; q < nranks_; ++q) {
     const PeerProcess& p = peers_[static_cast<size_t>(q)];
-    if (q == rank_ || p.alive()) continue;
+    // A rank that posted the awaited round may be gone: one that reads no post leaves at once.
+    if (q == rank_ || posted(q, round) || p.alive()) continue;
     const int cause = recordedCause(q);
     markFailed(cause >= 0 ? cause : q);
     if (cause >= 0) {

@@ -74,9 +74,10 @@ class ShmBoard {
   }
   const uint8_t* header(int q, uint64_t round) const { return slot(q, round).header; }
   const void* data(int q, uint64_t round) const { return slot(q, round).data; }
-  // loomRemoteError naming the first rank whose process has exited (and the rank whose
-  // failure made it give up, when it said), which it also records as this rank's cause.
-  Status checkAlive();
+  // loomRemoteError naming the first rank that has not posted `round` and whose process has
+  // exited (and the rank whose failure made it give up, when it said), which it also records
+  // as this rank's cause.
+  Status checkAlive(uint64_t round);
   // Records, for the ranks that will see this one exit, the rank whose failure made it give
   // up (-1: none known: nothing is recorded).
   void markFailed(int causeRank);
