@@ -40,6 +40,8 @@ constexpr size_t kHeaderBytes = kCallInfoWireBytes;
 // How long a wait goes on without progress before a peer's failure notice ends it: a failed
 // link names the failure first-hand, and where there is one it comes sooner.
 constexpr std::chrono::milliseconds kNoticeGrace(250);
+// A rank waiting for a peer to make a link looks at the peers' announcements this often.
+constexpr long long kAcceptSliceMs = 10;
 
 // The numbers of a plan's first and last collectives (0: it has none).
 std::pair<uint64_t, uint64_t> collectiveSeqs(const Plan& plan) {
@@ -313,9 +315,17 @@ Status Run::connect() {
   }
   for (size_t i = 0; i < plans_.size(); ++i) {
     if (peers[i].empty()) continue;
-    Communicator* comm = plans_[i].comm;
-    Status s = comm->transport().acceptIn(peers[i], Deadline::afterMs(comm->config().timeoutMs));
-    if (!s.isOk()) return failToConnect(i, s);
+    Plan& plan = plans_[i];
+    const Deadline deadline = Deadline::afterMs(plan.comm->config().timeoutMs);
+    for (;;) {
+      Status s = plan.comm->transport().acceptIn(peers[i], deadline.earlier(Deadline::afterMs(kAcceptSliceMs)));
+      if (s.isOk()) break;
+      if (s.code() != loomTimeout || deadline.expired()) return failToConnect(i, s);
+      // A peer that never connects may be in another call, one that needs no link to this
+      // rank (a broadcast from another root): its announcement says so, as in idle().
+      s = checkAnnouncements(*plan.comm, plan.announceSeq, plan.calls[plan.announceCall]);
+      if (!s.isOk()) return fail(s, i);
+    }
   }
   return Status::ok();
 }
@@ -819,7 +829,7 @@ Status Run::fail(const Status& s, size_t origin, int causeRank) {
     plans_[i].comm->fail(own ? s : s.withContext("another communicator of this group failed"));
     // Another communicator's peer is no rank of this one.
     // The board first: a peer that finds this rank's links gone looks there for the cause.
-    if (own && plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(causeRank);
+    if (plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(own ? causeRank : -1);
     plans_[i].comm->failureNotices().tellPeers(own ? causeRank : -1, collectiveSeqs(plans_[i]).first);
     plans_[i].comm->transport().closeAll(own ? causeRank : -1);
   }

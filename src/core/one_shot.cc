@@ -190,10 +190,12 @@ Status checkAnnouncements(Communicator& comm, uint64_t seq, const CallInfo& call
 }
 
 namespace {
-// As the executor does on a failure: the communicator keeps the error and its links close,
-// telling peers which rank's failure this is (what the board recorded, if anything).
+// As the executor does on a failure: the communicator keeps the error, the board says so to
+// the ranks that wait for this one's posts, and its links close, telling peers which rank's
+// failure this is (what the board recorded, if anything).
 Status failWith(Communicator& comm, const Status& s) {
   comm.fail(s);
+  comm.board()->markFailed(-1);
   comm.transport().closeAll(comm.board()->ownCause());
   return s;
 }

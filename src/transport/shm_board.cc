@@ -76,7 +76,9 @@ bool ShmBoard::announced(int q, uint64_t seq, uint8_t* out) const {
 }
 
 void ShmBoard::markFailed(int causeRank) {
+  // The cause first: a peer that sees the flag reads it next.
   if (causeRank >= 0) area(rank_).failedBecauseOf.store(static_cast<uint32_t>(causeRank) + 1, std::memory_order_release);
+  area(rank_).failed.store(1, std::memory_order_release);
 }
 
 int ShmBoard::recordedCause(int q) const {
@@ -87,8 +89,17 @@ Status ShmBoard::checkAlive(uint64_t round) {
   for (int q = 0; q < nranks_; ++q) {
     const PeerProcess& p = peers_[static_cast<size_t>(q)];
     // A rank that posted the awaited round may be gone: one that reads no post leaves at once.
-    if (q == rank_ || posted(q, round) || p.alive()) continue;
+    if (q == rank_ || posted(q, round)) continue;
     const int cause = recordedCause(q);
+    if (p.alive()) {
+      if (area(q).failed.load(std::memory_order_acquire) == 0) continue;
+      markFailed(cause >= 0 ? cause : q);
+      if (cause >= 0 && cause != q) {
+        return error(loomRemoteError, "rank %d gave up, because rank %d failed, before it posted its part on the "
+                     "shared-memory board", q, cause);
+      }
+      return error(loomRemoteError, "rank %d failed before it posted its part on the shared-memory board", q);
+    }
     markFailed(cause >= 0 ? cause : q);
     if (cause >= 0) {
       return error(loomRemoteError, "rank %d (pid %d) exited while the ranks met on the shared-memory board, after it "

@@ -75,11 +75,12 @@ class ShmBoard {
   const uint8_t* header(int q, uint64_t round) const { return slot(q, round).header; }
   const void* data(int q, uint64_t round) const { return slot(q, round).data; }
   // loomRemoteError naming the first rank that has not posted `round` and whose process has
-  // exited (and the rank whose failure made it give up, when it said), which it also records
-  // as this rank's cause.
+  // exited or whose communicator failed (and the rank whose failure made it give up, when it
+  // said), which it also records as this rank's cause.
   Status checkAlive(uint64_t round);
-  // Records, for the ranks that will see this one exit, the rank whose failure made it give
-  // up (-1: none known: nothing is recorded).
+  // Records that this rank's communicator failed, for the ranks that wait for its posts (a
+  // failed communicator makes no more calls), and for them and the ranks that will see this
+  // one exit, the rank whose failure made it give up (-1: none known: no cause is recorded).
   void markFailed(int causeRank);
   // What this rank recorded with markFailed (-1: nothing).
   int ownCause() const { return recordedCause(rank_); }
@@ -125,6 +126,7 @@ class ShmBoard {
     // 1 + the rank whose failure made this rank give up (0: it has not), so that the ranks
     // that see it exit name the first failure.
     std::atomic<uint32_t> failedBecauseOf;
+    std::atomic<uint32_t> failed;  // 1 once markFailed
     Announcement announcements[2];  // by seq % 2
     Slot slots[2];
   };

@@ -25,11 +25,13 @@ Status SocketTransport::watchingPeer(int peer, const Deadline& deadline, const c
   for (;;) {
     Status s = attempt(deadline.earlier(Deadline::afterMs(kLivenessSliceMs)));
     if (s.isOk()) return s;
+    // The last slice looks too: a caller may wait in calls shorter than a slice (the executor
+    // looks at the peers' announcements between them).
+    if (s.code() == loomTimeout) LOOM_TRY(checkAlive(peer));
     if (s.code() != loomTimeout || deadline.expired()) {
       if (s.code() == loomRemoteError) s = withCause(peer, s, &connectFailureCause_);
       return s.withContext(format("socket transport: %s rank %d", what, peer));
     }
-    LOOM_TRY(checkAlive(peer));
   }
 }
 
