@@ -323,6 +323,7 @@ Status Run::connect() {
       if (s.code() != loomTimeout || deadline.expired()) return failToConnect(i, s);
       // A peer that never connects may be in another call, one that needs no link to this
       // rank (a broadcast from another root): its announcement says so, as in idle().
+      if (plan.announceSeq == 0) continue;
       s = checkAnnouncements(*plan.comm, plan.announceSeq, plan.calls[plan.announceCall]);
       if (!s.isOk()) return fail(s, i);
     }
