@@ -202,17 +202,17 @@ int calibrate(loomComm_t comm, const std::string& path) {
   LinkPoints intra = linkPoints(), inter = linkPoints();
   LinkPoints direct = directPoints(static_cast<size_t>(directMinBytes)), fifo = direct;
   // Direct reads against the FIFO between processes, each on a communicator of its own. Not
-  // in a sanitized build, whose times say nothing of the machine.
+  // in a sanitized build, whose times say nothing of the machine. The intra line is the
+  // FIFO's too: on the job's communicator the larger exchanges may be read directly (where
+  // the machine calibration turned direct reads on), which made the line's slope theirs.
   const bool comparesDirect = sameHost > 0 && !loom::sanitizedBuild();
   std::optional<ScopedComm> directComm, fifoComm;
-  if (comparesDirect) {
-    directComm.emplace(comm, rank, nranks, Settings{{"LOOM_SHM_DIRECT", "all"}});
-    fifoComm.emplace(comm, rank, nranks, Settings{{"LOOM_SHM_DIRECT", "none"}});
-  }
+  if (sameHost > 0) fifoComm.emplace(comm, rank, nranks, Settings{{"LOOM_SHM_DIRECT", "none"}});
+  if (comparesDirect) directComm.emplace(comm, rank, nranks, Settings{{"LOOM_SHM_DIRECT", "all"}});
   double oneShotUs = HUGE_VAL;
   double ringUs[2] = {HUGE_VAL, HUGE_VAL};
   for (int round = 0; round < kRounds; ++round) {
-    if (sameHost > 0) sweepLink(comm, rank, 0, sameHost, &intra);
+    if (sameHost > 0) sweepLink(fifoComm->get(), rank, 0, sameHost, &intra);
     if (comparesDirect) {
       sweepLink(directComm->get(), rank, 0, sameHost, &direct);
       sweepLink(fifoComm->get(), rank, 0, sameHost, &fifo);
