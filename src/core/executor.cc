@@ -43,6 +43,13 @@ constexpr std::chrono::milliseconds kNoticeGrace(250);
 // A rank waiting for a peer to make a link looks at the peers' announcements this often.
 constexpr long long kAcceptSliceMs = 10;
 
+// loomInvalidUsage when a peer announced another call under the number of the plan's
+// announced call (core/one_shot.h); nothing for a plan that announced none.
+Status checkAnnounced(const Plan& plan) {
+  if (plan.announceSeq == 0) return Status::ok();
+  return checkAnnouncements(*plan.comm, plan.announceSeq, plan.calls[plan.announceCall]);
+}
+
 // The numbers of a plan's first and last collectives (0: it has none).
 std::pair<uint64_t, uint64_t> collectiveSeqs(const Plan& plan) {
   uint64_t first = 0, last = 0;
@@ -323,8 +330,7 @@ Status Run::connect() {
       if (s.code() != loomTimeout || deadline.expired()) return failToConnect(i, s);
       // A peer that never connects may be in another call, one that needs no link to this
       // rank (a broadcast from another root): its announcement says so, as in idle().
-      if (plan.announceSeq == 0) continue;
-      s = checkAnnouncements(*plan.comm, plan.announceSeq, plan.calls[plan.announceCall]);
+      s = checkAnnounced(plan);
       if (!s.isOk()) return fail(s, i);
     }
   }
@@ -690,8 +696,8 @@ Status Run::idle(bool spin) {
     Clock::time_point expiry = ps.lastProgress + std::chrono::milliseconds(limitMs);
     wake = std::min(wake, expiry);
     // Waiting a while: a peer may be in another call that sends nothing here.
-    if (ps.plan->announceSeq != 0 && now - ps.lastProgress > std::chrono::milliseconds(1)) {
-      Status s = checkAnnouncements(*ps.plan->comm, ps.plan->announceSeq, ps.plan->calls[ps.plan->announceCall]);
+    if (now - ps.lastProgress > std::chrono::milliseconds(1)) {
+      Status s = checkAnnounced(*ps.plan);
       if (!s.isOk()) return fail(s, i);
     }
     if (now < expiry) continue;

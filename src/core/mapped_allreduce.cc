@@ -47,7 +47,8 @@ BufferRef refOf(const void* p, size_t bytes) {
   return ref;
 }
 
-// Whether every rank has posted `round`; a rank whose process exited is loomRemoteError.
+// Whether every rank has posted `round`; a rank whose process exited or whose communicator
+// failed is loomRemoteError (ShmBoard::checkAlive).
 Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bool* all) {
   *all = board.allPosted(round);
   return *all || !checkPeers ? Status::ok() : board.checkAlive(round);

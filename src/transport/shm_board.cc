@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 #include "base/log.h"
 
@@ -90,22 +91,16 @@ Status ShmBoard::checkAlive(uint64_t round) {
     const PeerProcess& p = peers_[static_cast<size_t>(q)];
     // A rank that posted the awaited round may be gone: one that reads no post leaves at once.
     if (q == rank_ || posted(q, round)) continue;
+    // A live rank is waited for unless its communicator failed: then it makes no more calls.
+    const bool alive = p.alive();
+    if (alive && area(q).failed.load(std::memory_order_acquire) == 0) continue;
     const int cause = recordedCause(q);
-    if (p.alive()) {
-      if (area(q).failed.load(std::memory_order_acquire) == 0) continue;
-      markFailed(cause >= 0 ? cause : q);
-      if (cause >= 0 && cause != q) {
-        return error(loomRemoteError, "rank %d gave up, because rank %d failed, before it posted its part on the "
-                     "shared-memory board", q, cause);
-      }
-      return error(loomRemoteError, "rank %d failed before it posted its part on the shared-memory board", q);
-    }
     markFailed(cause >= 0 ? cause : q);
-    if (cause >= 0) {
-      return error(loomRemoteError, "rank %d (pid %d) exited while the ranks met on the shared-memory board, after it "
-                   "failed because rank %d failed", q, p.pid(), cause);
-    }
-    return error(loomRemoteError, "rank %d (pid %d) exited while the ranks met on the shared-memory board", q, p.pid());
+    const std::string what = alive ? format("rank %d gave up before it posted its part on the shared-memory board", q)
+                                   : format("rank %d (pid %d) exited while the ranks met on the shared-memory board",
+                                            q, p.pid());
+    if (cause < 0 || cause == q) return error(loomRemoteError, "%s", what.c_str());
+    return error(loomRemoteError, "%s, after it failed because rank %d failed", what.c_str(), cause);
   }
   return Status::ok();
 }
