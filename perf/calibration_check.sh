@@ -8,10 +8,12 @@
 #
 #   perf/calibration_check.sh [--ranks N] [--rounds R] [--min-time S] [--sizes "1048576 ..."]
 #                             [--builddir DIR] [--out DIR] [--markdown FILE] [--tuning FILE]
+#                             [--collective NAME]
 #
 # --tuning FILE: the "calibrated" runs take LOOM_TUNING_FILE=FILE (written by loom-perf
-# --calibrate, e.g. holding only its data-path sizes) and the "built-in" runs none; the
-# machine calibration serves both.
+# --calibrate, e.g. holding only its data-path sizes, or built-in values of keys the machine
+# calibration measures) and the "built-in" runs none; the machine calibration serves both.
+# --collective: loom-perf's collective (default allreduce).
 #
 # A shared virtual machine runs several times slower for a minute at a time: both variants of
 # a size are measured within seconds of each other, and each figure is the best of the rounds.
@@ -26,10 +28,14 @@ builddir=build-perf
 # shellcheck source=perf/check_args.sh
 . perf/check_args.sh
 tuning=""
+collective=allreduce
 common=()
 while [ $# -gt 0 ]; do
   if [ "$1" = --tuning ]; then
     tuning="$2"
+    shift 2
+  elif [ "$1" = --collective ]; then
+    collective="$2"
     shift 2
   else
     common+=("$1")
@@ -69,7 +75,7 @@ for round in $(seq 1 "$rounds"); do
       fi
       csv="$out/$variant-round$round-$size.csv"
       # shellcheck disable=SC2086  # flags is a list of arguments
-      LOOM_MACHINE_CALIBRATION=$calibration LOOM_TUNING_FILE="$file" "$loomrun" -n "$ranks" "$perf" allreduce \
+      LOOM_MACHINE_CALIBRATION=$calibration LOOM_TUNING_FILE="$file" "$loomrun" -n "$ranks" "$perf" "$collective" \
         -b "$size" -e "$size" $flags --csv "$csv" > /dev/null
       csvs+=("$csv")
     done
@@ -77,6 +83,6 @@ for round in $(seq 1 "$rounds"); do
   echo "round $round of $rounds done" >&2
 done
 
-args=(--ranks "$ranks" --transports "$LOOM_TRANSPORTS" --csv "${csvs[@]}")
+args=(--ranks "$ranks" --collective "$collective" --transports "$LOOM_TRANSPORTS" --csv "${csvs[@]}")
 [ -n "$markdown" ] && args+=(--markdown "$markdown")
 python3 perf/calibration_table.py "${args[@]}"

@@ -257,11 +257,7 @@ int calibrate(loomComm_t comm, const std::string& path) {
     std::printf("#   inter: one host, kept built in\n");
   }
   if (nhosts == 1) {
-    CommProfile noLatency = p;
-    noLatency.oneShotLatencyUs = 0;
-    const double rest = loom::predictUs(CallInfo::Kind::kAllReduce, loom::Algorithm::kOneShot,
-                                        loom::Protocol::kSimple, 8, noLatency);
-    p.oneShotLatencyUs = std::max(0.0, oneShotUs - rest);
+    p.oneShotLatencyUs = loom::oneShotLatencyFrom(oneShotUs, p);
     if (rank == 0) std::printf("#   oneshot 8 B allreduce: %.2f us\n", oneShotUs);
   }
   for (int i = 0; timesPastCache && i < 2; ++i) {

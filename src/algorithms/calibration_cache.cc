@@ -24,8 +24,9 @@ namespace {
 
 // Changes whenever machine_calibration.cc measures or decides differently (2: the streaming
 // copy it times stores as wide as the vectors; 3: past the cache where plain copies reach
-// memory speed; 4: direct reads against the FIFO), so that older files are measured over.
-constexpr int kMeasureRevision = 4;
+// memory speed; 4: direct reads against the FIFO; 5: the shared-memory link and the one-shot
+// board), so that older files are measured over.
+constexpr int kMeasureRevision = 5;
 constexpr const char* kKeyPrefix = "machine calibration: ";
 
 std::string cpuModel() {
@@ -84,9 +85,9 @@ bool readFile(const std::string& path, std::string* text) {
 }
 
 // The cache file's lines when it holds this key's every value (shm.direct_min_bytes too where
-// `threads` >= 2); a file for another key (an edit, or a hash collision) or none is false,
-// quietly; a broken one is false with a warning.
-bool readCached(const std::string& path, const std::string& key, int threads, std::string* lines) {
+// `threads` >= 2, the link keys where `links`); a file for another key (an edit, or a hash
+// collision) or none is false, quietly; a broken one is false with a warning.
+bool readCached(const std::string& path, const std::string& key, int threads, bool links, std::string* lines) {
   std::string text;
   if (!readFile(path, &text)) return false;
   std::istringstream in(text);
@@ -101,7 +102,7 @@ bool readCached(const std::string& path, const std::string& key, int threads, st
   std::vector<std::string> keys;
   DataPathSizes sizes;
   Status status = applyTuningText(text, path, &profile, &keys, &sizes);
-  for (const std::string& wanted : machineCalibrationKeys()) {
+  for (const std::string& wanted : machineCalibrationKeys(links)) {
     if (status.isOk() && std::find(keys.begin(), keys.end(), wanted) == keys.end()) {
       status = error(loomInvalidArgument, "%s: no %s", path.c_str(), wanted.c_str());
     }
@@ -113,18 +114,18 @@ bool readCached(const std::string& path, const std::string& key, int threads, st
     LOOM_WARN("machine calibration: %s; measuring again and replacing it", status.message().c_str());
     return false;
   }
-  *lines = tuningText(profile, machineCalibrationKeys()) + dataPathText(sizes);
+  *lines = tuningText(profile, machineCalibrationKeys(links)) + dataPathText(sizes);
   return true;
 }
 
 // Writes through a file of this thread's own and a rename, so that a reader sees the old
 // file or the whole new one, and ranks that measure at once each write whole files.
 Status writeCached(const std::string& dir, const std::string& path, const CommProfile& profile,
-                   const DataPathSizes& sizes, const std::string& comment) {
+                   const std::vector<std::string>& keys, const DataPathSizes& sizes, const std::string& comment) {
   LOOM_TRY(makeDirectories(dir));
   const std::string temporary = path + ".tmp." + std::to_string(getpid()) + "." +
                                 std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
-  Status saved = saveTuningFile(temporary, profile, "", machineCalibrationKeys(), comment, sizes);
+  Status saved = saveTuningFile(temporary, profile, "", keys, comment, sizes);
   if (saved.isOk() && std::rename(temporary.c_str(), path.c_str()) != 0) {
     saved = error(loomSystemError, "cannot rename %s to %s (%s)", temporary.c_str(), path.c_str(), std::strerror(errno));
   }
@@ -150,6 +151,22 @@ std::string describeDirectReads(const MachineFigures& figures) {
   }
   const size_t from = figures.direct.minBytes;
   return text + (from > 0 ? "; direct from " + std::to_string(from >> 10) + " KiB" : "; the FIFO at every size");
+}
+
+// "shared-memory exchange both ways, us: 8 B 1.52, 1 KiB 1.71, ...; one-shot 8 B allreduce 0.45 us; 0.09 s"
+std::string describeLinks(const MachineFigures& figures) {
+  if (!figures.linksMeasured) return "shared-memory links not measured (" + figures.linksNote + "): built in";
+  std::string text = "shared-memory exchange both ways, us:";
+  char line[96];
+  for (const auto& [bytes, us] : figures.links.exchangeUs) {
+    const bool kib = bytes >= 1024;
+    std::snprintf(line, sizeof line, "%s%zu %s %.2f", bytes == figures.links.exchangeUs[0].first ? " " : ", ",
+                  kib ? bytes >> 10 : bytes, kib ? "KiB" : "B", us);
+    text += line;
+  }
+  std::snprintf(line, sizeof line, "; one-shot 8 B allreduce %.2f us; %.2f s", figures.links.oneShotUs,
+                figures.links.seconds);
+  return text + line;
 }
 
 }  // namespace
@@ -185,20 +202,22 @@ std::string machineCalibrationKey(int threads) {
 }
 
 Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir, MachineCalibration* out,
-                                       size_t maxCopyBytes) {
+                                       size_t maxCopyBytes, const LinkMeasurer& measureLinks) {
   const std::string key = machineCalibrationKey(threads);
   const std::string& dir = cacheDir;
   char name[40];
   std::snprintf(name, sizeof name, "/machine-%016llx.txt", static_cast<unsigned long long>(fnv1a(key)));
   const std::string path = dir.empty() ? "" : dir + name;
   std::string lines;
-  if (!path.empty() && readCached(path, key, threads, &lines)) {
+  const bool links = threads >= 2 && measureLinks;
+  if (!path.empty() && readCached(path, key, threads, links, &lines)) {
     *out = {lines, path};
     return Status::ok();
   }
 
   MachineFigures figures;
-  LOOM_TRY(measureMachine(threads, maxCopyBytes, &figures));
+  LOOM_TRY(measureMachine(threads, maxCopyBytes, &figures, measureLinks));
+  const std::vector<std::string> keys = machineCalibrationKeys(figures.linksMeasured);
   const CommProfile profile = applyMachineFigures(figures, CommProfile::defaults(1, 1));
   const DataPathSizes sizes = machineCalibrationSizes(figures);
   char line[256];
@@ -211,16 +230,22 @@ Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir,
                   copy.bytes >> 10, copy.plainGbps, copy.streamingGbps);
     details += line;
   }
-  // A line of its own in the file's comment; one log line.
-  const std::string direct = threads >= 2 ? describeDirectReads(figures) : "";
+  // Lines of their own in the file's comment; one log line.
+  std::string more;
+  if (threads >= 2) more += "\n" + describeDirectReads(figures);
+  if (links) more += "\n" + describeLinks(figures);
   const std::string measured = "measured now in " + seconds(figures.seconds);
-  const std::string comment = std::string(kKeyPrefix) + key + "\n" + details + (direct.empty() ? "" : "\n" + direct);
+  const std::string comment = std::string(kKeyPrefix) + key + "\n" + details + more;
+  // A link measurement that failed may not fail the next time: nothing is kept without it.
   Status cached = path.empty() ? error(loomSystemError, "no cache directory (neither XDG_CACHE_HOME nor HOME is set)")
-                               : writeCached(dir, path, profile, sizes, comment);
-  *out = {tuningText(profile, machineCalibrationKeys()) + dataPathText(sizes),
+                  : links && !figures.linksMeasured
+                      ? error(loomSystemError, "the shared-memory links were not measured")
+                      : writeCached(dir, path, profile, keys, sizes, comment);
+  *out = {tuningText(profile, keys) + dataPathText(sizes),
           cached.isOk() ? path + " (" + measured + ")" : measured + ", not cached: " + cached.message()};
-  LOOM_INFO("machine calibration: %s: %s%s%s", out->source.c_str(), details.c_str(), direct.empty() ? "" : "; ",
-            direct.c_str());
+  std::string logged = more;
+  for (size_t at = logged.find('\n'); at != std::string::npos; at = logged.find('\n', at)) logged.replace(at, 1, "; ");
+  LOOM_INFO("machine calibration: %s: %s%s", out->source.c_str(), details.c_str(), logged.c_str());
   return Status::ok();
 }
 

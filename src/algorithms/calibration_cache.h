@@ -38,10 +38,14 @@ std::string machineCalibrationDir();
 
 // The calibration for `threads` under `cacheDir` ("": no cache): its file when the file is
 // there and was written for this key, otherwise measured (copies up to `maxCopyBytes` per
-// thread) and written there (atomically: a rename; a directory that cannot be written costs
-// the cache, not the calibration). A file that cannot be read as a tuning file is measured
-// over and replaced, with a warning.
+// thread; with 2 threads or more the links by `measureLinks` where given) and written there
+// (atomically: a rename; a directory that cannot be written costs the cache, not the
+// calibration). A file that cannot be read as a tuning file, or lacks the link keys asked
+// for, is measured over and replaced (with a warning where it is broken). Where the links
+// could not be measured the rest is returned, their keys are left out and nothing is
+// written: the next process measures again.
 Status loadOrMeasureMachineCalibration(int threads, const std::string& cacheDir, MachineCalibration* out,
-                                       size_t maxCopyBytes = kCalibrationMaxCopyBytes);
+                                       size_t maxCopyBytes = kCalibrationMaxCopyBytes,
+                                       const LinkMeasurer& measureLinks = nullptr);
 
 }  // namespace loom

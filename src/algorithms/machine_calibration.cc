@@ -1,7 +1,6 @@
 // Measuring the host constants of the cost model in this process (machine_calibration.h).
 #include "algorithms/machine_calibration.h"
 
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -177,7 +176,7 @@ double rounded(double value) {
 
 }  // namespace
 
-Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out) {
+Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out, const LinkMeasurer& measureLinks) {
   if (threads < 1 || maxCopyBytes < kMinCopyBytes) {
     return error(loomInvalidArgument, "machine calibration: %d threads, copies up to %zu bytes", threads, maxCopyBytes);
   }
@@ -215,6 +214,12 @@ Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out) {
   figures.streamingMinBytes = pastCacheBytes(figures.copies);
   // Ranks copying at once on two CPUs or more: how they best read each other's sends.
   if (threads >= 2) figures.directMeasured = measureDirectReads(&figures.direct, &figures.directNote);
+  if (threads >= 2 && measureLinks) {
+    Status links = measureLinks(&figures.links);
+    if (links.isOk()) links = fitLinkCost(figures.links.exchangeUs, &figures.intra);
+    figures.linksMeasured = links.isOk();
+    if (!links.isOk()) figures.linksNote = links.message();
+  }
   figures.seconds = secondsBetween(begin, Clock::now());
   *out = figures;
   return Status::ok();
@@ -238,8 +243,13 @@ size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies) {
   return std::min(atMemorySpeed, streamingWins);
 }
 
-std::vector<std::string> machineCalibrationKeys() {
-  return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};  // in the tuning file's order
+std::vector<std::string> machineCalibrationKeys(bool links) {
+  // In the tuning file's order.
+  if (links) {
+    return {"intra.latency_us", "intra.gbps", "reduce.gbps", "copy.gbps", "oneshot.latency_us", "streaming.gbps",
+            "streaming.min_bytes"};
+  }
+  return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};
 }
 
 DataPathSizes machineCalibrationSizes(const MachineFigures& figures) {
@@ -257,6 +267,14 @@ CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile
   p.reduceGbps = rounded(figures.reduceGbps);
   p.streamingMinBytes = figures.streamingMinBytes;
   p.streamingGbps = rounded(base.memGbps * figures.streamingSpeedup);
+  if (!figures.linksMeasured) return p;
+  p.intra = {rounded(figures.intra.latencyUs), rounded(figures.intra.gbps)};
+  // The allreduce ran between two ranks.
+  CommProfile pair = CommProfile::defaults(2, 1);
+  pair.intra = p.intra;
+  pair.copyGbps = p.copyGbps;
+  pair.reduceGbps = p.reduceGbps;
+  p.oneShotLatencyUs = rounded(oneShotLatencyFrom(figures.links.oneShotUs, pair));
   return p;
 }
 

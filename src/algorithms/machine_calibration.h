@@ -15,13 +15,21 @@
 //   shm.direct_min_bytes    with 2 threads or more: from which size processes read each
 //                           other's large sends straight from the sender's memory rather than
 //                           through the FIFO (direct_read_calibration.h; 0: never).
-// The rest (shared-memory and network links, one-shot, mem.gbps) needs ranks:
-// `loom-perf --calibrate` measures them (and writes these keys too) for LOOM_TUNING_FILE,
-// which overrides the calibration key by key.
+//   intra.latency_us,       with 2 threads or more, where the caller can measure links
+//   intra.gbps,             (LinkMeasurer: core/link_calibration.h): two ranks that are threads
+//   oneshot.latency_us      of this process exchange 8 B to 256 KiB through the shared-memory
+//                           FIFO (the line fitted to it) and run 8 B allreduces on the one-shot
+//                           board (less the model's copy and fold), as `loom-perf --calibrate`
+//                           measures between processes.
+// The rest (network links, mem.gbps) needs ranks of the job: `loom-perf --calibrate`
+// measures them (and writes these keys too) for LOOM_TUNING_FILE, which overrides the
+// calibration key by key.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/cost_model.h"
@@ -30,6 +38,19 @@
 #include "base/status.h"
 
 namespace loom {
+
+// What two ranks on two CPUs of this machine measured of their shared-memory link and the
+// one-shot board: best µs of an exchange of each size both ways at once, and of an 8 B
+// allreduce.
+struct LinkFigures {
+  std::vector<std::pair<size_t, double>> exchangeUs;  // bytes each way, µs; ascending
+  double oneShotUs = 0;
+  double seconds = 0;  // what measuring took, the communicator's creation included
+};
+
+// Measures LinkFigures; an error leaves the link keys built in (the measurement needs
+// communicators, which live above this layer).
+using LinkMeasurer = std::function<Status(LinkFigures*)>;
 
 struct MachineFigures {
   int threads = 1;
@@ -48,6 +69,11 @@ struct MachineFigures {
   bool directMeasured = false;
   DirectReadFigures direct;
   std::string directNote;
+  // With 2 threads or more and a LinkMeasurer: the links, or why not.
+  bool linksMeasured = false;
+  LinkFigures links;
+  LinkCost intra;  // the line fitted to links.exchangeUs
+  std::string linksNote;
   double seconds = 0;            // what measuring took
 };
 
@@ -56,8 +82,10 @@ struct MachineFigures {
 constexpr size_t kCalibrationMaxCopyBytes = size_t{64} << 20;
 
 // Measures with `threads` threads (1 or more; pinned one per CPU this process may use when
-// it may use that many), copying up to `maxCopyBytes` (512 KiB or more) per thread.
-Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out);
+// it may use that many), copying up to `maxCopyBytes` (512 KiB or more) per thread; with 2
+// threads or more the links too where `measureLinks` is given.
+Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out,
+                      const LinkMeasurer& measureLinks = nullptr);
 
 // From which copy size calls are past the cache (0: none): the smallest size from which, at
 // every larger size too, plain copies run at memory speed (no more than 1.5x the largest
@@ -67,10 +95,11 @@ Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out);
 // verdict differs from a collective's on both machines met (docs/RESULTS.md).
 size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies);
 
-// The calibration's keys (tuning_file.h) and their values for `figures`, over `base` (whose
-// mem.gbps scales streaming.gbps); with 2 threads or more also the data-path size
-// shm.direct_min_bytes (machineCalibrationSizes).
-std::vector<std::string> machineCalibrationKeys();
+// The calibration's keys (tuning_file.h), the link keys with them where `links`, and their
+// values for `figures`, over `base` (whose mem.gbps scales streaming.gbps; the link keys stay
+// base's where figures.linksMeasured is false); with 2 threads or more also the data-path
+// size shm.direct_min_bytes (machineCalibrationSizes).
+std::vector<std::string> machineCalibrationKeys(bool links = false);
 CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile& base);
 DataPathSizes machineCalibrationSizes(const MachineFigures& figures);
 

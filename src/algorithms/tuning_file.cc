@@ -299,4 +299,11 @@ Status fitLinkCost(const std::vector<std::pair<size_t, double>>& bytesAndUs, Lin
   return Status::ok();
 }
 
+double oneShotLatencyFrom(double measuredUs, const CommProfile& p) {
+  CommProfile noLatency = p;
+  noLatency.oneShotLatencyUs = 0;
+  const double rest = predictUs(CallInfo::Kind::kAllReduce, Algorithm::kOneShot, Protocol::kSimple, 8, noLatency);
+  return std::max(0.0, measuredUs - rest);
+}
+
 }  // namespace loom

@@ -96,4 +96,8 @@ Status saveTuningFile(const std::string& path, const CommProfile& profile, const
 // grow with size, are loomInvalidArgument; *out is then untouched.
 Status fitLinkCost(const std::vector<std::pair<size_t, double>>& bytesAndUs, LinkCost* out);
 
+// oneshot.latency_us from an 8 B allreduce on the one-shot board measured at `measuredUs`
+// between `p`'s ranks: the measurement less the copy and fold the model adds (0 at least).
+double oneShotLatencyFrom(double measuredUs, const CommProfile& p);
+
 }  // namespace loom

@@ -89,6 +89,7 @@ const std::vector<Variable>& variables() {
        "read fails communicator creation on the rank that holds it."},
       {"LOOM_MACHINE_CALIBRATION", "1", kData,
        "1: at a host communicator's creation rank 0 takes the copy, reduce and streaming constants "
+       "(and, with two ranks or more on its host, the shared-memory link's and the one-shot board's) "
        "from a calibration of this machine: measured at first use (a few tenths of a second) and kept "
        "as a tuning file in $XDG_CACHE_HOME/loom (else $HOME/.cache/loom), one per CPU model, CPU "
        "count, ranks on rank 0's host and build of Loom; delete it to measure again (docs/TUNING.md). "
@@ -275,10 +276,11 @@ std::optional<std::string> get(const char* name) {
 }
 
 std::string getOrDefault(const char* name) {
-  const Variable& v = lookup(name);
   std::optional<std::string> value = get(name);
-  return value ? *value : std::string(v.defaultValue);
+  return value ? *value : declaredDefault(name);
 }
+
+std::string declaredDefault(const char* name) { return lookup(name).defaultValue; }
 
 Status getInt(const char* name, long long min, long long max, long long* out) {
   std::string text = getOrDefault(name);

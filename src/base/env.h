@@ -32,6 +32,9 @@ std::optional<std::string> get(const char* name);
 // The value, or the declared default when unset.
 std::string getOrDefault(const char* name);
 
+// The declared default, whatever the environment says.
+std::string declaredDefault(const char* name);
+
 // Parses an integer variable (unset: its default) within [min, max]; a non-number or a
 // value out of range is loomInvalidArgument naming the variable and the value.
 Status getInt(const char* name, long long min, long long max, long long* out);

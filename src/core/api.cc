@@ -29,7 +29,10 @@ using loom::Communicator;
 using loom::HostStream;
 using loom::Registry;
 using loom::Status;
+using loom::destroyComm;
+using loom::initRank;
 using loom::lookupComm;
+using loom::registerComm;
 
 namespace {
 
@@ -101,43 +104,12 @@ Status checkBuffer(const char* what, const void* buffer, size_t count, int type,
   return Status::ok();
 }
 
-void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out) {
-  Communicator* raw = comm.release();
-  Registry::instance().comms().add(raw);
-  *out = reinterpret_cast<loomComm_t>(raw);
-}
-
-Status initRank(loomComm_t* out, int nranks, const loom::UniqueId& id, int rank,
-                const loom::CommConfig& config) {
-  if (out == nullptr) return loom::error(loomInvalidArgument, "comm (the output pointer) is NULL");
-  *out = nullptr;
-  if (nranks < 1) return loom::error(loomInvalidArgument, "nranks %d must be at least 1", nranks);
-  if (rank < 0 || rank >= nranks) {
-    return loom::error(loomInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
-  }
-  loom::log::RankScope scope(rank);
-  std::unique_ptr<Communicator> comm;
-  Status s = Communicator::create(id, rank, nranks, config, &comm);
-  Registry::instance().reapRoots();
-  LOOM_TRY(s);
-  registerComm(std::move(comm), out);
-  return Status::ok();
-}
-
 void logBuildOnce() {
   static std::once_flag once;
   std::call_once(once, [] {
     LOOM_INFO("Loom %s built with cuda=%d hwloc=%d ucx=%d ibverbs=%d", LOOM_VERSION_STRING,
               LOOM_HAVE_CUDA, LOOM_HAVE_HWLOC, LOOM_HAVE_UCX, LOOM_HAVE_IBVERBS);
   });
-}
-
-Status destroyComm(Communicator* comm) {
-  Registry::instance().comms().remove(comm);
-  comm->waitUntilUnused();
-  std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
-  Registry::instance().reapRoots();
-  return Status::ok();
 }
 
 // Runs work now, or queues it on the stream holding the communicator until it has run.
@@ -741,6 +713,37 @@ LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t 
 }
 
 namespace loom {
+
+void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out) {
+  Communicator* raw = comm.release();
+  Registry::instance().comms().add(raw);
+  *out = reinterpret_cast<loomComm_t>(raw);
+}
+
+Status initRank(loomComm_t* out, int nranks, const UniqueId& id, int rank,
+                const CommConfig& config) {
+  if (out == nullptr) return error(loomInvalidArgument, "comm (the output pointer) is NULL");
+  *out = nullptr;
+  if (nranks < 1) return error(loomInvalidArgument, "nranks %d must be at least 1", nranks);
+  if (rank < 0 || rank >= nranks) {
+    return error(loomInvalidArgument, "rank %d is out of range [0, %d)", rank, nranks);
+  }
+  log::RankScope scope(rank);
+  std::unique_ptr<Communicator> comm;
+  Status s = Communicator::create(id, rank, nranks, config, &comm);
+  Registry::instance().reapRoots();
+  LOOM_TRY(s);
+  registerComm(std::move(comm), out);
+  return Status::ok();
+}
+
+Status destroyComm(Communicator* comm) {
+  Registry::instance().comms().remove(comm);
+  comm->waitUntilUnused();
+  std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
+  Registry::instance().reapRoots();
+  return Status::ok();
+}
 
 Status lookupComm(const void* handle, Communicator** out) {
   if (handle == nullptr) return loom::error(loomInvalidArgument, "comm is NULL");

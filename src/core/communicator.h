@@ -20,6 +20,7 @@
 #include "core/failure_notices.h"
 #include "core/mapped_allreduce.h"
 #include "core/premul_ops.h"
+#include "loom/loom.h"
 #include "transport/shm_board.h"
 #include "transport/store_chooser.h"
 #include "transport/transport.h"
@@ -259,11 +260,20 @@ class Communicator {
   std::unique_ptr<DeviceComm> deviceComm_;
 };
 
-// Holds a communicator in use for its lifetime, so that loomCommAbort from another thread
-// unblocks the call and then waits for it to leave before freeing anything.
+// Communicators as the API's handles (api.cc); the machine calibration's thread ranks are
+// made and called through them too (core/link_calibration.h).
+// Hands a communicator out as a handle.
+void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out);
+// Joins the communicator of `id` as `rank` of `nranks` (collective) and hands it out.
+Status initRank(loomComm_t* out, int nranks, const UniqueId& id, int rank, const CommConfig& config);
+// Takes the handle back and destroys its communicator once no call uses it.
+Status destroyComm(Communicator* comm);
 // The communicator behind a handle: loomInvalidArgument for NULL, loomInvalidUsage for one
 // that is not live.
 Status lookupComm(const void* handle, Communicator** out);
+
+// Holds a communicator in use for its lifetime, so that loomCommAbort from another thread
+// unblocks the call and then waits for it to leave before freeing anything.
 
 class CommUse {
  public:

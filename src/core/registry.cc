@@ -7,6 +7,7 @@
 
 #include "base/log.h"
 #include "bootstrap/bootstrap_root.h"
+#include "core/link_calibration.h"
 
 namespace loom {
 
@@ -108,7 +109,8 @@ Status Registry::machineCalibration(int threads, MachineCalibration* out) {
   auto found = calibrations_.find({dir, threads});
   if (found == calibrations_.end()) {
     MachineCalibration calibration;
-    LOOM_TRY(loadOrMeasureMachineCalibration(threads, dir, &calibration));
+    LOOM_TRY(loadOrMeasureMachineCalibration(threads, dir, &calibration, kCalibrationMaxCopyBytes,
+                                             measureSharedMemoryLinks));
     found = calibrations_.emplace(std::make_pair(dir, threads), calibration).first;
   }
   *out = found->second;

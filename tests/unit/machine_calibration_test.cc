@@ -144,6 +144,70 @@ TEST(MachineCalibration, ManyThreadsShareTheBufferBudget) {
   EXPECT_EQ(loom::measureMachine(1, 4096, &figures).code(), loomInvalidArgument);
 }
 
+// A link measurer that reports a known line: 1.5 µs + bytes / (10 GB/s), and a 0.6 µs one-shot
+// allreduce; `calls` counts its calls.
+loom::LinkMeasurer knownLinks(int* calls) {
+  return [calls](loom::LinkFigures* out) {
+    ++*calls;
+    out->exchangeUs.clear();
+    for (size_t bytes : {size_t{8}, size_t{1} << 10, size_t{32} << 10, size_t{256} << 10}) {
+      out->exchangeUs.emplace_back(bytes, 1.5 + static_cast<double>(bytes) / 1e4);
+    }
+    out->oneShotUs = 0.6;
+    out->seconds = 0.01;
+    return Status::ok();
+  };
+}
+
+// With two threads the link keys are the line fitted to what the measurer reports, the
+// one-shot latency its allreduce less the model's copy and fold (a few nanoseconds at 8 B);
+// with one thread there is no link to measure.
+TEST(MachineCalibration, LinkKeysAreTheMeasuredLine) {
+  int calls = 0;
+  MachineFigures figures;
+  Status status = loom::measureMachine(2, kSmallCopies, &figures, knownLinks(&calls));
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(figures.linksMeasured) << figures.linksNote;
+  const CommProfile base = CommProfile::defaults(2, 1);
+  const CommProfile p = loom::applyMachineFigures(figures, base);
+  EXPECT_DOUBLE_EQ(p.intra.latencyUs, 1.5);
+  EXPECT_DOUBLE_EQ(p.intra.gbps, 10);
+  EXPECT_LT(p.oneShotLatencyUs, 0.6);
+  EXPECT_GT(p.oneShotLatencyUs, 0.59);
+  EXPECT_EQ(p.inter.latencyUs, base.inter.latencyUs);  // not the machine's to measure
+
+  ASSERT_TRUE(loom::measureMachine(1, kSmallCopies, &figures, knownLinks(&calls)).isOk());
+  EXPECT_EQ(calls, 1);
+  EXPECT_FALSE(figures.linksMeasured);
+  EXPECT_EQ(loom::applyMachineFigures(figures, base).intra.latencyUs, base.intra.latencyUs);
+}
+
+// A measurer that fails, or reports too little to fit a line, leaves the link keys built in
+// and says why.
+TEST(MachineCalibration, LinksThatCannotBeMeasuredStayBuiltIn) {
+  const CommProfile base = CommProfile::defaults(2, 1);
+  MachineFigures figures;
+  auto failing = [](loom::LinkFigures*) { return loom::error(loomSystemError, "no shared memory here"); };
+  ASSERT_TRUE(loom::measureMachine(2, kSmallCopies, &figures, failing).isOk());
+  EXPECT_FALSE(figures.linksMeasured);
+  EXPECT_EQ(figures.linksNote, "no shared memory here");
+  CommProfile p = loom::applyMachineFigures(figures, base);
+  EXPECT_EQ(p.intra.latencyUs, base.intra.latencyUs);
+  EXPECT_EQ(p.intra.gbps, base.intra.gbps);
+  EXPECT_EQ(p.oneShotLatencyUs, base.oneShotLatencyUs);
+
+  auto oneSize = [](loom::LinkFigures* out) {
+    out->exchangeUs = {{8, 1.0}, {8, 1.1}};
+    out->oneShotUs = 0.5;
+    return Status::ok();
+  };
+  ASSERT_TRUE(loom::measureMachine(2, kSmallCopies, &figures, oneSize).isOk());
+  EXPECT_FALSE(figures.linksMeasured);
+  EXPECT_NE(figures.linksNote.find("fewer than two distinct sizes"), std::string::npos) << figures.linksNote;
+  EXPECT_EQ(loom::applyMachineFigures(figures, base).intra.gbps, base.intra.gbps);
+}
+
 // A private cache directory, removed at the end.
 struct CacheDir {
   std::string path;
@@ -259,6 +323,53 @@ TEST(CalibrationCache, TwoThreadsKeepTheDirectReadChoice) {
   ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, dir, &again, kSmallCopies).isOk());
   EXPECT_EQ(again.source.rfind(file + " (measured now in ", 0), 0u) << again.source;
   EXPECT_NE(readFile(file).find("shm.direct_min_bytes = "), std::string::npos);
+}
+
+// The file keeps the link keys where they were measured; one without them is measured over
+// when they are asked for; a calibration whose links failed is not kept (the next process
+// tries again), and its other keys still serve.
+TEST(CalibrationCache, KeepsTheLinksOnlyWhenMeasured) {
+  SKIP_UNDER_TSAN(kCacheIsOneThread);
+  CacheDir cache;
+  const std::string dir = cache.path + "/loom";
+  int calls = 0;
+  MachineCalibration first;
+  Status status = loom::loadOrMeasureMachineCalibration(2, dir, &first, kSmallCopies, knownLinks(&calls));
+  ASSERT_TRUE(status.isOk()) << status.message();
+  EXPECT_NE(first.text.find("intra.latency_us = 1.5\nintra.gbps = 10\n"), std::string::npos) << first.text;
+  EXPECT_NE(first.text.find("oneshot.latency_us = "), std::string::npos) << first.text;
+  const std::string file = cache.file();
+  ASSERT_FALSE(file.empty());
+  const std::string text = readFile(file);
+  EXPECT_NE(text.find("\n# shared-memory exchange both ways, us: 8 B 1.50, 1 KiB 1.60, 32 KiB 4.78, 256 KiB 27.71; "
+                      "one-shot 8 B allreduce 0.60 us; 0.01 s\n"),
+            std::string::npos)
+      << text;
+
+  MachineCalibration read;
+  ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, dir, &read, kSmallCopies, knownLinks(&calls)).isOk());
+  EXPECT_EQ(read.source, file);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(read.text, first.text);
+
+  writeFile(file, text.substr(0, text.find("intra.latency_us")) + text.substr(text.find("reduce.gbps")));
+  MachineCalibration again;
+  ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, dir, &again, kSmallCopies, knownLinks(&calls)).isOk());
+  EXPECT_EQ(again.source.rfind(file + " (measured now in ", 0), 0u) << again.source;
+  EXPECT_EQ(calls, 2);
+  EXPECT_NE(readFile(file).find("intra.latency_us = 1.5\n"), std::string::npos);
+
+  CacheDir other;
+  const std::string otherDir = other.path + "/loom";
+  auto failing = [](loom::LinkFigures*) { return loom::error(loomSystemError, "no shared memory here"); };
+  MachineCalibration unkept;
+  ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, otherDir, &unkept, kSmallCopies, failing).isOk());
+  EXPECT_EQ(unkept.source.rfind("measured now in ", 0), 0u) << unkept.source;
+  EXPECT_NE(unkept.source.find(", not cached: the shared-memory links were not measured"), std::string::npos)
+      << unkept.source;
+  EXPECT_EQ(unkept.text.find("intra."), std::string::npos) << unkept.text;
+  EXPECT_NE(unkept.text.find("copy.gbps = "), std::string::npos) << unkept.text;
+  EXPECT_TRUE(other.file().empty());
 }
 
 TEST(CalibrationCache, MeasuresAgainForAnotherKeyOrABrokenFile) {

@@ -1,0 +1,28 @@
+// The machine calibration's shared-memory link and one-shot board (machine_calibration.h):
+// two ranks that are threads of this process, on two CPUs, measure them as `loom-perf
+// --calibrate` does between processes (on the Intel Xeon VM the two lines agreed within
+// 0.1-0.7 µs at 8 B to 256 KiB: docs/RESULTS.md). Their communicator takes the built-in data
+// path whatever this process's LOOM_* variables say (the result is cached for the machine,
+// not for one job's settings), and no machine calibration of its own.
+#pragma once
+
+#include "algorithms/machine_calibration.h"
+#include "base/status.h"
+#include "core/communicator.h"
+
+namespace loom {
+
+// The thread ranks' config: this process's environment checked as for any communicator, then
+// the built-in data path over shared memory (built-in sizes, every algorithm but the 8 B
+// allreduce's, which is the one-shot board's; no tuning file, mismatch checks or machine
+// calibration), 10 s waits.
+Status linkCalibrationConfig(CommConfig* out);
+
+// Each exchange size (8 B to 256 KiB, both ways at once in one grouped call, as a ring step)
+// and an 8 B float32 allreduce on the one-shot board, the best of 5 rounds in turn. Sizes from
+// which LOOM_SHM_DIRECT_MIN_BYTES lets threads read each other directly are left out (fewer
+// than three left: an error). loomSystemError where two CPUs or the communicator cannot be
+// had, the calls' own error where one fails (each waits 10 s at most).
+Status measureSharedMemoryLinks(LinkFigures* out);
+
+}  // namespace loom
