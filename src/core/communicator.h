@@ -274,7 +274,6 @@ Status lookupComm(const void* handle, Communicator** out);
 
 // Holds a communicator in use for its lifetime, so that loomCommAbort from another thread
 // unblocks the call and then waits for it to leave before freeing anything.
-
 class CommUse {
  public:
   explicit CommUse(Communicator* comm) : comm_(comm) { comm_->acquire(); }

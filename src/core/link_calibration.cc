@@ -36,40 +36,6 @@ int callsFor(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>((size_t{8} << 20) / (bytes + 4096), 20, 500));
 }
 
-}  // namespace
-
-// This process's settings of algorithms, sizes, tuning files and checks are its own job's,
-// not the machine's.
-Status linkCalibrationConfig(CommConfig* out) {
-  CommConfig c;
-  LOOM_TRY(resolveConfig(nullptr, nullptr, &c));
-  c.name = "machine calibration";
-  c.device = -1;
-  c.timeoutMs = c.initTimeoutMs = kWaitMs;
-  c.shm = c.socket = true;
-  c.ucx = c.networkAuto = false;
-  c.algorithms = AlgorithmSetting();
-  LOOM_TRY(parseAlgorithmSetting("allreduce=oneshot", &c.algorithms));
-  c.protocols = ProtocolSetting();
-  c.tuningFile.clear();
-  c.machineCalibration = false;
-  c.channels = 0;
-  c.topologyRing = true;
-  c.sliceBytes = std::stoull(env::declaredDefault("LOOM_CHUNK_SIZE"));
-  c.sliceSource = "built in";
-  c.shmFifoBytes = std::stoull(env::declaredDefault("LOOM_SHM_FIFO_BYTES"));
-  c.shmDirectFromFile = -1;
-  c.streamingMinBytes = -1;
-  c.reductionStores = transport::Stores::kAuto;
-  c.mappedMinBytes = -1;
-  c.check = false;
-  c.deviceEmulation = false;
-  *out = c;
-  return Status::ok();
-}
-
-namespace {
-
 // The exchange sizes the FIFO carries between threads (below LOOM_SHM_DIRECT_MIN_BYTES where
 // LOOM_SHM_DIRECT lets threads read each other directly).
 Status fifoSizes(std::vector<size_t>* out) {
@@ -162,6 +128,36 @@ Status runRank(const UniqueId& id, int rank, int cpu, const CommConfig& config, 
 }
 
 }  // namespace
+
+// This process's settings of algorithms, sizes, tuning files and checks are its own job's,
+// not the machine's.
+Status linkCalibrationConfig(CommConfig* out) {
+  CommConfig c;
+  LOOM_TRY(resolveConfig(nullptr, nullptr, &c));
+  c.name = "machine calibration";
+  c.device = -1;
+  c.timeoutMs = c.initTimeoutMs = kWaitMs;
+  c.shm = c.socket = true;
+  c.ucx = c.networkAuto = false;
+  c.algorithms = AlgorithmSetting();
+  LOOM_TRY(parseAlgorithmSetting("allreduce=oneshot", &c.algorithms));
+  c.protocols = ProtocolSetting();
+  c.tuningFile.clear();
+  c.machineCalibration = false;
+  c.channels = 0;
+  c.topologyRing = true;
+  c.sliceBytes = std::stoull(env::declaredDefault("LOOM_CHUNK_SIZE"));
+  c.sliceSource = "built in";
+  c.shmFifoBytes = std::stoull(env::declaredDefault("LOOM_SHM_FIFO_BYTES"));
+  c.shmDirectFromFile = -1;
+  c.streamingMinBytes = -1;
+  c.reductionStores = transport::Stores::kAuto;
+  c.mappedMinBytes = -1;
+  c.check = false;
+  c.deviceEmulation = false;
+  *out = c;
+  return Status::ok();
+}
 
 Status measureSharedMemoryLinks(LinkFigures* out) {
   const Clock::time_point begin = Clock::now();
