@@ -160,7 +160,7 @@ loom::LinkMeasurer knownLinks(int* calls) {
 }
 
 // With two threads the link keys are the line fitted to what the measurer reports, the
-// one-shot latency its allreduce less the model's copy and fold (a few nanoseconds at 8 B);
+// one-shot latency its allreduce less the model's copy and fold of 8 B;
 // with one thread there is no link to measure.
 TEST(MachineCalibration, LinkKeysAreTheMeasuredLine) {
   int calls = 0;
@@ -173,8 +173,10 @@ TEST(MachineCalibration, LinkKeysAreTheMeasuredLine) {
   const CommProfile p = loom::applyMachineFigures(figures, base);
   EXPECT_DOUBLE_EQ(p.intra.latencyUs, 1.5);
   EXPECT_DOUBLE_EQ(p.intra.gbps, 10);
+  // Less the copy and fold of 8 B at this build's measured kernel speeds: nanoseconds in an
+  // optimized build, a few hundredths of a microsecond under ASan.
   EXPECT_LT(p.oneShotLatencyUs, 0.6);
-  EXPECT_GT(p.oneShotLatencyUs, 0.59);
+  EXPECT_GT(p.oneShotLatencyUs, 0.5);
   EXPECT_EQ(p.inter.latencyUs, base.inter.latencyUs);  // not the machine's to measure
 
   ASSERT_TRUE(loom::measureMachine(1, kSmallCopies, &figures, knownLinks(&calls)).isOk());
