@@ -268,22 +268,22 @@ std::vector<std::string> splitList(const std::string& value) {
   return items;
 }
 
-std::optional<std::string> get(const char* name) {
+std::optional<std::string> get(const char* name, From from) {
   lookup(name);
-  const char* value = std::getenv(name);
+  const char* value = from == From::kEnvironment ? std::getenv(name) : nullptr;
   if (value == nullptr || value[0] == '\0') return std::nullopt;
   return std::string(value);
 }
 
-std::string getOrDefault(const char* name) {
-  std::optional<std::string> value = get(name);
+std::string getOrDefault(const char* name, From from) {
+  std::optional<std::string> value = get(name, from);
   return value ? *value : declaredDefault(name);
 }
 
 std::string declaredDefault(const char* name) { return lookup(name).defaultValue; }
 
-Status getInt(const char* name, long long min, long long max, long long* out) {
-  std::string text = getOrDefault(name);
+Status getInt(const char* name, long long min, long long max, long long* out, From from) {
+  std::string text = getOrDefault(name, from);
   if (text.empty()) {
     return error(loomInvalidArgument, "%s is not set and has no default", name);
   }

@@ -29,12 +29,26 @@ using loom::Communicator;
 using loom::HostStream;
 using loom::Registry;
 using loom::Status;
-using loom::destroyComm;
 using loom::initRank;
 using loom::lookupComm;
-using loom::registerComm;
 
 namespace {
+
+// Hands a communicator out as a handle.
+void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out) {
+  Communicator* raw = comm.release();
+  Registry::instance().comms().add(raw);
+  *out = reinterpret_cast<loomComm_t>(raw);
+}
+
+// Takes the handle back and destroys its communicator once no call uses it.
+Status destroyComm(Communicator* comm) {
+  Registry::instance().comms().remove(comm);
+  comm->waitUntilUnused();
+  std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
+  Registry::instance().reapRoots();
+  return Status::ok();
+}
 
 // The last error seen by this thread: loomGetLastError(NULL) returns it.
 thread_local std::string tLastError;
@@ -714,12 +728,6 @@ LOOM_API loomResult_t loomAllToAll(const void* sendbuff, void* recvbuff, size_t 
 
 namespace loom {
 
-void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out) {
-  Communicator* raw = comm.release();
-  Registry::instance().comms().add(raw);
-  *out = reinterpret_cast<loomComm_t>(raw);
-}
-
 Status initRank(loomComm_t* out, int nranks, const UniqueId& id, int rank,
                 const CommConfig& config) {
   if (out == nullptr) return error(loomInvalidArgument, "comm (the output pointer) is NULL");
@@ -734,14 +742,6 @@ Status initRank(loomComm_t* out, int nranks, const UniqueId& id, int rank,
   Registry::instance().reapRoots();
   LOOM_TRY(s);
   registerComm(std::move(comm), out);
-  return Status::ok();
-}
-
-Status destroyComm(Communicator* comm) {
-  Registry::instance().comms().remove(comm);
-  comm->waitUntilUnused();
-  std::unique_ptr<Communicator> owned(comm);  // registerComm released it to the handle
-  Registry::instance().reapRoots();
   return Status::ok();
 }
 

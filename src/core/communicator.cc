@@ -36,10 +36,10 @@ namespace {
 // A data-path size: its variable where set, else the tuning file's value (`fromFile`, -1 when
 // the file has none), else the variable's default; *source says which, for the INFO line.
 Status sizeSetting(const char* variable, long long fromFile, const char* key, const std::string& file, long long min,
-                   long long max, long long* out, std::string* source) {
-  if (env::get(variable) || fromFile < 0) {
-    *source = env::get(variable) ? variable : "built in";
-    return env::getInt(variable, min, max, out);
+                   long long max, env::From from, long long* out, std::string* source) {
+  if (env::get(variable, from) || fromFile < 0) {
+    *source = env::get(variable, from) ? variable : "built in";
+    return env::getInt(variable, min, max, out, from);
   }
   if (fromFile < min || fromFile > max) {
     return error(loomInvalidArgument, "tuning file %s: %s = %lld is out of range [%lld, %lld] (as %s)", file.c_str(),
@@ -51,7 +51,7 @@ Status sizeSetting(const char* variable, long long fromFile, const char* key, co
 }
 
 // LOOM_CHUNK_SIZE, LOOM_SHM_FIFO_BYTES and LOOM_SOCKET_SNDBUF, or the tuning file's sizes.
-Status readDataPathSizes(CommConfig* c) {
+Status readDataPathSizes(env::From from, CommConfig* c) {
   DataPathSizes fromFile;
   if (!c->tuningFile.empty()) {
     // The whole file is read (and a bad one refused) here, on every rank; its constants are
@@ -61,18 +61,18 @@ Status readDataPathSizes(CommConfig* c) {
   }
   long long slice = 0, fifo = 0, sendBuffer = 0;
   std::string sliceSource, fifoSource, sendBufferSource;
-  LOOM_TRY(sizeSetting("LOOM_CHUNK_SIZE", fromFile.chunkBytes, "chunk.bytes", c->tuningFile, 4096, 1LL << 30, &slice,
-                       &sliceSource));
+  LOOM_TRY(sizeSetting("LOOM_CHUNK_SIZE", fromFile.chunkBytes, "chunk.bytes", c->tuningFile, 4096, 1LL << 30, from,
+                       &slice, &sliceSource));
   LOOM_TRY(sizeSetting("LOOM_SHM_FIFO_BYTES", fromFile.shmFifoBytes, "shm.fifo_bytes", c->tuningFile, 4096,
-                       1LL << 30, &fifo, &fifoSource));
+                       1LL << 30, from, &fifo, &fifoSource));
   if (!transport::ShmTransport::validFifoBytes(static_cast<size_t>(fifo))) {
-    const std::string what = env::get("LOOM_SHM_FIFO_BYTES") || fromFile.shmFifoBytes < 0
+    const std::string what = env::get("LOOM_SHM_FIFO_BYTES", from) || fromFile.shmFifoBytes < 0
                                  ? format("LOOM_SHM_FIFO_BYTES=%lld", fifo)
                                  : format("tuning file %s: shm.fifo_bytes = %lld", c->tuningFile.c_str(), fifo);
     return error(loomInvalidArgument, "%s is not a power of two", what.c_str());
   }
   LOOM_TRY(sizeSetting("LOOM_SOCKET_SNDBUF", fromFile.socketSendBuffer, "socket.sndbuf", c->tuningFile, 0, 1 << 30,
-                       &sendBuffer, &sendBufferSource));
+                       from, &sendBuffer, &sendBufferSource));
   c->sliceBytes = static_cast<size_t>(slice);
   c->shmFifoBytes = static_cast<size_t>(fifo);
   c->socketSendBuffer = static_cast<int>(sendBuffer);
@@ -88,8 +88,8 @@ Status readDataPathSizes(CommConfig* c) {
 // LOOM_TRANSPORTS, LOOM_ALGO, LOOM_PROTO, LOOM_TUNING_FILE, LOOM_CHANNELS, LOOM_RING_ORDER, LOOM_CHECK,
 // LOOM_STREAMING_MIN_BYTES, LOOM_MAPPED_MIN_BYTES, LOOM_SOCKET_NSOCKS, LOOM_UCX_LINKS, LOOM_DEVICE_EMULATION,
 // LOOM_DEVICE_FIFO_BYTES, LOOM_DEVICE_SLICE_BYTES, and the sizes above.
-Status readDataPathSettings(CommConfig* c) {
-  std::string transports = env::getOrDefault("LOOM_TRANSPORTS");
+Status readDataPathSettings(env::From from, CommConfig* c) {
+  std::string transports = env::getOrDefault("LOOM_TRANSPORTS", from);
   c->shm = c->socket = c->ucx = c->networkAuto = false;
   for (const std::string& name : env::splitList(transports)) {
     if (name == "shm") {
@@ -125,49 +125,58 @@ Status readDataPathSettings(CommConfig* c) {
                  transports.c_str());
   }
 #endif
-  LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO"), &c->algorithms));
-  LOOM_TRY(parseProtocolSetting(env::getOrDefault("LOOM_PROTO"), &c->protocols));
-  c->tuningFile = env::getOrDefault("LOOM_TUNING_FILE");
+  LOOM_TRY(parseAlgorithmSetting(env::getOrDefault("LOOM_ALGO", from), &c->algorithms));
+  LOOM_TRY(parseProtocolSetting(env::getOrDefault("LOOM_PROTO", from), &c->protocols));
+  c->tuningFile = env::getOrDefault("LOOM_TUNING_FILE", from);
   long long channels = 0;
-  LOOM_TRY(env::getInt("LOOM_CHANNELS", 0, 64, &channels));
+  LOOM_TRY(env::getInt("LOOM_CHANNELS", 0, 64, &channels, from));
   c->channels = static_cast<int>(channels);
-  std::string ringOrder = env::getOrDefault("LOOM_RING_ORDER");
+  std::string ringOrder = env::getOrDefault("LOOM_RING_ORDER", from);
   if (ringOrder != "topology" && ringOrder != "rank") {
     return error(loomInvalidArgument, "LOOM_RING_ORDER=\"%s\": expected topology or rank", ringOrder.c_str());
   }
   c->topologyRing = ringOrder == "topology";
   long long check = 0;
-  LOOM_TRY(env::getInt("LOOM_CHECK", 0, 1, &check));
+  LOOM_TRY(env::getInt("LOOM_CHECK", 0, 1, &check, from));
   c->check = check != 0;
-  LOOM_TRY(readDataPathSizes(c));
+  LOOM_TRY(readDataPathSizes(from, c));
   c->streamingMinBytes = -1;
-  if (env::get("LOOM_STREAMING_MIN_BYTES")) LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes));
-  LOOM_TRY(transport::readStoresSetting("LOOM_REDUCTION_STORES", &c->reductionStores));
+  if (env::get("LOOM_STREAMING_MIN_BYTES", from)) {
+    LOOM_TRY(env::getInt("LOOM_STREAMING_MIN_BYTES", 0, 1LL << 50, &c->streamingMinBytes, from));
+  }
+  LOOM_TRY(transport::readStoresSetting("LOOM_REDUCTION_STORES", &c->reductionStores, from));
   c->mappedMinBytes = -1;
-  if (env::get("LOOM_MAPPED_MIN_BYTES")) {
-    LOOM_TRY(env::getInt("LOOM_MAPPED_MIN_BYTES", 0, 1LL << 50, &c->mappedMinBytes));
+  if (env::get("LOOM_MAPPED_MIN_BYTES", from)) {
+    LOOM_TRY(env::getInt("LOOM_MAPPED_MIN_BYTES", 0, 1LL << 50, &c->mappedMinBytes, from));
   }
   long long calibration = 0;
-  LOOM_TRY(env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibration));
+  LOOM_TRY(env::getInt("LOOM_MACHINE_CALIBRATION", 0, 1, &calibration, from));
   c->machineCalibration = calibration != 0;
   long long socketLinks = 0;
-  LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks));
+  LOOM_TRY(env::getInt("LOOM_SOCKET_NSOCKS", 1, 16, &socketLinks, from));
   c->socketLinks = static_cast<int>(socketLinks);
   long long ucxLinks = 0;
-  LOOM_TRY(env::getInt("LOOM_UCX_LINKS", 1, 16, &ucxLinks));
+  LOOM_TRY(env::getInt("LOOM_UCX_LINKS", 1, 16, &ucxLinks, from));
   c->ucxLinks = static_cast<int>(ucxLinks);
   long long emulation = 0, fifo = 0, deviceSlice = 0;
-  LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION", 0, 1, &emulation));
+  LOOM_TRY(env::getInt("LOOM_DEVICE_EMULATION", 0, 1, &emulation, from));
   c->deviceEmulation = emulation != 0;
-  LOOM_TRY(env::getInt("LOOM_DEVICE_FIFO_BYTES", 16 << 10, 1LL << 30, &fifo));
+  LOOM_TRY(env::getInt("LOOM_DEVICE_FIFO_BYTES", 16 << 10, 1LL << 30, &fifo, from));
   c->deviceFifoBytes = static_cast<size_t>(fifo);
-  LOOM_TRY(env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice));
+  LOOM_TRY(env::getInt("LOOM_DEVICE_SLICE_BYTES", 4096, 1LL << 34, &deviceSlice, from));
   c->deviceSliceBytes = static_cast<size_t>(deviceSlice);
   // Connections are made for every channel a call may use; LOOM_CHANNELS caps them.
   c->deviceChannels = c->channels > 0        ? c->channels
                       : c->deviceEmulation ? kEmulatedDeviceChannels
                                            : kDefaultDeviceChannels;
   return Status::ok();
+}
+
+// The timeouts and the data path's settings.
+Status readSettings(env::From from, CommConfig* c) {
+  LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &c->timeoutMs, from));
+  LOOM_TRY(env::getInt("LOOM_INIT_TIMEOUT_MS", 1, 1LL << 40, &c->initTimeoutMs, from));
+  return readDataPathSettings(from, c);
 }
 
 // "a = 1\nb = 2\n" as "a = 1, b = 2", for one log line.
@@ -178,6 +187,13 @@ std::string oneLine(std::string text) {
 }
 
 }  // namespace
+
+Status builtInConfig(CommConfig* out) {
+  CommConfig c;
+  LOOM_TRY(readSettings(env::From::kDefaults, &c));
+  *out = c;
+  return Status::ok();
+}
 
 void applyDataPath(const CommConfig& config, bool device, int hostLinks, CommProfile* profile) {
   profile->sliceBytes = device ? config.deviceSliceBytes : config.sliceBytes;
@@ -190,9 +206,7 @@ Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommCo
   if (inherit != nullptr) {
     c = *inherit;
   } else {
-    LOOM_TRY(env::getInt("LOOM_TIMEOUT_MS", 1, 1LL << 40, &c.timeoutMs));
-    LOOM_TRY(env::getInt("LOOM_INIT_TIMEOUT_MS", 1, 1LL << 40, &c.initTimeoutMs));
-    LOOM_TRY(readDataPathSettings(&c));
+    LOOM_TRY(readSettings(env::From::kEnvironment, &c));
   }
   if (user != nullptr) {
     if (user->magic != LOOM_CONFIG_MAGIC || user->size < sizeof(loomConfig_t)) {

@@ -78,6 +78,9 @@ constexpr int kEmulatedDeviceChannels = 8;
 // Validates a user config (NULL allowed: all defaults) and fills unset fields from the
 // environment; `inherit`, when given, supplies the defaults instead (loomCommSplit).
 Status resolveConfig(const loomConfig_t* user, const CommConfig* inherit, CommConfig* out);
+// The config of the declared defaults alone, whatever the environment says (so no tuning
+// file): a communicator whose measurements are kept for the machine (link_calibration.h).
+Status builtInConfig(CommConfig* out);
 
 // The slice and the channels of `config` in the tuner's profile of a communicator (a device
 // one where `device`); hostLinks: the host transport's links per peer, the channels a host
@@ -260,14 +263,11 @@ class Communicator {
   std::unique_ptr<DeviceComm> deviceComm_;
 };
 
-// Communicators as the API's handles (api.cc); the machine calibration's thread ranks are
-// made and called through them too (core/link_calibration.h).
-// Hands a communicator out as a handle.
-void registerComm(std::unique_ptr<Communicator> comm, loomComm_t* out);
+// Communicators as the API's handles (api.cc). initRank is the API's own way in, for the
+// machine calibration's thread ranks too (core/link_calibration.h), which take a config of
+// their own where loomCommInitRankConfig would resolve the caller's.
 // Joins the communicator of `id` as `rank` of `nranks` (collective) and hands it out.
 Status initRank(loomComm_t* out, int nranks, const UniqueId& id, int rank, const CommConfig& config);
-// Takes the handle back and destroys its communicator once no call uses it.
-Status destroyComm(Communicator* comm);
 // The communicator behind a handle: loomInvalidArgument for NULL, loomInvalidUsage for one
 // that is not live.
 Status lookupComm(const void* handle, Communicator** out);

@@ -129,32 +129,13 @@ Status runRank(const UniqueId& id, int rank, int cpu, const CommConfig& config, 
 
 }  // namespace
 
-// This process's settings of algorithms, sizes, tuning files and checks are its own job's,
-// not the machine's.
 Status linkCalibrationConfig(CommConfig* out) {
   CommConfig c;
-  LOOM_TRY(resolveConfig(nullptr, nullptr, &c));
+  LOOM_TRY(builtInConfig(&c));
   c.name = "machine calibration";
-  c.device = -1;
   c.timeoutMs = c.initTimeoutMs = kWaitMs;
-  c.shm = c.socket = true;
-  c.ucx = c.networkAuto = false;
-  c.algorithms = AlgorithmSetting();
   LOOM_TRY(parseAlgorithmSetting("allreduce=oneshot", &c.algorithms));
-  c.protocols = ProtocolSetting();
-  c.tuningFile.clear();
   c.machineCalibration = false;
-  c.channels = 0;
-  c.topologyRing = true;
-  c.sliceBytes = std::stoull(env::declaredDefault("LOOM_CHUNK_SIZE"));
-  c.sliceSource = "built in";
-  c.shmFifoBytes = std::stoull(env::declaredDefault("LOOM_SHM_FIFO_BYTES"));
-  c.shmDirectFromFile = -1;
-  c.streamingMinBytes = -1;
-  c.reductionStores = transport::Stores::kAuto;
-  c.mappedMinBytes = -1;
-  c.check = false;
-  c.deviceEmulation = false;
   *out = c;
   return Status::ok();
 }

@@ -12,10 +12,10 @@
 
 namespace loom {
 
-// The thread ranks' config: this process's environment checked as for any communicator, then
-// the built-in data path over shared memory (built-in sizes, every algorithm but the 8 B
-// allreduce's, which is the one-shot board's; no tuning file, mismatch checks or machine
-// calibration), 10 s waits.
+// The thread ranks' config: the built-in one whatever this process's environment says
+// (builtInConfig: shared memory, built-in sizes, no tuning file or mismatch checks), with every
+// algorithm but the 8 B allreduce's, which is the one-shot board's, no machine calibration of
+// its own (the registry's lock is held while it measures), and 10 s waits.
 Status linkCalibrationConfig(CommConfig* out);
 
 // Each exchange size (8 B to 256 KiB, both ways at once in one grouped call, as a ring step)

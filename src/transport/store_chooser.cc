@@ -16,8 +16,8 @@ const char* storesName(Stores stores) {
   return "?";
 }
 
-Status readStoresSetting(const char* variable, Stores* out) {
-  const std::string word = env::getOrDefault(variable);
+Status readStoresSetting(const char* variable, Stores* out, env::From from) {
+  const std::string word = env::getOrDefault(variable, from);
   for (Stores s : {Stores::kCached, Stores::kStreaming, Stores::kAuto}) {
     if (word == storesName(s)) {
       *out = s;

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "base/env.h"
 #include "base/status.h"
 
 namespace loom::transport {
@@ -28,7 +29,7 @@ enum class Stores { kCached, kStreaming, kAuto };
 // The settings' word for it: cached, streaming, auto.
 const char* storesName(Stores stores);
 // Reads environment variable `variable` (one of the words above, its default when unset).
-Status readStoresSetting(const char* variable, Stores* out);
+Status readStoresSetting(const char* variable, Stores* out, env::From from = env::From::kEnvironment);
 
 class StoreChooser {
  public:

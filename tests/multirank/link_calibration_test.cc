@@ -8,6 +8,7 @@
 #include <string>
 
 #include "algorithms/select.h"
+#include "base/env.h"
 #include "core/link_calibration.h"
 #include "multirank/harness.h"
 
@@ -73,11 +74,41 @@ TEST(LinkCalibration, TheJobsSettingsDoNotApply) {
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_EQ(figures.exchangeUs.size(), 6u);
 
-  // A setting that could not make any communicator still fails here, with its own message.
-  env.set("LOOM_CHUNK_SIZE", "lots");
-  status = loom::linkCalibrationConfig(&config);
-  EXPECT_EQ(status.code(), loomInvalidArgument);
-  EXPECT_NE(status.message().find("LOOM_CHUNK_SIZE"), std::string::npos) << status.message();
+}
+
+// builtInConfig reads no variable at all: with every declared one set to a value none of them
+// accepts, it still succeeds and gives what it gives in a clean environment. A setting read
+// from the environment by mistake (a new variable, say) fails here.
+TEST(LinkCalibration, TheBuiltInConfigReadsNoVariable) {
+  loom::CommConfig clean, junk;
+  {
+    loomtest::ScopedEnv env;
+    for (const loom::env::Variable& v : loom::env::variables()) env.set(v.name, "");
+    Status status = loom::builtInConfig(&clean);
+    ASSERT_TRUE(status.isOk()) << status.message();
+  }
+  {
+    loomtest::ScopedEnv env;
+    for (const loom::env::Variable& v : loom::env::variables()) env.set(v.name, "not-a-value");
+    Status status = loom::builtInConfig(&junk);
+    ASSERT_TRUE(status.isOk()) << status.message();
+  }
+  EXPECT_TRUE(junk.tuningFile.empty());
+  EXPECT_EQ(junk.timeoutMs, clean.timeoutMs);
+  EXPECT_EQ(junk.initTimeoutMs, clean.initTimeoutMs);
+  EXPECT_EQ(junk.shm, clean.shm);
+  EXPECT_EQ(junk.socket, clean.socket);
+  EXPECT_EQ(junk.networkAuto, clean.networkAuto);
+  EXPECT_EQ(junk.sliceBytes, clean.sliceBytes);
+  EXPECT_EQ(junk.shmFifoBytes, clean.shmFifoBytes);
+  EXPECT_EQ(junk.socketSendBuffer, clean.socketSendBuffer);
+  EXPECT_EQ(junk.streamingMinBytes, clean.streamingMinBytes);
+  EXPECT_EQ(junk.mappedMinBytes, clean.mappedMinBytes);
+  EXPECT_EQ(junk.reductionStores, clean.reductionStores);
+  EXPECT_EQ(junk.deviceChannels, clean.deviceChannels);
+  EXPECT_TRUE(junk.algorithms.allowed == clean.algorithms.allowed);
+  EXPECT_EQ(junk.protocols.allowed, clean.protocols.allowed);
+  EXPECT_EQ(junk.machineCalibration, clean.machineCalibration);
 }
 
 // Exchanges that threads would read straight from each other's memory are not the FIFO's:
