@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "algorithms/select.h"
 #include "algorithms/tuning_file.h"
 #include "base/env.h"
 #include "base/log.h"
@@ -25,8 +26,9 @@ namespace {
 // Changes whenever machine_calibration.cc measures or decides differently (2: the streaming
 // copy it times stores as wide as the vectors; 3: past the cache where plain copies reach
 // memory speed; 4: direct reads against the FIFO; 5: the shared-memory link and the one-shot
-// board), so that older files are measured over.
-constexpr int kMeasureRevision = 5;
+// board; 6: the board timed against the FIFO per collective), so that older files are
+// measured over.
+constexpr int kMeasureRevision = 6;
 constexpr const char* kKeyPrefix = "machine calibration: ";
 
 std::string cpuModel() {
@@ -166,7 +168,20 @@ std::string describeLinks(const MachineFigures& figures) {
   }
   std::snprintf(line, sizeof line, "; one-shot 8 B allreduce %.2f us; %.2f s", figures.links.oneShotUs,
                 figures.links.seconds);
-  return text + line;
+  text += line;
+  // "board / FIFO, us a call: allreduce 1 KiB 0.61 / 1.31, ..., 32 KiB 7.00 / 4.94: the board to 8 KiB"
+  text += "\nboard / FIFO, us a call:";
+  for (const LinkFigures::BoardTiming& timing : figures.links.board) {
+    text += std::string(timing.kind == figures.links.board[0].kind ? " " : "; ") + collectiveName(timing.kind);
+    for (size_t i = 0; i < timing.bytes.size(); ++i) {
+      std::snprintf(line, sizeof line, "%s %zu KiB %.2f / %.2f", i == 0 ? "" : ",", timing.bytes[i] >> 10,
+                    timing.boardUs[i], timing.fifoUs[i]);
+      text += line;
+    }
+    std::snprintf(line, sizeof line, ": the board to %zu B", boardTimedMax(timing));
+    text += line;
+  }
+  return text;
 }
 
 }  // namespace

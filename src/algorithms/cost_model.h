@@ -7,6 +7,7 @@
 // bytes/µs). The formulas, with their derivations, are in cost_model.cc.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -42,6 +43,11 @@ struct CommProfile {
   bool channelsFixed = false;
   double oneShotLatencyUs = 0;       // post and fold on the one-shot board, any size
   size_t oneShotMaxBytes = 32 << 10;  // the board's slot; one-shot needs nhosts == 1 too
+  // Per collective (indexed by CallInfo::Kind): the largest call that ran at least as fast on
+  // the board as through the FIFO where the machine calibration timed both between two ranks
+  // of this host (oneshot.max_bytes.*; 0: not timed). Not the model's: the tuner applies it
+  // (select.cc, boardTiming), predictUs does not.
+  std::array<size_t, 9> oneShotTimedMax{};
   // Calls of this many bytes or more no longer fit the cache (LOOM_STREAMING_MIN_BYTES;
   // 0: treat every call as cached). Their shared-memory hops run at memGbps with cached
   // stores and at streamingGbps with non-temporal ones instead of intra.gbps.

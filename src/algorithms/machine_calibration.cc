@@ -243,10 +243,28 @@ size_t pastCacheBytes(const std::vector<MachineFigures::Copy>& copies) {
   return std::min(atMemorySpeed, streamingWins);
 }
 
+size_t boardTimedMax(const LinkFigures::BoardTiming& timing) {
+  for (size_t i = timing.bytes.size(); i-- > 0;) {
+    if (timing.boardUs[i] <= timing.fifoUs[i]) return timing.bytes[i];
+  }
+  return timing.bytes.empty() ? 0 : timing.bytes[0] / 2;
+}
+
 std::vector<std::string> machineCalibrationKeys(bool links) {
   // In the tuning file's order.
   if (links) {
-    return {"intra.latency_us", "intra.gbps", "reduce.gbps", "copy.gbps", "oneshot.latency_us", "streaming.gbps",
+    return {"intra.latency_us",
+            "intra.gbps",
+            "reduce.gbps",
+            "copy.gbps",
+            "oneshot.latency_us",
+            "oneshot.max_bytes.allreduce",
+            "oneshot.max_bytes.broadcast",
+            "oneshot.max_bytes.reduce",
+            "oneshot.max_bytes.allgather",
+            "oneshot.max_bytes.reducescatter",
+            "oneshot.max_bytes.alltoall",
+            "streaming.gbps",
             "streaming.min_bytes"};
   }
   return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};
@@ -275,6 +293,9 @@ CommProfile applyMachineFigures(const MachineFigures& figures, const CommProfile
   pair.copyGbps = p.copyGbps;
   pair.reduceGbps = p.reduceGbps;
   p.oneShotLatencyUs = rounded(oneShotLatencyFrom(figures.links.oneShotUs, pair));
+  for (const LinkFigures::BoardTiming& timing : figures.links.board) {
+    p.oneShotTimedMax[static_cast<size_t>(timing.kind)] = boardTimedMax(timing);
+  }
   return p;
 }
 

@@ -21,9 +21,11 @@
 //                           FIFO (the line fitted to it) and run 8 B allreduces on the one-shot
 //                           board (less the model's copy and fold), as `loom-perf --calibrate`
 //                           measures between processes.
+//   oneshot.max_bytes.*     the same two ranks time each collective at 1 to 32 KiB on the board
+//                           and through the FIFO, calls in a row (boardTimedMax).
 // The rest (network links, mem.gbps) needs ranks of the job: `loom-perf --calibrate`
-// measures them (and writes these keys too) for LOOM_TUNING_FILE, which overrides the
-// calibration key by key.
+// measures them (and writes the keys above but oneshot.max_bytes.* too) for
+// LOOM_TUNING_FILE, which overrides the calibration key by key.
 #pragma once
 
 #include <cstddef>
@@ -40,13 +42,34 @@
 namespace loom {
 
 // What two ranks on two CPUs of this machine measured of their shared-memory link and the
-// one-shot board: best µs of an exchange of each size both ways at once, and of an 8 B
-// allreduce.
+// one-shot board: best µs of an exchange of each size both ways at once, of an 8 B
+// allreduce, and of each collective at each of kBoardTimedBytes on the board and through the
+// FIFO (calls in a row, as a loop of them runs: the slower rank's time).
 struct LinkFigures {
   std::vector<std::pair<size_t, double>> exchangeUs;  // bytes each way, µs; ascending
   double oneShotUs = 0;
-  double seconds = 0;  // what measuring took, the communicator's creation included
+  struct BoardTiming {
+    CallInfo::Kind kind;
+    std::vector<size_t> bytes;  // the call's size as the tuner counts it (CallShape::bytes); ascending
+    std::vector<double> boardUs, fifoUs;
+  };
+  std::vector<BoardTiming> board;
+  double seconds = 0;  // what measuring took, the communicators' creation included
 };
+
+// The collectives and sizes the board is timed against the FIFO at: the sizes the tuner's
+// choice between them moved over on the two VMs (1 to 32 KiB, the board's slot).
+constexpr CallInfo::Kind kBoardTimedKinds[] = {CallInfo::Kind::kAllReduce, CallInfo::Kind::kBroadcast,
+                                              CallInfo::Kind::kReduce,    CallInfo::Kind::kAllGather,
+                                              CallInfo::Kind::kReduceScatter, CallInfo::Kind::kAllToAll};
+constexpr size_t kBoardTimedBytes[] = {1 << 10, 2 << 10, 4 << 10, 8 << 10, 16 << 10, 32 << 10};
+
+// oneshot.max_bytes.<collective> from one timing: the largest size at which the board was at
+// least as fast as the FIFO, or half the smallest size where it was slower at every size (the
+// board keeps only calls below every size timed). A loss below a win is taken for noise: the
+// board is several times faster at a few bytes, and where it loses for good, at the large
+// sizes, by a margin no round's noise closes (on the Intel Xeon VM 1.2-1.4x at 16-32 KiB).
+size_t boardTimedMax(const LinkFigures::BoardTiming& timing);
 
 // Measures LinkFigures; an error leaves the link keys built in (the measurement needs
 // communicators, which live above this layer).
@@ -69,7 +92,7 @@ struct MachineFigures {
   bool directMeasured = false;
   DirectReadFigures direct;
   std::string directNote;
-  // With 2 threads or more and a LinkMeasurer: the links, or why not.
+  // With 2 threads or more and a LinkMeasurer: the links and the board, or why not.
   bool linksMeasured = false;
   LinkFigures links;
   LinkCost intra;  // the line fitted to links.exchangeUs

@@ -65,6 +65,13 @@ const char* algorithmName(Algorithm algorithm) {
   return "unknown";
 }
 
+const char* collectiveName(CallInfo::Kind kind) {
+  for (const NamedKind& named : kCollectives) {
+    if (named.kind == kind) return named.name;
+  }
+  return "";
+}
+
 bool supports(CallInfo::Kind kind, Algorithm algorithm) {
   switch (kind) {
     // Every collective has its one-shot form on the board (core/one_shot.h).
@@ -174,6 +181,18 @@ bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profil
   return algorithm != Algorithm::kOneShot || (shape.oneHost && shape.bytes <= profile.oneShotMaxBytes);
 }
 
+// What the machine calibration timed of the board against the FIFO for this call's
+// collective (CommProfile::oneShotTimedMax): past the largest size at which the board was as
+// fast, it was slower; up to it, two ranks of one host, the shape it timed, take the board.
+// LOOM_ALGO's forcing goes by the slot alone.
+enum class BoardTiming { kUntimed, kSlower, kFaster };
+BoardTiming boardTiming(const CallShape& shape, const CommProfile& profile) {
+  const size_t timed = profile.oneShotTimedMax[static_cast<size_t>(shape.info.kind) % profile.oneShotTimedMax.size()];
+  if (timed == 0 || !shape.oneHost) return BoardTiming::kUntimed;
+  if (shape.bytes > timed) return BoardTiming::kSlower;
+  return profile.nranks == 2 ? BoardTiming::kFaster : BoardTiming::kUntimed;
+}
+
 // `algorithm`'s prediction with the fastest protocol allowed; where no allowed protocol
 // exists at this size (streaming below its threshold, low latency off a device), plain
 // stores, which always do.
@@ -220,12 +239,24 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     choice.why = AlgorithmSetting().forced(kind) ? "the only algorithm of this collective" : "forced by LOOM_ALGO";
     return choice;
   }
+  // Two ranks of one host are the shape the machine calibration timed on the board and through
+  // the FIFO: at the sizes it found the board as fast, the measurement decides. (The model
+  // prices a call's latency; those timings, like a training loop's, are calls in a row, where
+  // a broadcast's root runs ahead through the FIFO but not on the board.)
+  const BoardTiming timing = boardTiming(shape, profile);
+  if (timing == BoardTiming::kFaster && algorithms.allows(kind, Algorithm::kOneShot) &&
+      fits(Algorithm::kOneShot, shape, profile)) {
+    Choice choice = predictWith(shape, Algorithm::kOneShot, protocols, profile);
+    choice.why = "timed faster than the FIFO at this size by the machine calibration";
+    return choice;
+  }
   // Allowed first; if LOOM_ALGO allows only what cannot run here (oneshot, hierarchical on a
   // device), any.
   for (bool onlyAllowed : {true, false}) {
     Choice best{Algorithm::kRing, Protocol::kSimple, std::numeric_limits<double>::infinity(), nullptr};
     for (Algorithm a : kAlgorithms) {
       if (!supports(kind, a) || !fits(a, shape, profile) || (onlyAllowed && !algorithms.allows(kind, a))) continue;
+      if (a == Algorithm::kOneShot && timing == BoardTiming::kSlower) continue;
       Choice candidate = predictWith(shape, a, protocols, profile);
       // Strictly faster: ties keep the enum order.
       if (best.why == nullptr || candidate.predictedUs < best.predictedUs) {
@@ -235,8 +266,9 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     }
     if (best.why == nullptr) continue;
     best.why = onlyAllowed ? "predicted fastest"
-                           : "LOOM_ALGO's choice set aside: oneshot carries at most 32 KiB between ranks of one host, "
-                             "hierarchical runs on host communicators across hosts";
+                           : "LOOM_ALGO's choice set aside: oneshot carries at most 32 KiB between ranks of one host "
+                             "(an allreduce from LOOM_MAPPED_MIN_BYTES runs mapped), hierarchical runs on host "
+                             "communicators across hosts";
     return best;
   }
   // Unreachable for a collective: every one has an algorithm that always fits.

@@ -46,7 +46,9 @@ Status parseProtocolSetting(const std::string& value, ProtocolSetting* out);
 struct CallShape {
   CallInfo info;
   size_t bytes = 0;     // of the whole buffer one rank contributes or receives
-  bool oneHost = true;  // every rank on this host, with the one-shot board
+  // Every rank on this host, with the one-shot board open to this call (not to an allreduce
+  // that goes to the mapped allreduce first: core/collective.cc).
+  bool oneHost = true;
 };
 
 struct Choice {
@@ -65,6 +67,10 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
 // allows with their predictions, fastest first, for the INFO log.
 std::string describePredictions(const CallShape& shape, const AlgorithmSetting& algorithms,
                                 const ProtocolSetting& protocols, const CommProfile& profile);
+
+// The collective's name as LOOM_ALGO writes it ("allreduce", "reducescatter", ...; "" for
+// point-to-point and the barrier).
+const char* collectiveName(CallInfo::Kind kind);
 
 // Whether `algorithm` implements collective `kind`.
 bool supports(CallInfo::Kind kind, Algorithm algorithm);

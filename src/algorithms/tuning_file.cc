@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 namespace loom {
 namespace {
@@ -20,6 +21,8 @@ enum class Kind {
   kLatency,    // µs, >= 0
   kBandwidth,  // GB/s, > 0
   kBytes,      // a whole number of bytes, >= 0
+  kTimedBytes, // the same, where 0 means not measured: such a key is left out of a profile's
+               // keys and text (a file written from a profile says nothing of it)
 };
 
 // Which communicators a constant is theirs: a device communicator's hop, copy and reduction
@@ -38,7 +41,15 @@ struct Key {
 // One Key for a field of CommProfile; values travel as doubles (sizes below 2^53 exactly).
 #define LOOM_TUNING_KEY(name, kind, scope, field)                                            \
   Key{name, kind, scope, [](const CommProfile& p) { return static_cast<double>(p.field); },  \
-      [](CommProfile* p, double v) { p->field = static_cast<decltype(p->field)>(v); }}
+      [](CommProfile* p, double v) { p->field = static_cast<std::remove_reference_t<decltype(p->field)>>(v); }}
+
+// CallInfo::Kind as an index of CommProfile::oneShotTimedMax.
+constexpr size_t kAllReduce = static_cast<size_t>(CallInfo::Kind::kAllReduce);
+constexpr size_t kBroadcast = static_cast<size_t>(CallInfo::Kind::kBroadcast);
+constexpr size_t kReduce = static_cast<size_t>(CallInfo::Kind::kReduce);
+constexpr size_t kAllGather = static_cast<size_t>(CallInfo::Kind::kAllGather);
+constexpr size_t kReduceScatter = static_cast<size_t>(CallInfo::Kind::kReduceScatter);
+constexpr size_t kAllToAll = static_cast<size_t>(CallInfo::Kind::kAllToAll);
 
 const Key kKeys[] = {
     LOOM_TUNING_KEY("intra.latency_us", Kind::kLatency, Scope::kHost, intra.latencyUs),
@@ -48,6 +59,12 @@ const Key kKeys[] = {
     LOOM_TUNING_KEY("reduce.gbps", Kind::kBandwidth, Scope::kHost, reduceGbps),
     LOOM_TUNING_KEY("copy.gbps", Kind::kBandwidth, Scope::kHost, copyGbps),
     LOOM_TUNING_KEY("oneshot.latency_us", Kind::kLatency, Scope::kHost, oneShotLatencyUs),
+    LOOM_TUNING_KEY("oneshot.max_bytes.allreduce", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kAllReduce]),
+    LOOM_TUNING_KEY("oneshot.max_bytes.broadcast", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kBroadcast]),
+    LOOM_TUNING_KEY("oneshot.max_bytes.reduce", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kReduce]),
+    LOOM_TUNING_KEY("oneshot.max_bytes.allgather", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kAllGather]),
+    LOOM_TUNING_KEY("oneshot.max_bytes.reducescatter", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kReduceScatter]),
+    LOOM_TUNING_KEY("oneshot.max_bytes.alltoall", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kAllToAll]),
     LOOM_TUNING_KEY("mem.gbps", Kind::kBandwidth, Scope::kHost, memGbps),
     LOOM_TUNING_KEY("streaming.gbps", Kind::kBandwidth, Scope::kHost, streamingGbps),
     LOOM_TUNING_KEY("streaming.min_bytes", Kind::kBytes, Scope::kHost, streamingMinBytes),
@@ -69,6 +86,11 @@ const std::pair<const char*, const char*> kOldNames[] = {
 
 bool appliesTo(const Key& key, const CommProfile& profile) {
   return key.scope == Scope::kBoth || (key.scope == Scope::kDevice) == profile.device;
+}
+
+// Whether `profile` has a value for the key: one for it, and measured where it is timed.
+bool holds(const Key& key, const CommProfile& profile) {
+  return appliesTo(key, profile) && (key.kind != Kind::kTimedBytes || key.get(profile) != 0);
 }
 
 #undef LOOM_TUNING_KEY
@@ -167,7 +189,7 @@ Status applyLine(const std::string& path, int number, const std::string& raw, Co
                  number, name.c_str(), value.c_str());
   }
   // 2^53: beyond it a double no longer holds every whole number.
-  if (kind == Kind::kBytes && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
+  if ((kind == Kind::kBytes || kind == Kind::kTimedBytes) && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: expected a whole number of bytes", path.c_str(),
                  number, name.c_str(), value.c_str());
   }
@@ -216,7 +238,7 @@ Status loadTuningFile(const std::string& path, CommProfile* inout, std::vector<s
 std::vector<std::string> tuningKeys(const CommProfile& profile) {
   std::vector<std::string> names;
   for (const Key& key : kKeys) {
-    if (appliesTo(key, profile)) names.push_back(key.name);
+    if (holds(key, profile)) names.push_back(key.name);
   }
   return names;
 }
@@ -229,7 +251,7 @@ double tuningValue(const CommProfile& profile, const std::string& key) {
 std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys) {
   std::string text;
   for (const Key& key : kKeys) {
-    if (!appliesTo(key, profile)) continue;
+    if (keys.empty() ? !holds(key, profile) : !appliesTo(key, profile)) continue;
     if (keys.empty() || std::find(keys.begin(), keys.end(), key.name) != keys.end()) {
       text += std::string(key.name) + " = " + shortestText(key.get(profile)) + "\n";
     }

@@ -11,6 +11,11 @@
 //   reduce.gbps = 10
 //   copy.gbps = 13
 //   oneshot.latency_us = 0.5
+//   oneshot.max_bytes.allreduce = 8192   per collective (allreduce, broadcast, reduce, allgather,
+//                                 reducescatter, alltoall): the largest call the machine
+//                                 calibration timed no slower on the one-shot board than through
+//                                 the FIFO, two ranks of one host (select.cc); 0 or absent: not
+//                                 timed; a whole number
 //   mem.gbps = 4.5                shared memory past the cache, plain stores
 //   streaming.gbps = 6            ... and non-temporal stores
 //   streaming.min_bytes = 33554432  calls from this size on no longer fit the cache (0: none
@@ -70,14 +75,14 @@ Status applyTuningText(const std::string& text, const std::string& origin, CommP
                        std::vector<std::string>* keysRead = nullptr, DataPathSizes* sizes = nullptr);
 
 // The keys above that set `profile` (a host or a device communicator's), in the order above
-// (not the data-path sizes').
+// (not the data-path sizes'), leaving out oneshot.max_bytes.* where not timed (0).
 std::vector<std::string> tuningKeys(const CommProfile& profile);
 
 // The value `key` names in `profile` (NaN for a key not above or not for such a profile).
 double tuningValue(const CommProfile& profile, const std::string& key);
 
-// The lines of `keys` (every key when empty) that are for `profile`, each value in the fewest
-// digits that read back to the same double.
+// The lines of `keys` (every key of tuningKeys(profile) when empty) that are for `profile`,
+// each value in the fewest digits that read back to the same double.
 std::string tuningText(const CommProfile& profile, const std::vector<std::string>& keys = {});
 
 // The lines of the sizes in `sizes` that are >= 0, in the order above.

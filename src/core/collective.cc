@@ -67,8 +67,8 @@ int deviceChannels(Communicator& comm, Algorithm algorithm) {
 
 // Whether a host allreduce goes to the mapped allreduce first (core/mapped_allreduce.h): the
 // same answer on every rank, from the call and the shared settings only.
-bool triesMapped(Communicator& comm, const Plan& plan, const CollectiveCall& call, size_t bytes) {
-  if (call.info.kind != CallInfo::Kind::kAllReduce || plan.deviceMemory) return false;
+bool triesMapped(Communicator& comm, bool deviceMemory, const CollectiveCall& call, size_t bytes) {
+  if (call.info.kind != CallInfo::Kind::kAllReduce || deviceMemory) return false;
   const size_t minBytes = mappedMinBytes(comm);
   return minBytes > 0 && bytes >= minBytes;
 }
@@ -122,8 +122,13 @@ void bufferBytes(const CallInfo& info, int rank, int nranks, size_t* sendBytes, 
   *recvBytes *= typeSize(info.type);
 }
 
+// The board is not offered to an allreduce that LOOM_MAPPED_MIN_BYTES sends to the mapped
+// allreduce first, as that setting says (its defaults are above the board's slot).
 CallShape shapeOf(const CollectiveCall& call) {
-  return {call.info, callBytes(call.info, call.comm->nranks()), call.comm->board() != nullptr};
+  Communicator& comm = *call.comm;
+  const size_t bytes = callBytes(call.info, comm.nranks());
+  const bool deviceMemory = comm.device() >= 0;
+  return {call.info, bytes, comm.board() != nullptr && !triesMapped(comm, deviceMemory, call, bytes)};
 }
 
 Choice chooseFor(const CollectiveCall& call) {
@@ -208,7 +213,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   const int preMultiplied = addPreMultiply(plan, call, &args.send);
   size_t first = plan.steps.size();
   int mapped = Step::kNone;
-  if (triesMapped(comm, plan, call, bytes)) {
+  if (triesMapped(comm, plan.deviceMemory, call, bytes)) {
     Step step = mappedStep(args.send, call.recv, bytes);
     step.after = preMultiplied;
     mapped = plan.add(step);

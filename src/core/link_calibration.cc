@@ -52,89 +52,165 @@ Status fifoSizes(std::vector<size_t>* out) {
   return Status::ok();
 }
 
-// The calls of one rank: both ranks make the same ones, rank 0 times them.
+// Calls timed per collective figure: 24 to 200, a tenth of a millisecond or so each.
+int collectiveCallsFor(size_t bytes) {
+  return static_cast<int>(std::clamp<size_t>((size_t{1} << 20) / (bytes + 4096), 24, 200));
+}
+
+// A rank's best µs of each figure, over the rounds.
+struct RankTimes {
+  std::vector<double> exchange;
+  double oneShot = HUGE_VAL;
+  std::vector<LinkFigures::BoardTiming> board;  // kBoardTimedKinds' order
+};
+
+// The calls of one rank on its two communicators, one with every collective on the board and
+// one with none: both ranks make the same calls, and each times its own.
 class LinkRank {
  public:
-  LinkRank(loomComm_t comm, int rank, size_t maxBytes)
-      : comm_(comm), rank_(rank), out_(maxBytes / sizeof(float) + 1, 1.0f), in_(out_.size()) {}
+  LinkRank(loomComm_t board, loomComm_t fifo, int rank, size_t maxBytes)
+      : board_(board), fifo_(fifo), rank_(rank), out_(maxBytes / sizeof(float) + 1, 1.0f), in_(out_.size()) {}
 
-  // µs of one exchange of `bytes` each way (rank 0's; 0 on rank 1).
+  // µs of one exchange of `bytes` each way, through the FIFO.
   Status exchangeUs(size_t bytes, double* us) {
-    return timed(callsFor(bytes), us, [&] {
+    return timed(fifo_, callsFor(bytes), us, [&] {
       loomResult_t r = loomGroupStart();
-      if (r == loomSuccess) r = loomSend(out_.data(), bytes, loomInt8, 1 - rank_, comm_, nullptr);
-      if (r == loomSuccess) r = loomRecv(in_.data(), bytes, loomInt8, 1 - rank_, comm_, nullptr);
+      if (r == loomSuccess) r = loomSend(out_.data(), bytes, loomInt8, 1 - rank_, fifo_, nullptr);
+      if (r == loomSuccess) r = loomRecv(in_.data(), bytes, loomInt8, 1 - rank_, fifo_, nullptr);
       // Ends the group whatever happened in it.
       const loomResult_t end = loomGroupEnd();
       return r == loomSuccess ? end : r;
     });
   }
 
-  // µs of one 8 B float32 sum allreduce (rank 0's; 0 on rank 1).
+  // µs of one 8 B float32 sum allreduce on the board.
   Status allReduceUs(double* us) {
-    return timed(callsFor(8), us, [&] {
-      return loomAllReduce(out_.data(), in_.data(), 2, loomFloat32, loomSum, comm_, nullptr);
+    return timed(board_, callsFor(8), us, [&] {
+      return loomAllReduce(out_.data(), in_.data(), 2, loomFloat32, loomSum, board_, nullptr);
+    });
+  }
+
+  // µs of one float32 call of `kind` moving `bytes` (as the tuner counts them), out of place,
+  // on the board or through the FIFO.
+  Status collectiveUs(CallInfo::Kind kind, size_t bytes, bool onBoard, double* us) {
+    loomComm_t comm = onBoard ? board_ : fifo_;
+    const size_t count = bytes / sizeof(float);
+    const float* send = out_.data();
+    float* recv = in_.data();
+    return timed(comm, collectiveCallsFor(bytes), us, [&] {
+      switch (kind) {
+        case CallInfo::Kind::kBroadcast: return loomBroadcast(send, recv, count, loomFloat32, 0, comm, nullptr);
+        case CallInfo::Kind::kReduce: return loomReduce(send, recv, count, loomFloat32, loomSum, 0, comm, nullptr);
+        case CallInfo::Kind::kAllGather: return loomAllGather(send, recv, count / 2, loomFloat32, comm, nullptr);
+        case CallInfo::Kind::kReduceScatter:
+          return loomReduceScatter(send, recv, count / 2, loomFloat32, loomSum, comm, nullptr);
+        case CallInfo::Kind::kAllToAll: return loomAllToAll(send, recv, count / 2, loomFloat32, comm, nullptr);
+        default: return loomAllReduce(send, recv, count, loomFloat32, loomSum, comm, nullptr);
+      }
     });
   }
 
  private:
+  // A loop of `calls` after five untimed ones, begun by both ranks together: an 8 B allreduce
+  // on the board first, since a broadcast's root or a reduce's leaf would otherwise start the
+  // next loop while the other rank still finishes this one.
   template <typename Call>
-  Status timed(int calls, double* us, Call call) {
-    for (int i = 0; i < 5; ++i) LOOM_TRY(check(call()));
+  Status timed(loomComm_t comm, int calls, double* us, Call call) {
+    for (int i = 0; i < 5; ++i) LOOM_TRY(check(comm, call()));
+    LOOM_TRY(check(board_, loomAllReduce(out_.data(), in_.data(), 2, loomFloat32, loomSum, board_, nullptr)));
     const Clock::time_point start = Clock::now();
-    for (int i = 0; i < calls; ++i) LOOM_TRY(check(call()));
-    *us = rank_ == 0 ? std::chrono::duration<double, std::micro>(Clock::now() - start).count() / calls : 0;
+    for (int i = 0; i < calls; ++i) LOOM_TRY(check(comm, call()));
+    *us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / calls;
     return Status::ok();
   }
 
-  Status check(loomResult_t result) {
+  Status check(loomComm_t comm, loomResult_t result) {
     if (result == loomSuccess) return Status::ok();
-    return error(result, "machine calibration's thread rank %d: %s", rank_, loomGetLastError(comm_));
+    return error(result, "machine calibration's thread rank %d: %s", rank_, loomGetLastError(comm));
   }
 
-  loomComm_t comm_;
+  loomComm_t board_, fifo_;
   int rank_;
   std::vector<float> out_, in_;
 };
 
-// One thread rank: joins the communicator on `cpu`, measures, and leaves it; rank 0 keeps
-// the best times in *out.
-Status runRank(const UniqueId& id, int rank, int cpu, const CommConfig& config, const std::vector<size_t>& sizes,
-               LinkFigures* out) {
-  runOnCpu(cpu);
-  loomComm_t comm = nullptr;
-  LOOM_TRY(initRank(&comm, 2, id, rank, config));
-  LinkRank calls(comm, rank, sizes.back());
-  std::vector<double> best(sizes.size(), HUGE_VAL);
-  double oneShot = HUGE_VAL;
-  Status status = Status::ok();
-  for (int round = 0; round < kRounds && status.isOk(); ++round) {
-    for (size_t i = 0; i < sizes.size() && status.isOk(); ++i) {
-      double us = 0;
-      status = calls.exchangeUs(sizes[i], &us);
-      best[i] = std::min(best[i], us);
-    }
+// One round of every figure, each kept in *best where it is the fastest yet.
+Status measureRound(LinkRank& calls, int round, const std::vector<size_t>& sizes, RankTimes* best) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
     double us = 0;
-    if (status.isOk()) status = calls.allReduceUs(&us);
-    oneShot = std::min(oneShot, us);
+    LOOM_TRY(calls.exchangeUs(sizes[i], &us));
+    best->exchange[i] = std::min(best->exchange[i], us);
   }
-  (void)loomCommDestroy(comm);
-  LOOM_TRY(status);
-  if (rank != 0) return Status::ok();
-  out->exchangeUs.clear();
-  for (size_t i = 0; i < sizes.size(); ++i) out->exchangeUs.emplace_back(sizes[i], best[i]);
-  out->oneShotUs = oneShot;
+  double us = 0;
+  LOOM_TRY(calls.allReduceUs(&us));
+  best->oneShot = std::min(best->oneShot, us);
+  for (LinkFigures::BoardTiming& timing : best->board) {
+    for (size_t i = 0; i < timing.bytes.size(); ++i) {
+      // Which goes first alternates, so that neither always follows the other's traffic.
+      for (bool onBoard : {round % 2 == 0, round % 2 != 0}) {
+        LOOM_TRY(calls.collectiveUs(timing.kind, timing.bytes[i], onBoard, &us));
+        double& kept = onBoard ? timing.boardUs[i] : timing.fifoUs[i];
+        kept = std::min(kept, us);
+      }
+    }
+  }
   return Status::ok();
+}
+
+// One thread rank: joins both communicators on `cpu`, measures, and leaves them.
+Status runRank(const std::array<UniqueId, 2>& ids, int rank, int cpu, const std::vector<size_t>& sizes,
+               RankTimes* out) {
+  runOnCpu(cpu);
+  CommConfig onBoard, offBoard;
+  LOOM_TRY(linkCalibrationConfig(true, &onBoard));
+  LOOM_TRY(linkCalibrationConfig(false, &offBoard));
+  loomComm_t board = nullptr, fifo = nullptr;
+  LOOM_TRY(initRank(&board, 2, ids[0], rank, onBoard));
+  Status status = initRank(&fifo, 2, ids[1], rank, offBoard);
+  RankTimes best;
+  best.exchange.assign(sizes.size(), HUGE_VAL);
+  for (CallInfo::Kind kind : kBoardTimedKinds) {
+    const std::vector<size_t> bytes(std::begin(kBoardTimedBytes), std::end(kBoardTimedBytes));
+    best.board.push_back({kind, bytes, std::vector<double>(bytes.size(), HUGE_VAL),
+                          std::vector<double>(bytes.size(), HUGE_VAL)});
+  }
+  if (status.isOk()) {
+    LinkRank calls(board, fifo, rank, std::max(sizes.back(), kBoardTimedBytes[std::size(kBoardTimedBytes) - 1]));
+    for (int round = 0; round < kRounds && status.isOk(); ++round) status = measureRound(calls, round, sizes, &best);
+    (void)loomCommDestroy(fifo);
+  }
+  (void)loomCommDestroy(board);
+  LOOM_TRY(status);
+  *out = best;
+  return Status::ok();
+}
+
+// The slower rank's time of each figure: what a loop of such calls takes.
+LinkFigures slowerOf(const std::array<RankTimes, 2>& ranks, const std::vector<size_t>& sizes) {
+  LinkFigures figures;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    figures.exchangeUs.emplace_back(sizes[i], std::max(ranks[0].exchange[i], ranks[1].exchange[i]));
+  }
+  figures.oneShotUs = std::max(ranks[0].oneShot, ranks[1].oneShot);
+  figures.board = ranks[0].board;
+  for (size_t k = 0; k < figures.board.size(); ++k) {
+    LinkFigures::BoardTiming& timing = figures.board[k];
+    for (size_t i = 0; i < timing.bytes.size(); ++i) {
+      timing.boardUs[i] = std::max(timing.boardUs[i], ranks[1].board[k].boardUs[i]);
+      timing.fifoUs[i] = std::max(timing.fifoUs[i], ranks[1].board[k].fifoUs[i]);
+    }
+  }
+  return figures;
 }
 
 }  // namespace
 
-Status linkCalibrationConfig(CommConfig* out) {
+Status linkCalibrationConfig(bool board, CommConfig* out) {
   CommConfig c;
   LOOM_TRY(builtInConfig(&c));
-  c.name = "machine calibration";
+  c.name = board ? "machine calibration, on the board" : "machine calibration, off the board";
   c.timeoutMs = c.initTimeoutMs = kWaitMs;
-  LOOM_TRY(parseAlgorithmSetting("allreduce=oneshot", &c.algorithms));
+  LOOM_TRY(parseAlgorithmSetting(board ? "oneshot" : "^oneshot", &c.algorithms));
   c.machineCalibration = false;
   *out = c;
   return Status::ok();
@@ -144,30 +220,31 @@ Status measureSharedMemoryLinks(LinkFigures* out) {
   const Clock::time_point begin = Clock::now();
   const std::vector<int> cpus = calibrationCpus(2);
   if (cpus.size() < 2) return error(loomSystemError, "this process may run on one CPU only");
-  CommConfig config;
-  LOOM_TRY(linkCalibrationConfig(&config));
   std::vector<size_t> sizes;
   LOOM_TRY(fifoSizes(&sizes));
-  // A root of its own on loopback: the two ranks never leave this process.
-  UniqueId id;
-  LOOM_TRY(Secret::random(&id.secret));
+  // Roots of their own on loopback, one a communicator: the two ranks never leave this process.
   SocketAddress loopback;
   LOOM_TRY(SocketAddress::resolve("127.0.0.1", 0, &loopback));
-  std::unique_ptr<BootstrapRoot> root;
-  LOOM_TRY(BootstrapRoot::start(loopback, id.secret, &root));
-  id.root = root->address();
+  std::array<UniqueId, 2> ids;
+  std::array<std::unique_ptr<BootstrapRoot>, 2> roots;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    LOOM_TRY(Secret::random(&ids[i].secret));
+    LOOM_TRY(BootstrapRoot::start(loopback, ids[i].secret, &roots[i]));
+    ids[i].root = roots[i]->address();
+  }
   // Threads of their own, which they pin: the caller's thread keeps its CPUs.
   std::array<Status, 2> results = {Status::ok(), Status::ok()};
-  LinkFigures figures;
+  std::array<RankTimes, 2> times;
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
-      results[static_cast<size_t>(rank)] =
-          runRank(id, rank, cpus[static_cast<size_t>(rank)], config, sizes, rank == 0 ? &figures : nullptr);
+      const size_t r = static_cast<size_t>(rank);
+      results[r] = runRank(ids, rank, cpus[r], sizes, &times[r]);
     });
   }
   for (std::thread& rank : ranks) rank.join();
   for (const Status& result : results) LOOM_TRY(result.withContext("shared-memory links"));
+  LinkFigures figures = slowerOf(times, sizes);
   figures.seconds = std::chrono::duration<double>(Clock::now() - begin).count();
   *out = figures;
   return Status::ok();

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -36,6 +37,22 @@ TEST(LinkCalibration, MeasuresTheFifoLineAndTheBoard) {
   std::printf("one-shot 8 B allreduce: %.2f us; %.3f s in all\n", figures.oneShotUs, figures.seconds);
   EXPECT_GT(figures.oneShotUs, 0);
   EXPECT_GT(figures.seconds, 0);
+  // Every collective timed at every size, both ways, and a limit among the sizes timed (or
+  // half the smallest).
+  ASSERT_EQ(figures.board.size(), std::size(loom::kBoardTimedKinds));
+  for (const LinkFigures::BoardTiming& timing : figures.board) {
+    ASSERT_EQ(timing.bytes.size(), std::size(loom::kBoardTimedBytes));
+    std::printf("%s:", loom::collectiveName(timing.kind));
+    for (size_t i = 0; i < timing.bytes.size(); ++i) {
+      std::printf(" %zu B %.2f / %.2f", timing.bytes[i], timing.boardUs[i], timing.fifoUs[i]);
+      EXPECT_GT(timing.boardUs[i], 0);
+      EXPECT_GT(timing.fifoUs[i], 0);
+    }
+    const size_t max = loom::boardTimedMax(timing);
+    std::printf(": the board to %zu B\n", max);
+    EXPECT_TRUE(max == timing.bytes[0] / 2 ||
+                std::find(timing.bytes.begin(), timing.bytes.end(), max) != timing.bytes.end());
+  }
   // The ranks ran on threads of their own: the caller's CPUs are as they were.
   ASSERT_EQ(sched_getaffinity(0, sizeof after, &after), 0);
   EXPECT_TRUE(CPU_EQUAL(&before, &after));
@@ -53,12 +70,20 @@ TEST(LinkCalibration, TheJobsSettingsDoNotApply) {
       .set("LOOM_SHM_FIFO_BYTES", "65536")
       .set("LOOM_CHANNELS", "4")
       .set("LOOM_MAPPED_MIN_BYTES", "0");
-  loom::CommConfig config;
-  Status status = loom::linkCalibrationConfig(&config);
+  loom::CommConfig config, offBoard;
+  Status status = loom::linkCalibrationConfig(false, &offBoard);
+  ASSERT_TRUE(status.isOk()) << status.message();
+  for (loom::CallInfo::Kind kind : loom::kBoardTimedKinds) {
+    EXPECT_FALSE(offBoard.algorithms.allows(kind, loom::Algorithm::kOneShot));
+    EXPECT_TRUE(offBoard.algorithms.allows(kind, loom::Algorithm::kRing) ||
+                offBoard.algorithms.allows(kind, loom::Algorithm::kPairwise));
+  }
+  status = loom::linkCalibrationConfig(true, &config);
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_TRUE(config.shm);
-  EXPECT_EQ(config.algorithms.forced(loom::CallInfo::Kind::kAllReduce), loom::Algorithm::kOneShot);
-  EXPECT_TRUE(config.algorithms.allows(loom::CallInfo::Kind::kBroadcast, loom::Algorithm::kRing));
+  for (loom::CallInfo::Kind kind : loom::kBoardTimedKinds) {
+    EXPECT_EQ(config.algorithms.forced(kind), loom::Algorithm::kOneShot);
+  }
   EXPECT_TRUE(config.protocols.allows(loom::Protocol::kSimple));
   EXPECT_FALSE(config.check);
   EXPECT_FALSE(config.machineCalibration);

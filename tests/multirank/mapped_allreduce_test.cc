@@ -250,6 +250,9 @@ TEST_P(MappedMinBytesQuery, SaysWhereCallsRunMapped) {
   const Threshold thresholds[] = {
       {"defaults", {}, false, 64 << 10, 1 << 20},
       {"LOOM_MAPPED_MIN_BYTES=8192", {{"LOOM_MAPPED_MIN_BYTES", "8192"}}, false, 8192, 8192},
+      // Below the board's slot the setting still says where calls run mapped: the board, which
+      // the tuner picks for 1 KiB, is not offered to them.
+      {"LOOM_MAPPED_MIN_BYTES=1024", {{"LOOM_MAPPED_MIN_BYTES", "1024"}}, false, 1024, 1024},
       {"LOOM_MAPPED_MIN_BYTES=0", {{"LOOM_MAPPED_MIN_BYTES", "0"}}, false, 0, 0},
       {"LOOM_ALGO=ring", {{"LOOM_ALGO", "ring"}}, false, 0, 0},
       {"LOOM_TRANSPORTS=socket", {{"LOOM_TRANSPORTS", "socket"}}, false, 0, 0},

@@ -484,6 +484,7 @@ void expectSameConstants(const CommProfile& a, const CommProfile& b) {
   EXPECT_EQ(a.streamingGbps, b.streamingGbps);
   EXPECT_EQ(a.directGbps, b.directGbps);
   EXPECT_EQ(a.streamingMinBytes, b.streamingMinBytes);
+  EXPECT_EQ(a.oneShotTimedMax, b.oneShotTimedMax);
 }
 
 TEST(TuningFile, SavedConstantsLoadBackExactly) {
@@ -497,12 +498,16 @@ TEST(TuningFile, SavedConstantsLoadBackExactly) {
   saved.streamingGbps = 9.5;
   saved.directGbps = 11.25;
   saved.streamingMinBytes = (size_t{1} << 40) + 3;
+  saved.oneShotTimedMax[static_cast<size_t>(CallInfo::Kind::kReduceScatter)] = 16384;
   const std::string path = tempPath("roundtrip");
   RemoveAtEnd cleanup{path};
   Status status = saveTuningFile(path, saved, "node17");
   ASSERT_TRUE(status.isOk()) << status.message();
   const std::string text = readFile(path);
   EXPECT_EQ(text.rfind("# loom tuning file v1\nmachine = node17\n", 0), 0u) << text;
+  // A collective the board was timed for has its limit; the others, untimed, no line.
+  EXPECT_NE(text.find("\noneshot.max_bytes.reducescatter = 16384\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("oneshot.max_bytes.allreduce"), std::string::npos) << text;
 
   CommProfile loaded = CommProfile::defaults(4, 2);
   status = loadTuningFile(path, &loaded);

@@ -19,6 +19,7 @@
 
 namespace {
 
+using loom::CallInfo;
 using loom::CommProfile;
 using loom::MachineCalibration;
 using loom::MachineFigures;
@@ -154,9 +155,24 @@ loom::LinkMeasurer knownLinks(int* calls) {
       out->exchangeUs.emplace_back(bytes, 1.5 + static_cast<double>(bytes) / 1e4);
     }
     out->oneShotUs = 0.6;
+    // The allreduce's board as fast as the FIFO up to 8 KiB, the broadcast's slower from 1 KiB.
+    out->board = {{CallInfo::Kind::kAllReduce, {1024, 8192, 32768}, {1, 2, 9}, {2, 2, 5}},
+                  {CallInfo::Kind::kBroadcast, {1024, 8192, 32768}, {3, 4, 9}, {2, 3, 5}}};
     out->seconds = 0.01;
     return Status::ok();
   };
+}
+
+// The board's limit: the largest size it was at least as fast at (ties are the board's), a
+// loss below that notwithstanding; half the smallest size where it lost at every one.
+TEST(MachineCalibration, TheBoardGoesUpToItsLastWin) {
+  using Timing = loom::LinkFigures::BoardTiming;
+  const std::vector<size_t> bytes = {1024, 2048, 4096};
+  EXPECT_EQ(loom::boardTimedMax(Timing{CallInfo::Kind::kReduce, bytes, {1, 2, 3}, {2, 3, 4}}), 4096u);
+  EXPECT_EQ(loom::boardTimedMax(Timing{CallInfo::Kind::kReduce, bytes, {1, 3, 3}, {2, 3, 2}}), 2048u);
+  EXPECT_EQ(loom::boardTimedMax(Timing{CallInfo::Kind::kReduce, bytes, {1, 4, 5}, {2, 3, 4}}), 1024u);
+  EXPECT_EQ(loom::boardTimedMax(Timing{CallInfo::Kind::kReduce, bytes, {1, 4, 3}, {2, 3, 4}}), 4096u);
+  EXPECT_EQ(loom::boardTimedMax(Timing{CallInfo::Kind::kReduce, bytes, {3, 4, 5}, {2, 3, 4}}), 512u);
 }
 
 // With two threads the link keys are the line fitted to what the measurer reports, the
@@ -182,6 +198,9 @@ TEST(MachineCalibration, LinkKeysAreTheMeasuredLine) {
   EXPECT_NEAR(p.oneShotLatencyUs, loom::oneShotLatencyFrom(0.6, pair), 0.005 * 0.6);
   EXPECT_LT(p.oneShotLatencyUs, 0.6);
   EXPECT_EQ(p.inter.latencyUs, base.inter.latencyUs);  // not the machine's to measure
+  EXPECT_EQ(p.oneShotTimedMax[static_cast<size_t>(CallInfo::Kind::kAllReduce)], 8192u);
+  EXPECT_EQ(p.oneShotTimedMax[static_cast<size_t>(CallInfo::Kind::kBroadcast)], 512u);
+  EXPECT_EQ(p.oneShotTimedMax[static_cast<size_t>(CallInfo::Kind::kReduce)], 0u);  // not timed
 
   ASSERT_TRUE(loom::measureMachine(1, kSmallCopies, &figures, knownLinks(&calls)).isOk());
   EXPECT_EQ(calls, 1);
@@ -351,6 +370,14 @@ TEST(CalibrationCache, KeepsTheLinksOnlyWhenMeasured) {
                       "one-shot 8 B allreduce 0.60 us; 0.01 s\n"),
             std::string::npos)
       << text;
+  EXPECT_NE(text.find("\n# board / FIFO, us a call: allreduce 1 KiB 1.00 / 2.00, 8 KiB 2.00 / 2.00, 32 KiB 9.00 / "
+                      "5.00: the board to 8192 B; broadcast 1 KiB 3.00 / 2.00, 8 KiB 4.00 / 3.00, 32 KiB 9.00 / 5.00: "
+                      "the board to 512 B\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(first.text.find("oneshot.max_bytes.allreduce = 8192\noneshot.max_bytes.broadcast = 512\n"),
+            std::string::npos)
+      << first.text;
 
   MachineCalibration read;
   ASSERT_TRUE(loom::loadOrMeasureMachineCalibration(2, dir, &read, kSmallCopies, knownLinks(&calls)).isOk());

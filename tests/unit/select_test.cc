@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -188,6 +189,50 @@ TEST(Tuner, ChoiceCarriesItsPredictionAndReasoning) {
   const std::string small = describePredictions(shape(kAllReduce, 8, false), AlgorithmSetting(), ProtocolSetting(),
                                                 profileFor(shape(kAllReduce, 8, false)));
   EXPECT_NE(small.find("(oneshot cannot run here)"), std::string::npos) << small;
+}
+
+// Where the machine calibration timed a collective on the board against the FIFO (two ranks of
+// one host), that timing decides for two ranks and caps the board for more; LOOM_ALGO still
+// forces the board up to its slot.
+TEST(Tuner, TheBoardGoesAsFarAsTheCalibrationTimedIt) {
+  const ProtocolSetting anyProtocol;
+  const AlgorithmSetting any;
+  CommProfile pair = CommProfile::defaults(2, 1);
+  const size_t broadcast = static_cast<size_t>(kBroadcast), allReduce = static_cast<size_t>(kAllReduce);
+  // Untimed, the model's choice: the 16 KiB allreduce through the FIFO, the 8 B one on the board.
+  ASSERT_NE(chooseAlgorithm(shape(kAllReduce, 16 << 10), any, anyProtocol, pair).algorithm, Algorithm::kOneShot);
+  ASSERT_EQ(chooseAlgorithm(shape(kBroadcast, 8), any, anyProtocol, pair).algorithm, Algorithm::kOneShot);
+
+  pair.oneShotTimedMax[allReduce] = 16 << 10;
+  pair.oneShotTimedMax[broadcast] = 4 << 10;
+  Choice timed = chooseAlgorithm(shape(kAllReduce, 16 << 10), any, anyProtocol, pair);
+  EXPECT_EQ(timed.algorithm, Algorithm::kOneShot);
+  EXPECT_NE(std::string(timed.why).find("machine calibration"), std::string::npos) << timed.why;
+  EXPECT_NE(chooseAlgorithm(shape(kAllReduce, (16 << 10) + 4), any, anyProtocol, pair).algorithm,
+            Algorithm::kOneShot);
+  EXPECT_EQ(chooseAlgorithm(shape(kBroadcast, 8), any, anyProtocol, pair).algorithm, Algorithm::kOneShot);
+  EXPECT_NE(chooseAlgorithm(shape(kBroadcast, 8 << 10), any, anyProtocol, pair).algorithm, Algorithm::kOneShot);
+  // Across hosts there is no board to time.
+  EXPECT_NE(chooseAlgorithm(shape(kBroadcast, 8, false), any, anyProtocol, pair).algorithm, Algorithm::kOneShot);
+
+  // More ranks: the model decides below the limit (a 16 KiB allreduce of 4 ranks is the
+  // FIFO's), and above it the board is out.
+  CommProfile four = CommProfile::defaults(4, 1);
+  four.oneShotTimedMax = pair.oneShotTimedMax;
+  EXPECT_NE(chooseAlgorithm(shape(kAllReduce, 16 << 10), any, anyProtocol, four).algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(chooseAlgorithm(shape(kBroadcast, 4 << 10), any, anyProtocol, four).algorithm,
+            chooseAlgorithm(shape(kBroadcast, 4 << 10), any, anyProtocol, CommProfile::defaults(4, 1)).algorithm);
+  four.oneShotTimedMax[broadcast] = 16;
+  EXPECT_NE(chooseAlgorithm(shape(kBroadcast, 64), any, anyProtocol, four).algorithm, Algorithm::kOneShot);
+
+  // LOOM_ALGO's forcing goes by the slot.
+  AlgorithmSetting board;
+  ASSERT_TRUE(parseAlgorithmSetting("oneshot", &board).isOk());
+  EXPECT_EQ(chooseAlgorithm(shape(kBroadcast, 32 << 10), board, anyProtocol, pair).algorithm, Algorithm::kOneShot);
+  // LOOM_ALGO without the board keeps it out whatever was timed.
+  AlgorithmSetting noBoard;
+  ASSERT_TRUE(parseAlgorithmSetting("^oneshot", &noBoard).isOk());
+  EXPECT_NE(chooseAlgorithm(shape(kAllReduce, 8), noBoard, anyProtocol, pair).algorithm, Algorithm::kOneShot);
 }
 
 TEST(ChoiceCacheTest, ChoosesOncePerShapeAndForgetsTheOldest) {
