@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "algorithms/calibration_cpus.h"
+#include "algorithms/select.h"
 #include "base/spin_barrier.h"
 #include "kernels/reduce.h"
 
@@ -252,22 +253,11 @@ size_t boardTimedMax(const LinkFigures::BoardTiming& timing) {
 
 std::vector<std::string> machineCalibrationKeys(bool links) {
   // In the tuning file's order.
-  if (links) {
-    return {"intra.latency_us",
-            "intra.gbps",
-            "reduce.gbps",
-            "copy.gbps",
-            "oneshot.latency_us",
-            "oneshot.max_bytes.allreduce",
-            "oneshot.max_bytes.broadcast",
-            "oneshot.max_bytes.reduce",
-            "oneshot.max_bytes.allgather",
-            "oneshot.max_bytes.reducescatter",
-            "oneshot.max_bytes.alltoall",
-            "streaming.gbps",
-            "streaming.min_bytes"};
-  }
-  return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};
+  if (!links) return {"reduce.gbps", "copy.gbps", "streaming.gbps", "streaming.min_bytes"};
+  std::vector<std::string> keys = {"intra.latency_us", "intra.gbps", "reduce.gbps", "copy.gbps", "oneshot.latency_us"};
+  for (CallInfo::Kind kind : kBoardTimedKinds) keys.push_back(std::string("oneshot.max_bytes.") + collectiveName(kind));
+  keys.insert(keys.end(), {"streaming.gbps", "streaming.min_bytes"});
+  return keys;
 }
 
 DataPathSizes machineCalibrationSizes(const MachineFigures& figures) {

@@ -1,6 +1,7 @@
 // Which algorithm and protocol run a call: among those LOOM_ALGO and LOOM_PROTO allow, the
-// one the cost model (cost_model.h) predicts fastest for the communicator's profile. Also
-// parses LOOM_ALGO and LOOM_PROTO.
+// one the cost model (cost_model.h) predicts fastest for the communicator's profile, except
+// between the one-shot board and the FIFO where the machine calibration timed the two
+// (CommProfile::oneShotTimedMax). Also parses LOOM_ALGO and LOOM_PROTO.
 #pragma once
 
 #include <array>

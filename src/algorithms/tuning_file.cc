@@ -63,7 +63,8 @@ const Key kKeys[] = {
     LOOM_TUNING_KEY("oneshot.max_bytes.broadcast", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kBroadcast]),
     LOOM_TUNING_KEY("oneshot.max_bytes.reduce", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kReduce]),
     LOOM_TUNING_KEY("oneshot.max_bytes.allgather", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kAllGather]),
-    LOOM_TUNING_KEY("oneshot.max_bytes.reducescatter", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kReduceScatter]),
+    LOOM_TUNING_KEY("oneshot.max_bytes.reducescatter", Kind::kTimedBytes, Scope::kHost,
+                    oneShotTimedMax[kReduceScatter]),
     LOOM_TUNING_KEY("oneshot.max_bytes.alltoall", Kind::kTimedBytes, Scope::kHost, oneShotTimedMax[kAllToAll]),
     LOOM_TUNING_KEY("mem.gbps", Kind::kBandwidth, Scope::kHost, memGbps),
     LOOM_TUNING_KEY("streaming.gbps", Kind::kBandwidth, Scope::kHost, streamingGbps),
@@ -188,8 +189,9 @@ Status applyLine(const std::string& path, int number, const std::string& raw, Co
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: a latency cannot be negative", path.c_str(),
                  number, name.c_str(), value.c_str());
   }
+  const bool bytes = kind == Kind::kBytes || kind == Kind::kTimedBytes;
   // 2^53: beyond it a double no longer holds every whole number.
-  if ((kind == Kind::kBytes || kind == Kind::kTimedBytes) && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
+  if (bytes && (parsed < 0 || parsed != std::floor(parsed) || parsed > 9007199254740992.0)) {
     return error(loomInvalidArgument, "tuning file %s:%d: %s = %s: expected a whole number of bytes", path.c_str(),
                  number, name.c_str(), value.c_str());
   }

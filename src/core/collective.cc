@@ -133,9 +133,13 @@ CallShape shapeOf(const CollectiveCall& call) {
 
 Choice chooseFor(const CollectiveCall& call) {
   const Communicator& comm = *call.comm;
-  const CallShape shape = shapeOf(call);
-  return comm.choices().get(shape, [&] {
-    return chooseAlgorithm(shape, comm.config().algorithms, comm.config().protocols, comm.profile());
+  // The cache's key (collective, size, in place) decides the rest of the shape on one
+  // communicator, which is made on a miss only: a hit costs no look at the mapped allreduce.
+  CallShape key;
+  key.info = call.info;
+  key.bytes = callBytes(call.info, comm.nranks());
+  return comm.choices().get(key, [&] {
+    return chooseAlgorithm(shapeOf(call), comm.config().algorithms, comm.config().protocols, comm.profile());
   });
 }
 

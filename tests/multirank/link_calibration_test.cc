@@ -98,7 +98,6 @@ TEST(LinkCalibration, TheJobsSettingsDoNotApply) {
   status = loom::measureSharedMemoryLinks(&figures);
   ASSERT_TRUE(status.isOk()) << status.message();
   EXPECT_EQ(figures.exchangeUs.size(), 6u);
-
 }
 
 // builtInConfig reads no variable at all: with every declared one set to a value none of them
