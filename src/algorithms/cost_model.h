@@ -47,7 +47,7 @@ struct CommProfile {
   // the board as through the FIFO where the machine calibration timed both between two ranks
   // of this host (oneshot.max_bytes.*; 0: not timed). Not the model's: the tuner applies it
   // (select.cc, boardTiming), predictUs does not.
-  std::array<size_t, 9> oneShotTimedMax{};
+  std::array<size_t, static_cast<size_t>(CallInfo::Kind::kAllToAll) + 1> oneShotTimedMax{};
   // Calls of this many bytes or more no longer fit the cache (LOOM_STREAMING_MIN_BYTES;
   // 0: treat every call as cached). Their shared-memory hops run at memGbps with cached
   // stores and at streamingGbps with non-temporal ones instead of intra.gbps.

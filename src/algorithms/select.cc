@@ -187,7 +187,7 @@ bool fits(Algorithm algorithm, const CallShape& shape, const CommProfile& profil
 // LOOM_ALGO's forcing goes by the slot alone.
 enum class BoardTiming { kUntimed, kSlower, kFaster };
 BoardTiming boardTiming(const CallShape& shape, const CommProfile& profile) {
-  const size_t timed = profile.oneShotTimedMax[static_cast<size_t>(shape.info.kind) % profile.oneShotTimedMax.size()];
+  const size_t timed = profile.oneShotTimedMax[static_cast<size_t>(shape.info.kind)];
   if (timed == 0 || !shape.oneHost) return BoardTiming::kUntimed;
   if (shape.bytes > timed) return BoardTiming::kSlower;
   return profile.nranks == 2 ? BoardTiming::kFaster : BoardTiming::kUntimed;

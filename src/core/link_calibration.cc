@@ -157,16 +157,14 @@ Status measureRound(LinkRank& calls, int round, const std::vector<size_t>& sizes
   return Status::ok();
 }
 
-// One thread rank: joins both communicators on `cpu`, measures, and leaves them.
-Status runRank(const std::array<UniqueId, 2>& ids, int rank, int cpu, const std::vector<size_t>& sizes,
-               RankTimes* out) {
+// One thread rank: joins both communicators (ids and configs: on the board, off it) on
+// `cpu`, measures, and leaves them.
+Status runRank(const std::array<UniqueId, 2>& ids, const std::array<CommConfig, 2>& configs, int rank, int cpu,
+               const std::vector<size_t>& sizes, RankTimes* out) {
   runOnCpu(cpu);
-  CommConfig onBoard, offBoard;
-  LOOM_TRY(linkCalibrationConfig(true, &onBoard));
-  LOOM_TRY(linkCalibrationConfig(false, &offBoard));
   loomComm_t board = nullptr, fifo = nullptr;
-  LOOM_TRY(initRank(&board, 2, ids[0], rank, onBoard));
-  Status status = initRank(&fifo, 2, ids[1], rank, offBoard);
+  LOOM_TRY(initRank(&board, 2, ids[0], rank, configs[0]));
+  Status status = initRank(&fifo, 2, ids[1], rank, configs[1]);
   RankTimes best;
   best.exchange.assign(sizes.size(), HUGE_VAL);
   for (CallInfo::Kind kind : kBoardTimedKinds) {
@@ -222,6 +220,9 @@ Status measureSharedMemoryLinks(LinkFigures* out) {
   if (cpus.size() < 2) return error(loomSystemError, "this process may run on one CPU only");
   std::vector<size_t> sizes;
   LOOM_TRY(fifoSizes(&sizes));
+  std::array<CommConfig, 2> configs;
+  LOOM_TRY(linkCalibrationConfig(true, &configs[0]));
+  LOOM_TRY(linkCalibrationConfig(false, &configs[1]));
   // Roots of their own on loopback, one a communicator: the two ranks never leave this process.
   SocketAddress loopback;
   LOOM_TRY(SocketAddress::resolve("127.0.0.1", 0, &loopback));
@@ -239,7 +240,7 @@ Status measureSharedMemoryLinks(LinkFigures* out) {
   for (int rank = 0; rank < 2; ++rank) {
     ranks.emplace_back([&, rank] {
       const size_t r = static_cast<size_t>(rank);
-      results[r] = runRank(ids, rank, cpus[r], sizes, &times[r]);
+      results[r] = runRank(ids, configs, rank, cpus[r], sizes, &times[r]);
     });
   }
   for (std::thread& rank : ranks) rank.join();
