@@ -157,7 +157,7 @@ struct Schedule {
   int channels = 1;
   double direct = 0;          // of load, receives a shared-memory link may read directly
   double directSpan = 0;      // the contiguous range one such receive reads
-  bool reducesDirect = false; // those receives reduce (recursive doubling)
+  bool reducesDirect = false; // those receives reduce, each a load's share of reduceBytes (rd)
   // Past the cache, the memory traffic of the transfers against what passes step by step
   // make: a host's ring allreduce on one host forwards from the cache (ringPasses).
   double memoryShare = 1;
@@ -171,10 +171,14 @@ bool readsDirect(const Schedule& s, const CommProfile& p, size_t bytes) {
          s.directSpan / s.channels >= static_cast<double>(p.directMinBytes);
 }
 
+// Reductions that read the FIFO in place cost what they add over the copy out of it;
+// between hosts, and for receives read directly into staging, they cost in full.
 double reductionUs(const Schedule& s, const CommProfile& p, bool direct) {
-  const bool inPlace = p.nhosts == 1 && !(direct && s.reducesDirect);
-  if (!inPlace) return transferUs(s.reduceBytes, p.reduceGbps);
-  return std::max(0.0, transferUs(s.reduceBytes, p.reduceGbps) - transferUs(s.reduceBytes, p.copyGbps));
+  const double full = transferUs(s.reduceBytes, p.reduceGbps);
+  if (p.nhosts > 1) return full;
+  const double overCopy = std::max(0.0, full - transferUs(s.reduceBytes, p.copyGbps));
+  const double directShare = direct && s.reducesDirect ? s.direct / s.load : 0;
+  return directShare * full + (1 - directShare) * overCopy;
 }
 
 double scheduleUs(const Schedule& s, const CommProfile& p, Protocol protocol, size_t bytes) {
@@ -264,9 +268,12 @@ Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
 // waiting one hop for the fold: fill 1. A power of two:
 //   log2(n) (alpha + bytes / bw + bytes / reduceGbps);
 // otherwise (log2(q) + 2) alpha + slice / bw + (log2(q) + 1) (bytes / bw + bytes /
-// reduceGbps). Slices spread over the channels. A rank may write its result only once its partner has
-// read what it sent, so it reads the partner's whole send (posted as one range) directly
-// into staging when the link allows.
+// reduceGbps). Slices spread over the channels. A rank may write its result only once its
+// partner has read what it sent. Its first round's send is its own input, which it does not
+// write again: the partner reads it (posted as one range) directly into staging when the
+// link allows, out of place. Later rounds send the result, which the next reduction
+// rewrites, through the FIFO (recursive_doubling.cc), and so does every round of a rank
+// that folded first: the busiest rank reads directly only where n is a power of two.
 Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels) {
   const int rounds = log2Floor(p.nranks);
   const bool folds = (1 << rounds) != p.nranks;
@@ -283,7 +290,7 @@ Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels) {
   s.fill = folds ? 1 : 0;
   s.reduceBytes = s.load * bytes;
   s.channels = channels;
-  s.direct = s.load;
+  s.direct = folds ? 0 : 1;
   s.directSpan = bytes;
   s.reducesDirect = true;
   return s;

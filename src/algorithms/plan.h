@@ -118,9 +118,12 @@ struct Step {
   // read directly. The sender writes that range again (the next allreduce reduces into it):
   // lines the peer read stay shared between the two cores' caches, and every one of them
   // then costs the sender's read-modify-write an invalidation (docs/RESULTS.md).
-  // kSend: the peer takes these bytes through the FIFO (takesThroughFifo below), so they are
-  // written there at once, never offered for a direct read: an offer the peer declines holds
-  // back the link's later sends, and with them the forwarding of reduced pieces from the cache.
+  // kSend: the bytes are written into the FIFO at once, never offered for a direct read,
+  // where the peer takes them through the FIFO (takesThroughFifo below: an offer it declines
+  // holds back the link's later sends, and with them the forwarding of reduced pieces from the
+  // cache), or where a reduction of this rank rewrites the range as soon as it is sent
+  // (recursive doubling: read directly, its lines would still be shared with the peer's cache
+  // then, as for a kRecv marked so).
   bool viaFifo = false;
   uint64_t round = 0;      // kOneShot, kMapped: the (first) board round, taken when the plan starts running
 };

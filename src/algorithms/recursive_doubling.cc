@@ -41,7 +41,9 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
       return linkStep(kind, peer, channel, src, dst, bytes);
     };
     if (vr < 0) {
-      plan.add(step(Step::Kind::kSend, a.rankAt(r + 1), own, nullptr));
+      Step fold = step(Step::Kind::kSend, a.rankAt(r + 1), own, nullptr);
+      fold.viaFifo = true;  // r + 1 reduces it as it arrives (its kRecvReduce has no writeAfter)
+      plan.add(fold);
       plan.add(step(Step::Kind::kRecv, a.rankAt(r + 1), nullptr, out));
       continue;
     }
@@ -55,6 +57,10 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
       const int partner = real(vr ^ mask);
       Step send = step(Step::Kind::kSend, partner, current, nullptr);
       send.after = ready;
+      // A range this rank writes again below (in place, or round 2 on) goes through the FIFO:
+      // read directly, its lines would be shared with the partner's cache when this rank's
+      // reduction rewrites them, each write an invalidation (twice the time at 256 KiB-4 MiB).
+      send.viaFifo = current == out;
       int sent = plan.add(send);
       Step reduce = step(Step::Kind::kRecvReduce, partner, current, out);
       // out may be what this round sends (round 2 on, or in place): write it only once sent.

@@ -151,6 +151,17 @@ TEST(CostModel, HandDerivedValues) {
   // FIFO all the same (Step::viaFifo): 3 + 2 x 524288 / 8000 + 524288 extra.
   EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, two), 1.5 + 2 * 104.8576, 1e-9);
   EXPECT_NEAR(allReduceUs(Algorithm::kRing, kMiB, two), 3 + 131.072 + 524288 * extra, 1e-9);
+  // Only the first round's send (the input, which its rank does not write again) is read
+  // directly; the second round's (the result, rewritten by the next reduction) comes through
+  // the FIFO, reduced in place. 4 ranks, 1 MiB:
+  // 2 x 1.5 + 1048576 / 10000 (direct) + 1048576 / 10000 (in full) + 1048576 / 8000 + 1048576 extra.
+  EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, CommProfile::defaults(4, 1)),
+              3 + 2 * 104.8576 + 131.072 + 1048576 * extra, 1e-9);
+  // With a fold (3 ranks) the busiest rank sends the folded result in every round: nothing
+  // direct. Fold and hand back (2 x 1.5) + one round (1.5), one slice's wait (524288 / 8000)
+  // and two buffers streamed and reduced in place.
+  EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, CommProfile::defaults(3, 1)),
+              4.5 + 65.536 + 2 * (131.072 + 1048576 * extra), 1e-9);
   // Between hosts no hop is shared memory: the reductions pay in full, nothing reads directly.
   // 4 hosts of one rank, rd of 1 MiB: 2 x (25 + 1048576 / 1200 + 1048576 / 10000).
   EXPECT_NEAR(allReduceUs(Algorithm::kRecursiveDoubling, kMiB, CommProfile::defaults(4, 4)),
