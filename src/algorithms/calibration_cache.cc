@@ -49,6 +49,14 @@ std::string cpuModel() {
   return "unknown";
 }
 
+// "2048/491520 KiB": a core's L2 and the L3, as the C library reads them (0 where unknown).
+// Virtual machines often give every processor one generic model name ("Intel(R) Xeon(R)
+// Processor"); the caches still tell apart hosts whose copies leave them at other sizes.
+std::string cacheSizes() {
+  auto kib = [](int name) { return std::to_string(std::max(0L, sysconf(name)) / 1024); };
+  return kib(_SC_LEVEL2_CACHE_SIZE) + "/" + kib(_SC_LEVEL3_CACHE_SIZE) + " KiB";
+}
+
 // A sanitized or unoptimized build copies and reduces slower: its figures are not the
 // machine's, and must not be what an optimized build reads.
 std::string buildFlavour() {
@@ -211,7 +219,7 @@ int calibrationThreadsFor(int ranksOnHost) {
 }
 
 std::string machineCalibrationKey(int threads) {
-  return "cpu=" + cpuModel() + "; cpus=" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) +
+  return "cpu=" + cpuModel() + "; caches=" + cacheSizes() + "; cpus=" + std::to_string(sysconf(_SC_NPROCESSORS_ONLN)) +
          "; threads=" + std::to_string(threads) + "; loom=" + LOOM_VERSION_STRING +
          "; measure=" + std::to_string(kMeasureRevision) + "; build=" + buildFlavour();
 }

@@ -1,7 +1,7 @@
 // The machine calibration (machine_calibration.h) measured once per machine and kept: a
 // communicator's rank 0 asks at creation; the first ask on a machine measures (a few tenths
 // of a second) and writes the result as a tuning file under $XDG_CACHE_HOME/loom/, keyed by
-// CPU model, CPU count, ranks copying at once, Loom's version and build; later asks read it
+// CPU model, L2 and L3 sizes, CPU count, ranks copying at once, Loom's version and build; later asks read it
 // (tens of microseconds). The file is a tuning file: LOOM_TUNING_FILE can load it too.
 #pragma once
 

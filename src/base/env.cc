@@ -91,7 +91,7 @@ const std::vector<Variable>& variables() {
        "1: at a host communicator's creation rank 0 takes the copy, reduce and streaming constants "
        "(and, with two ranks or more on its host, the shared-memory link's and the one-shot board's) "
        "from a calibration of this machine: measured at first use (a few tenths of a second) and kept "
-       "as a tuning file in $XDG_CACHE_HOME/loom (else $HOME/.cache/loom), one per CPU model, CPU "
+       "as a tuning file in $XDG_CACHE_HOME/loom (else $HOME/.cache/loom), one per CPU model and caches, CPU "
        "count, ranks on rank 0's host and build of Loom; delete it to measure again (docs/TUNING.md). "
        "0: built-in constants. LOOM_DEBUG=INFO names where each constant came from."},
       {"LOOM_CHANNELS", "0", kData,

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -416,12 +417,17 @@ TEST(CalibrationCache, MeasuresAgainForAnotherKeyOrABrokenFile) {
   const std::string key = loom::machineCalibrationKey(1);
   ASSERT_NE(key.find("; loom="), std::string::npos) << key;
   ASSERT_NE(key.find("cpu="), std::string::npos) << key;
+  const std::string caches = "; caches=" + std::to_string(std::max(0L, sysconf(_SC_LEVEL2_CACHE_SIZE)) / 1024) + "/" +
+                             std::to_string(std::max(0L, sysconf(_SC_LEVEL3_CACHE_SIZE)) / 1024) + " KiB;";
+  ASSERT_NE(key.find(caches), std::string::npos) << key;
 
   struct Case {
     const char* what;
     std::string text;
   } cases[] = {
       {"another version of Loom", good.substr(0, good.find("; loom=")) + "; loom=0.0.0" + good.substr(good.find("; measure="))},
+      // A host whose processors bear the same name but whose caches differ.
+      {"other caches", good.substr(0, good.find(caches)) + "; caches=1/1 KiB;" + good.substr(good.find(caches) + caches.size())},
       {"a value that is not a number", withValue(good, "reduce.gbps", "fast")},
       {"a key missing", good.substr(0, good.find("streaming.gbps"))},
       {"an empty file", ""},
