@@ -1,8 +1,9 @@
 // The machine calibration (machine_calibration.h) measured once per machine and kept: a
 // communicator's rank 0 asks at creation; the first ask on a machine measures (a few tenths
 // of a second) and writes the result as a tuning file under $XDG_CACHE_HOME/loom/, keyed by
-// CPU model, L2 and L3 sizes, CPU count, ranks copying at once, Loom's version and build; later asks read it
-// (tens of microseconds). The file is a tuning file: LOOM_TUNING_FILE can load it too.
+// CPU model, L2 and L3 sizes, CPU count, ranks copying at once, Loom's version and build;
+// later asks read it (tens of microseconds). The file is a tuning file: LOOM_TUNING_FILE can
+// load it too.
 #pragma once
 
 #include <cstddef>

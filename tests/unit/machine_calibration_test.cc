@@ -427,7 +427,8 @@ TEST(CalibrationCache, MeasuresAgainForAnotherKeyOrABrokenFile) {
   } cases[] = {
       {"another version of Loom", good.substr(0, good.find("; loom=")) + "; loom=0.0.0" + good.substr(good.find("; measure="))},
       // A host whose processors bear the same name but whose caches differ.
-      {"other caches", good.substr(0, good.find(caches)) + "; caches=1/1 KiB;" + good.substr(good.find(caches) + caches.size())},
+      {"other caches",
+       good.substr(0, good.find(caches)) + "; caches=1/1 KiB;" + good.substr(good.find(caches) + caches.size())},
       {"a value that is not a number", withValue(good, "reduce.gbps", "fast")},
       {"a key missing", good.substr(0, good.find("streaming.gbps"))},
       {"an empty file", ""},
