@@ -41,11 +41,11 @@ constexpr double kCacheFactor = 2;
 template <typename Run>
 double kernelGbps(size_t bytes, Run run) {
   double best = 0;
+  const int iters = static_cast<int>(std::max<size_t>(1, (size_t{50} << 20) / bytes));  // 50 MiB a round
   for (int round = 0; round < 5; ++round) {
-    constexpr int kIters = 50;
     const Clock::time_point start = Clock::now();
-    for (int i = 0; i < kIters; ++i) run();
-    best = std::max(best, static_cast<double>(bytes) * kIters / secondsBetween(start, Clock::now()) / 1e9);
+    for (int i = 0; i < iters; ++i) run();
+    best = std::max(best, static_cast<double>(bytes) * iters / secondsBetween(start, Clock::now()) / 1e9);
   }
   return best;
 }
@@ -185,7 +185,12 @@ Status measureMachine(int threads, size_t maxCopyBytes, MachineFigures* out, con
   MachineFigures figures;
   figures.threads = threads;
 
-  const size_t kernelBytes = size_t{1} << 20;
+  // What a step reduces or copies while it reads a slice out of the FIFO: arrays that stay in
+  // a core's L2 (384 KiB for a reduction's three). 1 MiB arrays, used before, left the L2 of
+  // both VMs we meet (the reduction at 10.5 GB/s where it runs at 33 in the L2), and the model
+  // then priced a 2-rank ring allreduce of 256 KiB-1 MiB at 1.2-1.3x the time it took, and
+  // recursive doubling's 64 KiB at 1.45x (docs/RESULTS.md).
+  const size_t kernelBytes = size_t{128} << 10;
   std::vector<float> a(kernelBytes / sizeof(float), 1.0f), b(a.size(), 2.0f), sum(a.size());
   figures.reduceGbps = kernelGbps(
       kernelBytes, [&] { kernels::reduce(sum.data(), a.data(), b.data(), a.size(), loomFloat32, loomSum); });

@@ -3,7 +3,7 @@
 // calibration_cache.h measures once per machine and keeps the result.
 //
 // What is measured, in this process:
-//   copy.gbps, reduce.gbps  one core's memcpy and float32 sum of 1 MiB arrays (in cache)
+//   copy.gbps, reduce.gbps  one core's memcpy and float32 sum of 128 KiB arrays (in its L2)
 //   streaming.min_bytes     `threads` threads copy back and forth between their own two
 //                           buffers at once, 512 KiB to 64 MiB each, with plain and with
 //                           non-temporal stores: the size from which calls are past the
