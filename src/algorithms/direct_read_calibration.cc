@@ -21,7 +21,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr size_t kSizes[] = {size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
+// From 128 KiB: on the second Intel Xeon VM direct reads won there, and an allgather or
+// all-to-all of 256 KiB between 2 ranks (blocks of 128 KiB) ran 1.8-2.3x with them, which a
+// smallest size of 256 KiB left out. At 64 KiB they tie with the FIFO (7.7-8.1 against 8.0-8.3
+// µs), and from there recursive doubling's first round read directly is priced above the ring
+// (docs/RESULTS.md).
+constexpr size_t kSizes[] = {size_t{128} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
 constexpr size_t kRingBytes = size_t{1} << 20;  // LOOM_SHM_FIFO_BYTES's default
 constexpr size_t kPieceBytes = size_t{64} << 10;
 constexpr int kRounds = 3;
@@ -29,7 +34,7 @@ constexpr int kRounds = 3;
 constexpr double kWinMargin = 0.97;
 // Whole pieces, so that no piece wraps around the ring's end.
 static_assert(kRingBytes % kPieceBytes == 0);
-static_assert(kSizes[0] % kPieceBytes == 0 && kSizes[1] % kPieceBytes == 0 && kSizes[2] % kPieceBytes == 0);
+static_assert(kSizes[0] % kPieceBytes == 0);  // and so every larger power of two
 
 // One direction's ring: bytes written and read so far, each on its own cache line.
 struct Ring {
