@@ -290,7 +290,7 @@ Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels) {
   s.fill = folds ? 1 : 0;
   s.reduceBytes = s.load * bytes;
   s.channels = channels;
-  s.direct = folds ? 0 : 1;
+  s.direct = folds ? 0 : std::min(1.0, s.load);  // the first round, where there is one
   s.directSpan = bytes;
   s.reducesDirect = true;
   return s;

@@ -59,7 +59,7 @@ void recursiveDoublingAllReduce(const CollectiveArgs& a, Plan& plan) {
       send.after = ready;
       // A range this rank writes again below (in place, or round 2 on) goes through the FIFO:
       // read directly, its lines would be shared with the partner's cache when this rank's
-      // reduction rewrites them, each write an invalidation (twice the time at 256 KiB-4 MiB).
+      // reduction rewrites them, each write an invalidation (1.7-1.9x the time at 256 KiB-4 MiB).
       send.viaFifo = current == out;
       int sent = plan.add(send);
       Step reduce = step(Step::Kind::kRecvReduce, partner, current, out);
