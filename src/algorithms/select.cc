@@ -301,10 +301,10 @@ std::string describePredictions(const CallShape& shape, const AlgorithmSetting& 
   return text;
 }
 
-uint64_t ChoiceCache::keyOf(const CallShape& shape) {
-  if (shape.bytes >> 54 != 0) return 0;
-  return uint64_t{1} << 63 | static_cast<uint64_t>(shape.bytes) << 9 |
-         static_cast<uint64_t>(shape.info.kind) << 1 | (shape.info.inPlace ? 1 : 0);
+uint64_t ChoiceCache::keyOf(const CallInfo& call, size_t bytes) {
+  if (bytes >> 54 != 0) return 0;
+  return uint64_t{1} << 63 | static_cast<uint64_t>(bytes) << 9 | static_cast<uint64_t>(call.kind) << 1 |
+         (call.inPlace ? 1 : 0);
 }
 
 bool ChoiceCache::find(uint64_t key, Choice* out) const {

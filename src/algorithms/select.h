@@ -83,10 +83,11 @@ bool supports(CallInfo::Kind kind, Algorithm algorithm);
 // 150 ns allreduce): the entries are a seqlock, which misses rewrite one at a time.
 class ChoiceCache {
  public:
-  // The cached choice for `shape`, or choose() remembered.
+  // The cached choice for a call like `call` (its collective and in-place flag) of `bytes`
+  // (CallShape::bytes), or choose() remembered.
   template <typename Choose>
-  Choice get(const CallShape& shape, Choose choose) {
-    const uint64_t key = keyOf(shape);
+  Choice get(const CallInfo& call, size_t bytes, Choose choose) {
+    const uint64_t key = keyOf(call, bytes);
     Choice found;
     if (key != 0 && find(key, &found)) return found;
     // Evaluated outside the lock; two threads that miss together store the same choice twice.
@@ -98,7 +99,7 @@ class ChoiceCache {
  private:
   // Valid bit, bytes, collective and in-place flag in one word; 0 (not cached) for a size
   // too big to fit, which no machine can allocate.
-  static uint64_t keyOf(const CallShape& shape);
+  static uint64_t keyOf(const CallInfo& call, size_t bytes);
   bool find(uint64_t key, Choice* out) const;
   void remember(uint64_t key, const Choice& choice);
 

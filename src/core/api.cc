@@ -4,6 +4,7 @@
 #include <cstring>
 #include <functional>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "algorithms/plan.h"
@@ -674,7 +675,14 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
       if (reduces) LOOM_TRY(comm.deviceComm().checkReduction(static_cast<loomDataType_t>(type)));
     }
     LOOM_TRY(comm.usable());
-    CallInfo info;
+    // Made where submit reads it: a copy of a struct whose narrow fields were just stored
+    // waits for those stores to reach the cache, several times a small call's whole cost.
+    loom::group::Call submitted(std::in_place_type<loom::CollectiveCall>);
+    auto& made = std::get<loom::CollectiveCall>(submitted);
+    made.comm = &comm;
+    made.send = sendbuff;
+    made.recv = recvbuff;
+    CallInfo& info = made.info;
     info.kind = kind;
     info.type = static_cast<loomDataType_t>(type);
     info.op = reduces && !preMul.on ? static_cast<loomRedOp_t>(op) : loomSum;
@@ -683,7 +691,7 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
     info.count = count;
     info.inPlace = inPlace;
     info.seq = comm.callLog().recordCollective(info);
-    return loom::group::submit(loom::CollectiveCall{&comm, info, sendbuff, recvbuff}, stream, streamHandle);
+    return loom::group::submit(submitted, stream, streamHandle);
   });
 }
 

@@ -10,7 +10,7 @@ namespace loom {
 uint64_t CallLog::recordCollective(const CallInfo& info) {
   std::lock_guard<SpinLock> lock(lock_);
   const uint64_t seq = ++collectives_;
-  addLocked({info, seq, nullptr, -1});
+  addLocked(info, seq, nullptr, -1);
   return seq;
 }
 
@@ -18,19 +18,37 @@ void CallLog::recordBarrier() {
   CallInfo info;
   info.kind = CallInfo::Kind::kBarrier;
   std::lock_guard<SpinLock> lock(lock_);
-  addLocked({info, 0, nullptr, -1});
+  addLocked(info, 0, nullptr, -1);
 }
 
 void CallLog::recordPointToPoint(const char* call, int peer, uint64_t bytes) {
   CallInfo info;
   info.count = bytes;
   std::lock_guard<SpinLock> lock(lock_);
-  addLocked({info, 0, call, peer});
+  addLocked(info, 0, call, peer);
 }
 
-void CallLog::addLocked(const Entry& e) {
-  entries_[recorded_ % kEntries] = e;
+void CallLog::addLocked(const CallInfo& info, uint64_t seq, const char* call, int peer) {
+  Entry& e = entries_[recorded_ % kEntries];
+  e.kind = info.kind;
+  e.type = info.type;
+  e.op = info.op;
+  e.root = info.root;
+  e.count = info.count;
+  e.seq = seq;
+  e.call = call;
+  e.peer = peer;
   ++recorded_;
+}
+
+CallInfo CallLog::Entry::info() const {
+  CallInfo info;
+  info.kind = kind;
+  info.type = type;
+  info.op = op;
+  info.root = root;
+  info.count = count;
+  return info;
 }
 
 void CallLog::forget(uint64_t calls, uint64_t collectives) {
@@ -55,9 +73,9 @@ std::vector<std::string> CallLog::lines() const {
   std::vector<std::string> out;
   for (uint64_t i = std::max(oldest, recorded > kEntries ? recorded - kEntries : 0); i < recorded; ++i) {
     const Entry& e = entries[i % kEntries];
-    out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, static_cast<unsigned long long>(e.info.count), e.peer)
-                 : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info.describe().c_str())
-                         : "    " + e.info.describe());
+    out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, static_cast<unsigned long long>(e.count), e.peer)
+                 : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info().describe().c_str())
+                         : "    " + e.info().describe());
   }
   return out;
 }

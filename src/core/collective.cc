@@ -134,11 +134,9 @@ CallShape shapeOf(const CollectiveCall& call) {
 Choice chooseFor(const CollectiveCall& call) {
   const Communicator& comm = *call.comm;
   // The cache's key (collective, size, in place) decides the rest of the shape on one
-  // communicator, which is made on a miss only: a hit costs no look at the mapped allreduce.
-  CallShape key;
-  key.info = call.info;
-  key.bytes = callBytes(call.info, comm.nranks());
-  return comm.choices().get(key, [&] {
+  // communicator, which is made on a miss only: a hit costs no look at the mapped allreduce
+  // (and no copy of the call, whose fields the caller has just stored: api.cc).
+  return comm.choices().get(call.info, callBytes(call.info, comm.nranks()), [&] {
     return chooseAlgorithm(shapeOf(call), comm.config().algorithms, comm.config().protocols, comm.profile());
   });
 }

@@ -245,21 +245,22 @@ TEST(ChoiceCacheTest, ChoosesOncePerShapeAndForgetsTheOldest) {
     };
   };
   CallShape small = shape(CallInfo::Kind::kAllReduce, 8);
-  EXPECT_EQ(cache.get(small, choose(Algorithm::kOneShot)).algorithm, Algorithm::kOneShot);
-  EXPECT_EQ(cache.get(small, choose(Algorithm::kRing)).algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(cache.get(small.info, small.bytes, choose(Algorithm::kOneShot)).algorithm, Algorithm::kOneShot);
+  EXPECT_EQ(cache.get(small.info, small.bytes, choose(Algorithm::kRing)).algorithm, Algorithm::kOneShot);
   EXPECT_EQ(evaluations, 1);
   // Another size, collective or in-place flag is another shape.
   CallShape inPlace = small;
   inPlace.info.inPlace = true;
-  EXPECT_EQ(cache.get(inPlace, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
-  EXPECT_EQ(cache.get(shape(CallInfo::Kind::kBroadcast, 8), choose(Algorithm::kTree)).algorithm, Algorithm::kTree);
+  EXPECT_EQ(cache.get(inPlace.info, inPlace.bytes, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
+  EXPECT_EQ(cache.get(shape(CallInfo::Kind::kBroadcast, 8).info, 8, choose(Algorithm::kTree)).algorithm,
+            Algorithm::kTree);
   EXPECT_EQ(evaluations, 3);
   // Eight shapes fit; the ninth replaces the first one made.
   for (size_t bytes = 16; bytes < 16 * 7; bytes += 16) {
-    cache.get(shape(CallInfo::Kind::kAllReduce, bytes), choose(Algorithm::kRecursiveDoubling));
+    cache.get(shape(CallInfo::Kind::kAllReduce, bytes).info, bytes, choose(Algorithm::kRecursiveDoubling));
   }
   EXPECT_EQ(evaluations, 9);
-  EXPECT_EQ(cache.get(small, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
+  EXPECT_EQ(cache.get(small.info, small.bytes, choose(Algorithm::kRing)).algorithm, Algorithm::kRing);
   EXPECT_EQ(evaluations, 10);
 }
 
@@ -277,7 +278,7 @@ TEST(ChoiceCacheTest, ReadersRacingWritersGetWholeChoices) {
     threads.emplace_back([&, t] {
       for (int k = 0; k < 20000; ++k) {
         const size_t i = static_cast<size_t>(k * 7 + t) % 12;
-        Choice c = cache.get(shape(CallInfo::Kind::kAllReduce, 8 * (i + 1)), [&] { return expected(i); });
+        Choice c = cache.get(shape(CallInfo::Kind::kAllReduce, 8).info, 8 * (i + 1), [&] { return expected(i); });
         Choice want = expected(i);
         if (c.algorithm != want.algorithm || c.protocol != want.protocol || c.predictedUs != want.predictedUs ||
             c.why != want.why) {
