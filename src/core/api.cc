@@ -618,17 +618,23 @@ bool overlap(const void* a, size_t aBytes, const void* b, size_t bBytes) {
 loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendbuff, void* recvbuff,
                         size_t count, int type, int op, int root, loomComm_t handle, loomStream_t streamHandle) {
   return withComm(handle, call, [&](Communicator& comm) -> Status {
+    // Made where submit reads it: a copy of a struct whose narrow fields were just stored
+    // waits for those stores to reach the cache, several times a small call's whole cost.
+    loom::group::Call submitted(std::in_place_type<loom::CollectiveCall>);
+    auto& made = std::get<loom::CollectiveCall>(submitted);
+    CallInfo& info = made.info;
     const int n = comm.nranks(), rank = comm.rank();
     if (type < 0 || type >= loomNumTypes) {
       return loom::error(loomInvalidArgument, "datatype %d is not a loomDataType_t (0..%d)", type, loomNumTypes - 1);
     }
     bool reduces = kind == CallInfo::Kind::kAllReduce || kind == CallInfo::Kind::kReduce ||
                    kind == CallInfo::Kind::kReduceScatter;
-    loom::PreMul preMul;
     if (reduces && op < 0) {
       return loom::error(loomInvalidArgument, "op %d is not a loomRedOp_t (0..%d)", op, loomNumOps - 1);
     }
-    if (reduces && op >= loomNumOps) LOOM_TRY(comm.preMulOps().find(op, static_cast<loomDataType_t>(type), &preMul));
+    if (reduces && op >= loomNumOps) {
+      LOOM_TRY(comm.preMulOps().find(op, static_cast<loomDataType_t>(type), &info.preMul));
+    }
     bool rooted = kind == CallInfo::Kind::kBroadcast || kind == CallInfo::Kind::kReduce;
     if (rooted && (root < 0 || root >= n)) {
       return loom::error(loomInvalidArgument, "root %d is out of range [0, %d)", root, n);
@@ -675,18 +681,12 @@ loomResult_t collective(CallInfo::Kind kind, const char* call, const void* sendb
       if (reduces) LOOM_TRY(comm.deviceComm().checkReduction(static_cast<loomDataType_t>(type)));
     }
     LOOM_TRY(comm.usable());
-    // Made where submit reads it: a copy of a struct whose narrow fields were just stored
-    // waits for those stores to reach the cache, several times a small call's whole cost.
-    loom::group::Call submitted(std::in_place_type<loom::CollectiveCall>);
-    auto& made = std::get<loom::CollectiveCall>(submitted);
     made.comm = &comm;
     made.send = sendbuff;
     made.recv = recvbuff;
-    CallInfo& info = made.info;
     info.kind = kind;
     info.type = static_cast<loomDataType_t>(type);
-    info.op = reduces && !preMul.on ? static_cast<loomRedOp_t>(op) : loomSum;
-    info.preMul = preMul;
+    info.op = reduces && !info.preMul.on ? static_cast<loomRedOp_t>(op) : loomSum;
     info.root = rooted ? root : -1;
     info.count = count;
     info.inPlace = inPlace;
