@@ -12,7 +12,7 @@
 #                   [--plot FILE.svg] [--out DIR] [--builddir DIR] [--pin LIST]
 #                   [--wait-idle S] [--retries K] [--loom-args ARGS] [--no-install]
 #
-#   --collectives L  allreduce, broadcast, reduce, allgather, reducescatter, alltoall (default
+#   --collectives L  allreduce, broadcast, reduce, allgather, reducescatter, alltoall, sendrecv (default
 #                    allreduce,broadcast). Gloo runs allreduce and broadcast only; the memory
 #                    limit has a model for those two only (docs/PERF.md)
 #   --ranks N        ranks of every program (default 2)
@@ -88,7 +88,7 @@ check_list() {  # check_list OPTION VALUE ALLOWED...
     [[ " $* " == *" $item "* ]] || { echo "compare.sh: $option: unknown '$item' ($*)" >&2; exit 2; }
   done
 }
-check_list --collectives "$collectives" allreduce broadcast reduce allgather reducescatter alltoall
+check_list --collectives "$collectives" allreduce broadcast reduce allgather reducescatter alltoall sendrecv
 check_list --transports "$transports" shm tcp
 check_list --pin "$pin" all none loom mpi gloo
 out="${out:-$builddir/compare}"

@@ -32,13 +32,14 @@ BUS_FACTOR = {  # nccl-tests' busbw / algbw, by collective and ranks
     "allgather": lambda n: (n - 1) / n,
     "reducescatter": lambda n: (n - 1) / n,
     "alltoall": lambda n: (n - 1) / n,
+    "sendrecv": lambda n: 1.0,
 }
 WHAT = {  # what the call does, for the table's caption
     "allreduce": "sum", "broadcast": "from rank 0", "reduce": "sum to rank 0", "allgather": "",
-    "reducescatter": "sum", "alltoall": "",
+    "reducescatter": "sum", "alltoall": "", "sendrecv": "to the next rank, from the one before",
 }
-# Collectives without an in-place form (Loom's all-to-all): their main table is out of place.
-NO_IN_PLACE = {"alltoall"}
+# Collectives without an in-place form (all-to-all, send/recv): their main table is out of place.
+NO_IN_PLACE = {"alltoall", "sendrecv"}
 COLUMNS = {"oop": 5, "ip": 9}  # first field of each mode in a 13-field row
 LIMITS = {  # transport: (the program that measures its limit, the ratio column's title)
     "shm": ("memcpy", "Loom/limit"),

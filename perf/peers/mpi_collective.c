@@ -5,12 +5,13 @@
  *   mpirun -n 2 --bind-to core ./mpi_collective COLLECTIVE [-b 8] [-e 128M] [-f 2]
  *          [-n 20] [-w 1] [-c 1] [-a 1] [-r 0] [--min-time S]
  *
- * COLLECTIVE: allreduce, broadcast, reduce, allgather, reducescatter, alltoall. float32, sum;
+ * COLLECTIVE: allreduce, broadcast, reduce, allgather, reducescatter, alltoall, sendrecv (each rank
+ * sends to the next and receives from the one before, as loom-perf's). float32, sum;
  * sizes and bus-bandwidth factors as nccl-tests (and loom-perf) count them: the size is the
  * larger buffer's, each rank's share of allgather, reducescatter and alltoall its n-th part
  * rounded down to 16 bytes. Out of place and in place (MPI_IN_PLACE; the reduction's result at
  * the start of the buffer for reducescatter), except broadcast (MPI_Bcast has one buffer) and
- * alltoall (measured out of place only, as loom-perf does): their other fields read `-`. The
+ * alltoall and sendrecv (measured out of place only, as loom-perf does): their other fields read `-`. The
  * buffers hold zeros while timed (an in-place sum of zeros stays finite and regular); the check
  * then fills rank r's input with (i + 3r) % 61 in element i, so that every float sum is exact,
  * the output with NaN, and counts the elements of one call that differ from the exact result.
@@ -21,9 +22,9 @@
 #include <limits.h>
 #include <mpi.h>
 
-typedef enum { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll } Kind;
+typedef enum { kAllReduce, kBroadcast, kReduce, kAllGather, kReduceScatter, kAllToAll, kSendRecv } Kind;
 static const char* const kNames[] = {"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
-                                     "alltoall"};
+                                     "alltoall", "sendrecv"};
 
 typedef struct {
   Kind kind;
@@ -59,6 +60,12 @@ static void callCollective(void* state) {
     case kAllToAll:
       MPI_Alltoall(c->send, c->share, MPI_FLOAT, c->recv, c->share, MPI_FLOAT, MPI_COMM_WORLD);
       break;
+    case kSendRecv: {
+      const int next = (c->rank + 1) % c->nranks, prev = (c->rank + c->nranks - 1) % c->nranks;
+      MPI_Sendrecv(c->send, c->count, MPI_FLOAT, next, 0, c->recv, c->count, MPI_FLOAT, prev, 0, MPI_COMM_WORLD,
+                   MPI_STATUS_IGNORE);
+      break;
+    }
   }
 }
 
@@ -107,6 +114,7 @@ static int expected(const Collective* c, size_t i, float* want) {
       /* Block j comes from rank j, which sent its block `rank`. */
       *want = pattern((size_t)c->rank * share + i % share, (int)(i / share));
       return 1;
+    case kSendRecv: *want = pattern(i, (c->rank + c->nranks - 1) % c->nranks); return 1;
   }
   return 0;
 }
@@ -170,7 +178,7 @@ int main(int argc, char** argv) {
   if (kind < 0 || o.root >= nranks || o.maxBytes / sizeof(float) > INT_MAX) {
     if (rank == 0 && first >= 0)
       fprintf(stderr,
-              "usage: mpirun -n N %s allreduce|broadcast|reduce|allgather|reducescatter|alltoall [flags] "
+              "usage: mpirun -n N %s allreduce|broadcast|reduce|allgather|reducescatter|alltoall|sendrecv [flags] "
               "(-r < N, -e < 8G)\n",
               argv[0]);
     MPI_Finalize();
@@ -217,7 +225,7 @@ int main(int argc, char** argv) {
     if (shared && c.share == 0) continue;
     if (rank == 0) peerPrintRowStart(used, reduces ? "sum" : "none", takesRoot ? o.root : -1);
     for (c.inPlace = 0; c.inPlace <= 1; ++c.inPlace) {
-      if ((c.kind == kBroadcast && !c.inPlace) || (c.kind == kAllToAll && c.inPlace)) {
+      if ((c.kind == kBroadcast && !c.inPlace) || ((c.kind == kAllToAll || c.kind == kSendRecv) && c.inPlace)) {
         if (rank == 0) peerPrintNoMode();
         continue;
       }

@@ -17,11 +17,13 @@ namespace loom {
 
 constexpr std::chrono::nanoseconds kSpinBeforeSleep = std::chrono::microseconds(100);
 
-// For this long after the last progress a rank waiting on sockets looks again without even
-// yielding, unless its host's ranks outnumber the cores (the peer may need this core). On a
-// core that other busy processes share, sched_yield hands it to them for their whole slice (a
-// millisecond or more under EEVDF), long after the peer's reply came: a 2-rank 8-byte
-// allreduce over TCP took 1.1-2.0 ms beside two busy loops, and 6.5-7.5 us without the yields.
+// For this long after the last progress a rank waiting on sockets or shared memory looks again
+// without even yielding, unless its host's ranks outnumber the cores (the peer may need this
+// core). On a core that other busy processes share, sched_yield hands it to them for their
+// whole slice (a millisecond or more under EEVDF), long after the peer's reply came: a 2-rank
+// 8-byte allreduce over TCP took 1.1-2.0 ms beside two busy loops, and 6.5-7.5 us without the
+// yields. Where nothing else runs, a yield is still a system call, longer than the whole trip
+// of a small message over shared memory.
 constexpr std::chrono::nanoseconds kBusyBeforeYield = std::chrono::microseconds(30);
 
 inline std::chrono::nanoseconds napAfter(std::chrono::nanoseconds waited) {
