@@ -211,6 +211,11 @@ std::string Run::describe(const Queue& q, int index) const {
 }
 
 Status Run::go() {
+  state_.reserve(plans_.size());
+  size_t steps = 0;
+  for (const Plan& p : plans_) steps += p.steps.size();
+  // At most a queue a step; a few for a small call, which would otherwise grow the vector.
+  queues_.reserve(std::min<size_t>(steps, 8));
   for (Plan& p : plans_) {
     state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now()});
     // Board rounds are taken when a plan runs, not when it is built: a plan that never runs

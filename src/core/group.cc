@@ -45,6 +45,11 @@ Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, Scratc
     p.comm = comm;
     p.scratchSource = scratch;
     p.deviceMemory = scratch != nullptr;
+    // Room for a step a call, what a group of messages takes: a small call's time is a few
+    // allocations more or less.
+    p.calls.reserve(calls.size());
+    p.steps.reserve(calls.size());
+    p.callOf.reserve(calls.size());
     return p;
   };
   std::vector<std::pair<Communicator*, std::vector<P2POp>>> selfOps;
@@ -102,6 +107,7 @@ Status launchOnDevices(const std::vector<Recorded>& recorded) {
 
 Status launch(const std::vector<Recorded>& recorded) {
   std::vector<Call> now;
+  now.reserve(recorded.size());
   std::map<HostStream*, std::vector<Call>> queued;
   std::vector<Recorded> onDevices;
   for (const Recorded& r : recorded) {
