@@ -73,7 +73,8 @@ std::vector<std::string> CallLog::lines() const {
   std::vector<std::string> out;
   for (uint64_t i = std::max(oldest, recorded > kEntries ? recorded - kEntries : 0); i < recorded; ++i) {
     const Entry& e = entries[i % kEntries];
-    out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, static_cast<unsigned long long>(e.count), e.peer)
+    const auto count = static_cast<unsigned long long>(e.count);
+    out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, count, e.peer)
                  : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info().describe().c_str())
                          : "    " + e.info().describe());
   }
