@@ -147,8 +147,8 @@ def render_legend(runs):
     spread = ", (+x%): how much slower the slowest round was" if runs > 1 else ""
     return [
         f"The main tables come from each program's **in-place** column, the only mode all three "
-        f"measure (MPI_Bcast and torch.distributed's calls have one buffer; all-to-all's from the "
-        f"out-of-place one, Loom having no in-place form); the out-of-place "
+        f"measure (MPI_Bcast and torch.distributed's calls have one buffer; all-to-all's and "
+        f"sendrecv's from the out-of-place one, which have no in-place form); the out-of-place "
         f"tables put Loom beside Open MPI where both measure that mode. Time: µs per call "
         f"(mean over ranks) in the best of {runs} round{'s' * (runs > 1)}{spread}. busbw: GB/s "
         f"(GB = 1e9), nccl-tests' bus bandwidth. MPI/Loom and Gloo/Loom: peer time / Loom time "
