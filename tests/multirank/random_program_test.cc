@@ -1,0 +1,461 @@
+// Random programs of calls, the same on every rank (drawn from one seed), each result checked
+// against the reference (collective_reference.h): every collective, type and op, counts
+// spread from 0 to 2 MiB with the sizes where Loom changes its way of moving bytes (the
+// board, direct reads, the mapped allreduce) and one element either side, in place or not,
+// at byte offsets that break every alignment, in heap, loomMemAlloc or registered memory, on
+// the harness's communicator or on one split from it with the ranks numbered backwards;
+// alone, in groups mixed with sends and receives, or queued on a host stream. The matrix
+// (collectives_test) runs each case once on fresh links; this runs what one call leaves to
+// the next: board rounds, mapped buffers, the choice cache, link state from calls of other
+// sizes and protocols.
+//
+// A failure names the configuration, the program's seed, the batch and the call;
+// LOOM_TEST_SEED=N runs every configuration with that seed, LOOM_TEST_BATCHES=N that many
+// batches (docs/TESTING.md).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "multirank/collective_reference.h"
+#include "multirank/harness.h"
+
+namespace {
+
+using loomtest::Collective;
+using loomtest::CollectiveCase;
+using loomtest::CollectiveRun;
+using loomtest::Mode;
+using loomtest::ScopedEnv;
+
+constexpr size_t kMostBufferBytes = 2 << 20;  // one call's send or receive side
+constexpr size_t kGuard = 64;                 // as around CollectiveRun's buffers
+constexpr size_t kMostItems = 4;              // calls in a batch
+constexpr int kMostReported = 3;              // wrong batches a rank reports
+
+enum class Memory { kHeap, kMapped, kRegistered };
+
+const char* memoryName(Memory m) {
+  return m == Memory::kHeap ? "heap" : m == Memory::kMapped ? "loomMemAlloc" : "registered heap";
+}
+
+// A send to the rank `shift` ahead and a receive from the rank `shift` behind (shift 0: this
+// rank itself), of `count` elements of `type`.
+struct SendRecv {
+  loomDataType_t type = loomUint8;
+  size_t count = 0;
+  int shift = 1;
+  uint64_t seed = 0;
+};
+
+struct Item {
+  bool collective = true;
+  bool reversed = false;  // on the second communicator, whose ranks are numbered backwards
+  CollectiveCase call;  // when collective
+  SendRecv p2p;         // otherwise
+  Memory memory = Memory::kHeap;
+  size_t offset = 0;  // bytes past an aligned start
+};
+
+// How a batch is made: one blocking call, a group of calls, calls queued one by one on a host
+// stream, or a group queued on a host stream.
+enum class How { kAlone, kGroup, kStream, kGroupOnStream };
+
+struct Batch {
+  How how = How::kAlone;
+  std::vector<Item> items;
+};
+
+std::string describe(const Item& item) {
+  std::string text;
+  if (item.collective) {
+    text = item.call.describe();
+  } else {
+    text = std::string("send/recv ") + loomtest::typeName(item.p2p.type) + " count=" +
+           std::to_string(item.p2p.count) + " shift=" + std::to_string(item.p2p.shift) +
+           " seed=" + std::to_string(item.p2p.seed);
+  }
+  return text + (item.reversed ? " on the reversed communicator" : "") + " in " + memoryName(item.memory) +
+         " at offset " + std::to_string(item.offset);
+}
+
+const char* howName(How how) {
+  switch (how) {
+    case How::kAlone: return "alone";
+    case How::kGroup: return "a group";
+    case How::kStream: return "queued on a host stream";
+    case How::kGroupOnStream: return "a group on a host stream";
+  }
+  return "?";
+}
+
+// ---- Drawing a program (the same on every rank) ------------------------------------------
+
+class Draw {
+ public:
+  Draw(uint64_t seed, int nranks, size_t mappedMinBytes)
+      : rng_(seed), nranks_(nranks), mappedMin_(mappedMinBytes) {}
+
+  Batch batch() {
+    Batch b;
+    const int r = below(10);
+    b.how = r < 4 ? How::kAlone : r < 7 ? How::kGroup : r < 9 ? How::kStream : How::kGroupOnStream;
+    // Point-to-point calls make a whole exchange only within a group; queued one by one each
+    // would wait for its peer's, which may be queued behind a send of its own.
+    const bool p2p = b.how == How::kGroup || b.how == How::kGroupOnStream;
+    const size_t items = b.how == How::kAlone ? 1 : 1 + static_cast<size_t>(below(kMostItems));
+    for (size_t i = 0; i < items; ++i) b.items.push_back(item(p2p && below(3) == 0));
+    return b;
+  }
+
+ private:
+  int below(int n) { return static_cast<int>(rng_() % static_cast<uint64_t>(n)); }
+
+  Item item(bool p2p) {
+    Item it;
+    it.collective = !p2p;
+    it.reversed = below(4) == 0;
+    const loomDataType_t type = loomtest::kAllTypes[below(loomtest::kTypeCount)];
+    if (p2p) {
+      it.p2p.type = type;
+      it.p2p.shift = below(nranks_);
+      it.p2p.count = count(loomtest::typeSize(type), 1);
+      it.p2p.seed = ++seed_;
+    } else {
+      CollectiveCase& c = it.call;
+      c.collective = loomtest::kAllCollectives[below(6)];
+      c.type = type;
+      c.op = loomtest::kAllOps[below(5)];
+      c.preMulSum = loomtest::isReducing(c.collective) && c.op == loomSum && below(5) == 0;
+      c.root = below(nranks_);
+      const bool blocked = c.collective == Collective::kAllGather || c.collective == Collective::kReduceScatter ||
+                           c.collective == Collective::kAllToAll;
+      c.count = count(loomtest::typeSize(type), blocked ? static_cast<size_t>(nranks_) : 1);
+      c.inPlace = loomtest::hasInPlace(c.collective) && below(2) == 0;
+      c.seed = ++seed_;
+    }
+    const int m = below(4);
+    it.memory = m < 2 ? Memory::kHeap : m == 2 ? Memory::kMapped : Memory::kRegistered;
+    it.offset = below(2) == 0 ? 0 : static_cast<size_t>(1 + below(63));
+    return it;
+  }
+
+  // Elements per block: sometimes none, often one either side of a size where Loom changes
+  // its way of moving bytes, otherwise spread evenly over the powers of two to the cap.
+  size_t count(size_t elementBytes, size_t blocks) {
+    const size_t most = kMostBufferBytes / (elementBytes * blocks);
+    const int r = below(20);
+    size_t n;
+    if (r == 0) {
+      n = 0;
+    } else if (r < 6) {
+      const size_t edges[] = {4 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10, 1 << 20, mappedMin_};
+      const size_t edge = edges[below(static_cast<int>(std::size(edges)))] / elementBytes;
+      n = std::max<size_t>(1, edge + static_cast<size_t>(below(3))) - 1;
+    } else {
+      const double bytes = std::exp2(std::uniform_real_distribution<double>(0.0, 21.0)(rng_));
+      n = std::max<size_t>(1, static_cast<size_t>(bytes) / elementBytes);
+    }
+    return std::min(n, most);
+  }
+
+  std::mt19937_64 rng_;
+  int nranks_;
+  size_t mappedMin_;
+  uint64_t seed_ = 0;
+};
+
+// ---- Memory of the drawn kinds --------------------------------------------------------------
+
+// This rank's loomMemAlloc memory, handed out front to back and taken back whole after each
+// batch: one allocation for the whole program.
+class MappedSlab {
+ public:
+  static constexpr size_t kBytes = 2 * kMostItems * (kMostBufferBytes + 2 * kGuard + 128);
+  MappedSlab() { EXPECT_EQ(loomMemAlloc(&base_, kBytes), loomSuccess); }
+  ~MappedSlab() { EXPECT_EQ(loomMemFree(base_), loomSuccess); }
+  MappedSlab(const MappedSlab&) = delete;
+  MappedSlab& operator=(const MappedSlab&) = delete;
+  unsigned char* take(size_t bytes) {
+    unsigned char* at = static_cast<unsigned char*>(base_) + used_;
+    used_ += (bytes + 127) / 128 * 128;
+    EXPECT_LE(used_, kBytes);
+    return at;
+  }
+  void reset() { used_ = 0; }
+
+ private:
+  void* base_ = nullptr;
+  size_t used_ = 0;
+};
+
+// A call's buffer in the drawn memory at the drawn offset, holding a copy of the image the
+// reference made (guards included); copied back after the call for the reference's check.
+class Placed {
+ public:
+  Placed(std::vector<unsigned char>* image, const Item& item, MappedSlab& slab, loomComm_t comm)
+      : image_(image), comm_(comm) {
+    if (image->empty()) return;
+    const size_t bytes = item.offset + image->size();
+    unsigned char* base;
+    if (item.memory == Memory::kMapped) {
+      base = slab.take(bytes);
+    } else {
+      heap_.resize(bytes + 64);
+      base = heap_.data() + (64 - reinterpret_cast<uintptr_t>(heap_.data()) % 64) % 64;  // a line's start
+    }
+    at_ = base + item.offset;
+    std::memcpy(at_, image->data(), image->size());
+    if (item.memory == Memory::kRegistered) {
+      EXPECT_EQ(loomCommRegister(comm, at_, image->size(), &handle_), loomSuccess) << loomGetLastError(comm);
+    }
+  }
+  ~Placed() {
+    if (handle_ != nullptr) {
+      EXPECT_EQ(loomCommDeregister(comm_, handle_), loomSuccess);
+    }
+  }
+  Placed(const Placed&) = delete;
+  Placed& operator=(const Placed&) = delete;
+  void* at() const { return at_; }
+  void copyBack() const {
+    if (at_ != nullptr) std::memcpy(image_->data(), at_, image_->size());
+  }
+
+ private:
+  std::vector<unsigned char>* image_;
+  loomComm_t comm_;
+  std::vector<unsigned char> heap_;
+  unsigned char* at_ = nullptr;
+  void* handle_ = nullptr;
+};
+
+// ---- Running a program ---------------------------------------------------------------------
+
+uint64_t mixed(uint64_t seed, uint64_t rank, uint64_t index) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (rank + 1) * 0xC2B2AE3D27D4EB4Full ^ index * 0x165667B19E3779F9ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  return x ^ (x >> 29);
+}
+
+// One send/recv item on this rank: the bytes it sends (the sender's rank in the data) and
+// the buffer it receives into (guards either side), and their check.
+class SendRecvRun {
+ public:
+  SendRecvRun(const SendRecv& p, int rank, int nranks)
+      : p_(p), bytes_(p.count * loomtest::typeSize(p.type)), from_((rank - p.shift + nranks) % nranks),
+        to_((rank + p.shift) % nranks) {
+    send_ = pattern(rank, bytes_ + 2 * kGuard);
+    recv_ = pattern(-1 - rank, bytes_ + 2 * kGuard);
+  }
+  std::vector<unsigned char>& sendBuffer() { return send_; }
+  std::vector<unsigned char>& recvBuffer() { return recv_; }
+  loomResult_t launch(loomComm_t comm, loomStream_t stream, void* send, void* recv) const {
+    loomResult_t r = loomSend(static_cast<unsigned char*>(send) + kGuard, p_.count, p_.type, to_, comm, stream);
+    if (r != loomSuccess) return r;
+    return loomRecv(static_cast<unsigned char*>(recv) + kGuard, p_.count, p_.type, from_, comm, stream);
+  }
+  std::string check(int rank) const {
+    std::vector<unsigned char> sent = pattern(from_, bytes_ + 2 * kGuard);
+    std::vector<unsigned char> before = pattern(-1 - rank, bytes_ + 2 * kGuard);
+    if (std::memcmp(recv_.data() + kGuard, sent.data() + kGuard, bytes_) != 0) {
+      return "the bytes received differ from rank " + std::to_string(from_) + "'s";
+    }
+    if (std::memcmp(recv_.data(), before.data(), kGuard) != 0 ||
+        std::memcmp(recv_.data() + kGuard + bytes_, before.data() + kGuard + bytes_, kGuard) != 0) {
+      return "bytes just outside the receive buffer were overwritten";
+    }
+    if (send_ != pattern(rank, bytes_ + 2 * kGuard)) return "the send buffer was written";
+    return "";
+  }
+
+ private:
+  std::vector<unsigned char> pattern(int who, size_t bytes) const {
+    std::vector<unsigned char> out(bytes);
+    for (size_t i = 0; i < bytes; i += 8) {
+      const uint64_t h = mixed(p_.seed, static_cast<uint64_t>(who + 100), i);
+      std::memcpy(out.data() + i, &h, std::min<size_t>(8, bytes - i));
+    }
+    return out;
+  }
+
+  SendRecv p_;
+  size_t bytes_;
+  int from_, to_;
+  std::vector<unsigned char> send_, recv_;
+};
+
+// One item's reference run and its placed buffers.
+struct Running {
+  std::unique_ptr<CollectiveRun> collective;
+  std::unique_ptr<SendRecvRun> p2p;
+  std::unique_ptr<Placed> send, recv;
+  loomComm_t comm = nullptr;
+  int rank = 0;  // in comm
+
+  loomResult_t launch(loomStream_t stream) const {
+    return collective ? collective->launchMirrored(comm, stream, send->at(), recv->at())
+                      : p2p->launch(comm, stream, send->at(), recv->at());
+  }
+};
+
+// This rank's two communicators over the same ranks: the harness's, and one split from it
+// with the ranks numbered backwards.
+struct Comms {
+  loomComm_t straight = nullptr;
+  loomComm_t reversed = nullptr;
+  int rank = 0;  // in straight
+  int nranks = 0;
+};
+
+// Runs one batch on this rank; "" when every call came out right. *failed: a call returned
+// an error (the communicators are then unusable).
+std::string runBatch(const Batch& batch, const Comms& comms, loomStream_t stream, MappedSlab& slab, bool* failed) {
+  std::vector<Running> runs(batch.items.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Item& item = batch.items[i];
+    Running& run = runs[i];
+    run.comm = item.reversed ? comms.reversed : comms.straight;
+    run.rank = item.reversed ? comms.nranks - 1 - comms.rank : comms.rank;
+    std::vector<unsigned char>*send, *recv;
+    if (item.collective) {
+      run.collective = std::make_unique<CollectiveRun>(item.call, run.rank, comms.nranks);
+      send = &run.collective->sendBuffer();
+      recv = &run.collective->recvBuffer();
+    } else {
+      run.p2p = std::make_unique<SendRecvRun>(item.p2p, run.rank, comms.nranks);
+      send = &run.p2p->sendBuffer();
+      recv = &run.p2p->recvBuffer();
+    }
+    run.send = std::make_unique<Placed>(send, item, slab, run.comm);
+    run.recv = std::make_unique<Placed>(recv, item, slab, run.comm);
+  }
+  const bool onStream = batch.how == How::kStream || batch.how == How::kGroupOnStream;
+  const bool grouped = batch.how == How::kGroup || batch.how == How::kGroupOnStream;
+  loomStream_t s = onStream ? stream : nullptr;
+  std::string what = grouped ? "loomGroupStart" : "";
+  loomComm_t blamed = comms.straight;  // whose last error says why
+  loomResult_t r = grouped ? loomGroupStart() : loomSuccess;
+  for (size_t i = 0; i < runs.size() && r == loomSuccess; ++i) {
+    what = "call " + std::to_string(i + 1) + " (" + describe(batch.items[i]) + ")";
+    blamed = runs[i].comm;
+    r = runs[i].launch(s);
+  }
+  if (grouped) {
+    const loomResult_t ended = loomGroupEnd();
+    if (r == loomSuccess && ended != loomSuccess) {
+      r = ended;
+      what = "loomGroupEnd";
+    }
+  }
+  if (r == loomSuccess && onStream) {
+    r = loomStreamSynchronize(stream);
+    what = "loomStreamSynchronize";
+  }
+  slab.reset();
+  if (r != loomSuccess) {
+    *failed = true;
+    return what + " returned " + loomGetErrorString(r) + ": " + loomGetLastError(onStream ? nullptr : blamed);
+  }
+  std::string wrong;
+  for (size_t i = 0; i < runs.size() && wrong.empty(); ++i) {
+    runs[i].send->copyBack();
+    runs[i].recv->copyBack();
+    const std::string w = runs[i].collective ? runs[i].collective->check() : runs[i].p2p->check(runs[i].rank);
+    if (!w.empty()) wrong = "call " + std::to_string(i + 1) + " (" + describe(batch.items[i]) + "): " + w;
+  }
+  return wrong;
+}
+
+// ---- Configurations --------------------------------------------------------------------------
+
+struct Setting {
+  const char* variable;
+  const char* value;
+};
+
+struct Config {
+  std::string name;
+  Mode mode;
+  int nranks;
+  std::vector<Setting> env;  // what the configuration sets
+  uint64_t seed;
+};
+
+// The default choices, each wire alone, the mismatch checker, small pipeline slices and
+// forced algorithms; UCX links where meson built Loom with UCX (it sets LOOM_TEST_UCX).
+std::vector<Config> configs() {
+  std::vector<Config> configs = {
+      {"threads_3", Mode::kThreads, 3, {}, 101},
+      {"processes_2", Mode::kProcesses, 2, {}, 202},
+      {"processes_4", Mode::kProcesses, 4, {}, 303},
+      {"processes_3_sockets", Mode::kProcesses, 3, {{"LOOM_TRANSPORTS", "socket"}}, 404},
+      {"processes_2_checked", Mode::kProcesses, 2, {{"LOOM_CHECK", "1"}}, 505},
+      {"threads_5_small_slices", Mode::kThreads, 5, {{"LOOM_CHUNK_SIZE", "4096"}}, 606},
+      {"processes_3_forced_algorithms", Mode::kProcesses, 3,
+       {{"LOOM_ALGO", "allreduce=rd,broadcast=tree,reduce=ring"}}, 707},
+  };
+  if (std::getenv("LOOM_TEST_UCX") != nullptr) {
+    configs.push_back({"processes_3_ucx", Mode::kProcesses, 3, {{"LOOM_TRANSPORTS", "ucx"}, {"UCX_TLS", "tcp"}}, 808});
+  }
+  return configs;
+}
+
+uint64_t envNumber(const char* name, uint64_t fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
+}
+
+class RandomProgram : public testing::TestWithParam<Config> {};
+
+TEST_P(RandomProgram, EveryCallMatchesTheReference) {
+  const Config& config = GetParam();
+  const uint64_t seed = envNumber("LOOM_TEST_SEED", config.seed);
+  const size_t batches =
+      envNumber("LOOM_TEST_BATCHES", loomtest::matrixScale() == loomtest::MatrixScale::kQuick ? 40 : 200);
+  ScopedEnv env;
+  for (const Setting& setting : config.env) env.set(setting.variable, setting.value);
+  loomtest::RankOptions options;
+  options.deadlineMs = 600000;
+  const auto start = std::chrono::steady_clock::now();
+  loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
+    Comms comms{comm, nullptr, rank, config.nranks};
+    LOOM_ASSERT_OK(loomCommSplit(comm, 0, config.nranks - 1 - rank, &comms.reversed, nullptr), comm);
+    size_t mappedMin = 0;
+    ASSERT_EQ(loomCommMappedMinBytes(comm, &mappedMin), loomSuccess);
+    Draw draw(seed, config.nranks, mappedMin);
+    MappedSlab slab;
+    loomStream_t stream = nullptr;
+    ASSERT_EQ(loomStreamCreate(&stream), loomSuccess);
+    int reported = 0;
+    for (size_t b = 0; b < batches; ++b) {
+      const Batch batch = draw.batch();
+      bool failed = false;
+      const std::string wrong = runBatch(batch, comms, stream, slab, &failed);
+      if (!wrong.empty() && ++reported <= kMostReported) {
+        ADD_FAILURE() << config.name << " seed " << seed << ", rank " << rank << ", batch " << b << " ("
+                      << howName(batch.how) << "): " << wrong;
+      }
+      if (failed) break;  // the peers' calls fail too
+    }
+    EXPECT_EQ(loomStreamDestroy(stream), loomSuccess);
+    EXPECT_EQ(loomCommDestroy(comms.reversed), loomSuccess);
+  }, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%s: %zu batches of seed %llu in %.1f s\n", config.name.c_str(), batches, static_cast<unsigned long long>(seed),
+              seconds);
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, RandomProgram, testing::ValuesIn(configs()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
