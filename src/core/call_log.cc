@@ -28,27 +28,20 @@ void CallLog::recordPointToPoint(const char* call, int peer, uint64_t bytes) {
   addLocked(info, 0, call, peer);
 }
 
+// Field by field: a small call records the CallInfo it has just filled in, and copying it
+// whole would wait for those narrow stores to reach the cache (a visible share of a call on
+// the board).
 void CallLog::addLocked(const CallInfo& info, uint64_t seq, const char* call, int peer) {
   Entry& e = entries_[recorded_ % kEntries];
-  e.kind = info.kind;
-  e.type = info.type;
-  e.op = info.op;
-  e.root = info.root;
-  e.count = info.count;
+  e.info.kind = info.kind;
+  e.info.type = info.type;
+  e.info.op = info.op;
+  e.info.root = info.root;
+  e.info.count = info.count;
   e.seq = seq;
   e.call = call;
   e.peer = peer;
   ++recorded_;
-}
-
-CallInfo CallLog::Entry::info() const {
-  CallInfo info;
-  info.kind = kind;
-  info.type = type;
-  info.op = op;
-  info.root = root;
-  info.count = count;
-  return info;
 }
 
 void CallLog::forget(uint64_t calls, uint64_t collectives) {
@@ -73,10 +66,10 @@ std::vector<std::string> CallLog::lines() const {
   std::vector<std::string> out;
   for (uint64_t i = std::max(oldest, recorded > kEntries ? recorded - kEntries : 0); i < recorded; ++i) {
     const Entry& e = entries[i % kEntries];
-    const auto count = static_cast<unsigned long long>(e.count);
+    const auto count = static_cast<unsigned long long>(e.info.count);
     out.push_back(e.call ? format("    %s of %llu bytes with rank %d", e.call, count, e.peer)
-                 : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info().describe().c_str())
-                         : "    " + e.info().describe());
+                 : e.seq ? format("#%llu %s", static_cast<unsigned long long>(e.seq), e.info.describe().c_str())
+                         : "    " + e.info.describe());
   }
   return out;
 }

@@ -34,19 +34,12 @@ class CallLog {
   std::vector<std::string> lines() const;
 
  private:
-  // What a line prints (CallInfo::describe), field by field: a small call records the CallInfo
-  // it has just filled in, and copying it whole would wait for those narrow stores to reach
-  // the cache (a visible share of a call on the board).
   struct Entry {
-    CallInfo::Kind kind;
-    loomDataType_t type;
-    loomRedOp_t op;
-    int root;
-    uint64_t count;
+    // The fields a line prints (CallInfo::describe), written one by one (addLocked).
+    CallInfo info;
     uint64_t seq;      // collectives
     const char* call;  // point-to-point (nullptr for a collective)
     int peer;
-    CallInfo info() const;
   };
   void addLocked(const CallInfo& info, uint64_t seq, const char* call, int peer);
 

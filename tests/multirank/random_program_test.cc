@@ -389,10 +389,12 @@ struct Config {
   int nranks;
   std::vector<Setting> env;  // what the configuration sets
   uint64_t seed;
+  int ranksPerHost = 0;  // processes only: a LOOM_HOSTID for each this many ranks (0: one host)
 };
 
-// The default choices, each wire alone, the mismatch checker, small pipeline slices and
-// forced algorithms; UCX links where meson built Loom with UCX (it sets LOOM_TEST_UCX).
+// The default choices, each wire alone, the mismatch checker, small pipeline slices, forced
+// algorithms and two hosts (hierarchical algorithms, sockets between the hosts); UCX links
+// where meson built Loom with UCX (it sets LOOM_TEST_UCX).
 std::vector<Config> configs() {
   std::vector<Config> configs = {
       {"threads_3", Mode::kThreads, 3, {}, 101},
@@ -403,6 +405,7 @@ std::vector<Config> configs() {
       {"threads_5_small_slices", Mode::kThreads, 5, {{"LOOM_CHUNK_SIZE", "4096"}}, 606},
       {"processes_3_forced_algorithms", Mode::kProcesses, 3,
        {{"LOOM_ALGO", "allreduce=rd,broadcast=tree,reduce=ring"}}, 707},
+      {"processes_4_two_hosts", Mode::kProcesses, 4, {}, 909, 2},
   };
   if (std::getenv("LOOM_TEST_UCX") != nullptr) {
     configs.push_back({"processes_3_ucx", Mode::kProcesses, 3, {{"LOOM_TRANSPORTS", "ucx"}, {"UCX_TLS", "tcp"}}, 808});
@@ -426,6 +429,11 @@ TEST_P(RandomProgram, EveryCallMatchesTheReference) {
   for (const Setting& setting : config.env) env.set(setting.variable, setting.value);
   loomtest::RankOptions options;
   options.deadlineMs = 600000;
+  if (config.ranksPerHost > 0) {
+    options.beforeInit = [&config](int rank) {
+      ::setenv("LOOM_HOSTID", ("host-" + std::to_string(rank / config.ranksPerHost)).c_str(), 1);
+    };
+  }
   const auto start = std::chrono::steady_clock::now();
   loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
     Comms comms{comm, nullptr, rank, config.nranks};
