@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "common/sanitizer.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
 
@@ -240,13 +241,6 @@ class Placed {
 
 // ---- Running a program ---------------------------------------------------------------------
 
-uint64_t mixed(uint64_t seed, uint64_t rank, uint64_t index) {
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull ^ (rank + 1) * 0xC2B2AE3D27D4EB4Full ^ index * 0x165667B19E3779F9ull;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  return x ^ (x >> 29);
-}
-
 // One send/recv item on this rank: the bytes it sends (the sender's rank in the data) and
 // the buffer it receives into (guards either side), and their check.
 class SendRecvRun {
@@ -281,8 +275,9 @@ class SendRecvRun {
  private:
   std::vector<unsigned char> pattern(int who, size_t bytes) const {
     std::vector<unsigned char> out(bytes);
+    std::mt19937_64 bits(p_.seed * 1000003 + static_cast<uint64_t>(who + 100));
     for (size_t i = 0; i < bytes; i += 8) {
-      const uint64_t h = mixed(p_.seed, static_cast<uint64_t>(who + 100), i);
+      const uint64_t h = bits();
       std::memcpy(out.data() + i, &h, std::min<size_t>(8, bytes - i));
     }
     return out;
@@ -390,11 +385,13 @@ struct Config {
   std::vector<Setting> env;  // what the configuration sets
   uint64_t seed;
   int ranksPerHost = 0;  // processes only: a LOOM_HOSTID for each this many ranks (0: one host)
+  int device = -1;       // the communicators' device (0 with LOOM_DEVICE_EMULATION=1)
 };
 
 // The default choices, each wire alone, the mismatch checker, small pipeline slices, forced
-// algorithms and two hosts (hierarchical algorithms, sockets between the hosts); UCX links
-// where meson built Loom with UCX (it sets LOOM_TEST_UCX).
+// algorithms, two hosts (hierarchical algorithms, sockets between the hosts) and device
+// communicators in the CPU emulation; UCX links where meson built Loom with UCX (it sets
+// LOOM_TEST_UCX).
 std::vector<Config> configs() {
   std::vector<Config> configs = {
       {"threads_3", Mode::kThreads, 3, {}, 101},
@@ -406,6 +403,8 @@ std::vector<Config> configs() {
       {"processes_3_forced_algorithms", Mode::kProcesses, 3,
        {{"LOOM_ALGO", "allreduce=rd,broadcast=tree,reduce=ring"}}, 707},
       {"processes_4_two_hosts", Mode::kProcesses, 4, {}, 909, 2},
+      {"emulated_device_threads_3", Mode::kThreads, 3, {{"LOOM_DEVICE_EMULATION", "1"}}, 1010, 0, 0},
+      {"emulated_device_processes_2", Mode::kProcesses, 2, {{"LOOM_DEVICE_EMULATION", "1"}}, 1111, 0, 0},
   };
   if (std::getenv("LOOM_TEST_UCX") != nullptr) {
     configs.push_back({"processes_3_ucx", Mode::kProcesses, 3, {{"LOOM_TRANSPORTS", "ucx"}, {"UCX_TLS", "tcp"}}, 808});
@@ -422,6 +421,8 @@ class RandomProgram : public testing::TestWithParam<Config> {};
 
 TEST_P(RandomProgram, EveryCallMatchesTheReference) {
   const Config& config = GetParam();
+  // The emulated device's FIFOs between processes (the host's have TSan annotations).
+  SKIP_PROCESSES_UNDER_TSAN(config.device >= 0 && config.mode == Mode::kProcesses);
   const uint64_t seed = envNumber("LOOM_TEST_SEED", config.seed);
   const size_t batches =
       envNumber("LOOM_TEST_BATCHES", loomtest::matrixScale() == loomtest::MatrixScale::kQuick ? 40 : 200);
@@ -429,6 +430,7 @@ TEST_P(RandomProgram, EveryCallMatchesTheReference) {
   for (const Setting& setting : config.env) env.set(setting.variable, setting.value);
   loomtest::RankOptions options;
   options.deadlineMs = 600000;
+  options.device = config.device;
   if (config.ranksPerHost > 0) {
     options.beforeInit = [&config](int rank) {
       ::setenv("LOOM_HOSTID", ("host-" + std::to_string(rank / config.ranksPerHost)).c_str(), 1);
@@ -459,8 +461,8 @@ TEST_P(RandomProgram, EveryCallMatchesTheReference) {
     EXPECT_EQ(loomCommDestroy(comms.reversed), loomSuccess);
   }, options);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%s: %zu batches of seed %llu in %.1f s\n", config.name.c_str(), batches, static_cast<unsigned long long>(seed),
-              seconds);
+  std::printf("%s: %zu batches of seed %llu in %.1f s\n", config.name.c_str(), batches,
+              static_cast<unsigned long long>(seed), seconds);
 }
 
 INSTANTIATE_TEST_SUITE_P(Programs, RandomProgram, testing::ValuesIn(configs()),
