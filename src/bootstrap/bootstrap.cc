@@ -2,6 +2,7 @@
 #include "bootstrap/bootstrap.h"
 
 #include <poll.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -205,6 +206,22 @@ int Bootstrap::arrived(uint32_t tag) {
   return first;
 }
 
+void Bootstrap::drain(uint32_t tag, const std::function<void(int, const uint8_t*, size_t)>& each) {
+  (void)arrived(tag);
+  for (int peer = 0; peer < nranks_; ++peer) {
+    std::deque<Message>& kept = in_[static_cast<size_t>(peer)].unexpected;
+    std::deque<Message> others;
+    for (Message& m : kept) {
+      if (m.tag == tag) {
+        each(peer, m.bytes.data(), m.bytes.size());
+      } else {
+        others.push_back(std::move(m));
+      }
+    }
+    kept.swap(others);
+  }
+}
+
 Status Bootstrap::pump(int peer, bool* complete) {
   Inbox& in = in_[static_cast<size_t>(peer)];
   *complete = false;
@@ -333,6 +350,30 @@ Status Bootstrap::exchangeUntil(int sendPeer, const void* sendData, size_t sendB
 
 Status Bootstrap::send(int peer, uint32_t tag, const void* data, size_t bytes) {
   return send(peer, tag, data, bytes, deadline());
+}
+
+bool Bootstrap::offer(int peer, uint32_t tag, const void* data, size_t bytes, const Deadline& until) {
+  int fd = -1;
+  if (peer < 0 || peer >= nranks_ || peer == rank_ || !connectionTo(peer, until, &fd).isOk()) return false;
+  pollfd writable{fd, POLLOUT, 0};
+  if (::poll(&writable, 1, 0) != 1 || (writable.revents & POLLOUT) == 0) return false;
+  uint8_t header[16] = {};
+  std::memcpy(header, &tag, 4);
+  const uint64_t length = bytes;
+  std::memcpy(header + 8, &length, 8);
+  const iovec pieces[2] = {{header, sizeof header}, {const_cast<void*>(data), bytes}};
+  size_t done = 0;
+  if (!sendSomeOf(fd, pieces, 2, &done).isOk()) return false;
+  if (done == 0) return false;
+  // A writable socket takes a small message whole; should it not, the rest follows (a part
+  // alone would leave the peer reading the next message's bytes as this one's).
+  const size_t total = sizeof header + bytes;
+  if (done < sizeof header) {
+    if (!sendAll(fd, header + done, sizeof header - done, until, cancelFd_).isOk()) return false;
+    done = sizeof header;
+  }
+  const auto* rest = static_cast<const uint8_t*>(data) + (done - sizeof header);
+  return done == total || sendAll(fd, rest, total - done, until, cancelFd_).isOk();
 }
 
 Status Bootstrap::recv(int peer, uint32_t tag, void* data, size_t bytes) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -77,6 +78,10 @@ class Bootstrap {
   // a last word before giving up).
   Status send(int peer, uint32_t tag, const void* data, size_t bytes, const Deadline& until);
   Status recv(int peer, uint32_t tag, void* data, size_t bytes, const Deadline& until);
+  // For word that may go unread (core/remote_announcements.h): sends a small message (a few
+  // hundred bytes at most) only if the peer's connection, made by `until`, takes all of it now;
+  // false, nothing sent, where it would wait (the peer has not read what came before).
+  bool offer(int peer, uint32_t tag, const void* data, size_t bytes, const Deadline& until);
   // Sends to one peer while receiving from another, so a ring step cannot deadlock on
   // full socket buffers.
   Status exchange(int sendPeer, const void* sendData, size_t sendBytes, int recvPeer,
@@ -95,6 +100,9 @@ class Bootstrap {
   // After that poll, without waiting: takes new connections and the bytes that came, and names
   // the first peer whose whole message with `tag` waits (-1: none) for recv to take.
   int arrived(uint32_t tag);
+  // The same, handing every whole message with `tag` to each(peer, bytes, size), a peer's in the
+  // order sent, and dropping it: one pass, however many came (word offered that may pile up).
+  void drain(uint32_t tag, const std::function<void(int, const uint8_t*, size_t)>& each);
 
  private:
   struct Message {

@@ -243,6 +243,7 @@ Communicator::Communicator(std::unique_ptr<Bootstrap> bootstrap, CancelSignal ca
                            const CommConfig& config)
     : bootstrap_(std::move(bootstrap)),
       failureNotices_(*bootstrap_),
+      remoteAnnouncements_(*bootstrap_),
       cancel_(std::move(cancel)),
       config_(config),
       reductionStores_(transport::StoreChooser::reductionRules(config.reductionStores)),
@@ -715,6 +716,10 @@ loomResult_t Communicator::asyncError() const {
 
 void Communicator::abort() {
   fail(error(loomInvalidUsage, "the communicator was aborted (loomCommAbort)"));
+  // A peer waiting on the board for this rank's next post hears it now, not at its deadline
+  // (an application aborts a communicator that is fine when another of its own failed). Links
+  // say so when the communicator goes; the board's flags are atomics, safe from any thread.
+  if (board_ != nullptr) board_->markFailed(-1);
   cancel_.fire();
   if (deviceComm_ != nullptr) deviceComm_->abort();
 }

@@ -20,6 +20,7 @@
 #include "core/failure_notices.h"
 #include "core/mapped_allreduce.h"
 #include "core/premul_ops.h"
+#include "core/remote_announcements.h"
 #include "loom/loom.h"
 #include "transport/shm_board.h"
 #include "transport/store_chooser.h"
@@ -123,6 +124,8 @@ class Communicator {
   Bootstrap& bootstrap() { return *bootstrap_; }
   // Why this rank gave up, told to peers; why they did (executor's failure paths).
   FailureNotices& failureNotices() { return failureNotices_; }
+  // Which call this rank waits in, told to peers no board reaches; what they told (executor).
+  RemoteAnnouncements& remoteAnnouncements() { return remoteAnnouncements_; }
   transport::Transport& transport() { return *transport_; }
   // The one-shot board when every rank is on this host and shm is allowed; else nullptr.
   transport::ShmBoard* board() { return board_.get(); }
@@ -213,6 +216,7 @@ class Communicator {
 
   std::unique_ptr<Bootstrap> bootstrap_;
   FailureNotices failureNotices_;
+  RemoteAnnouncements remoteAnnouncements_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<transport::ShmBoard> board_;
   std::unique_ptr<RingOrder> ringOrder_;

@@ -210,6 +210,9 @@ DeviceCommImpl::~DeviceCommImpl() {
                 comm_->rank(), static_cast<long long>(comm_->config().timeoutMs));
       (void)runtime_.release();
     } else {
+      // A communicator aborted, or failed, between launches: the watchdog may not have looked
+      // since, and peers waiting on this rank must learn it from its status words before they go.
+      if (!comm_->usable().isOk()) publishFailure();
       if (log::enabled(log::Level::kTrace)) logCounters();
       if (timeline_ != nullptr) logTimeline();
     }

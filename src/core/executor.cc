@@ -43,12 +43,8 @@ constexpr std::chrono::milliseconds kNoticeGrace(250);
 // A rank waiting for a peer to make a link looks at the peers' announcements this often.
 constexpr long long kAcceptSliceMs = 10;
 
-// loomInvalidUsage when a peer announced another call under the number of the plan's
-// announced call (core/one_shot.h); nothing for a plan that announced none.
-Status checkAnnounced(const Plan& plan) {
-  if (plan.announceSeq == 0) return Status::ok();
-  return checkAnnouncements(*plan.comm, plan.announceSeq, plan.calls[plan.announceCall]);
-}
+// A plan whose calls go to peers over the bootstrap: where no board carries announcements.
+bool announcesRemotely(const Plan& p) { return p.announceSeq != 0 && p.comm->board() == nullptr; }
 
 // The numbers of a plan's first and last collectives (0: it has none).
 std::pair<uint64_t, uint64_t> collectiveSeqs(const Plan& plan) {
@@ -121,6 +117,7 @@ struct PlanState {
   Plan* plan;
   std::vector<StepState> steps;
   Clock::time_point lastProgress;
+  uint64_t announced;  // the number of the last of its calls it announced on the board (0: none)
 };
 
 class Run {
@@ -176,6 +173,20 @@ class Run {
   // The first peer (-1: none) whose failure notice concerns a pending plan (*plan), and the
   // rank it named (*cause).
   int noticeConcerning(size_t* plan, int* cause) const;
+  // Where no board carries announcements, after RemoteAnnouncements::kTellAfter without
+  // progress: tells the peers a plan waits on which call it is in, and fails the plan where a
+  // peer told that it waits under that call's number in another call.
+  Status announceRemotely();
+  // The plan's oldest collective with a step left to finish (nullptr: none, or messages only):
+  // the call it waits in, as peers compare it.
+  const CallInfo* waitingCall(size_t plan) const;
+  // Where the plan waits in its oldest unfinished collective: announces that call (on the board,
+  // or over the bootstrap to `waitedOn`) and is loomInvalidUsage where a peer announced another
+  // call under its number (core/one_shot.h, core/remote_announcements.h).
+  Status compareWaitingCall(size_t plan, const std::vector<int>& waitedOn);
+  // How long until announceRemotely first tells for a pending plan (nanoseconds::max(): none
+  // will), so that a sleep on sockets wakes for it.
+  std::chrono::nanoseconds untilRemoteAnnouncement(Clock::time_point now) const;
   std::string describe(const Queue& q, int index) const;
 
   std::vector<Plan>& plans_;
@@ -217,7 +228,7 @@ Status Run::go() {
   // At most a queue a step; a few for a small call, which would otherwise grow the vector.
   queues_.reserve(std::min<size_t>(steps, 8));
   for (Plan& p : plans_) {
-    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now()});
+    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now(), p.announceSeq});
     // Board rounds are taken when a plan runs, not when it is built: a plan that never runs
     // (LOOM_CHECK stopped it) must not shift this rank's rounds against the others'.
     for (Step& s : p.steps) {
@@ -334,8 +345,9 @@ Status Run::connect() {
       if (s.isOk()) break;
       if (s.code() != loomTimeout || deadline.expired()) return failToConnect(i, s);
       // A peer that never connects may be in another call, one that needs no link to this
-      // rank (a broadcast from another root): its announcement says so, as in idle().
-      s = checkAnnounced(plan);
+      // rank (a broadcast from another root): its announcement says so, as in idle(). A slice
+      // is RemoteAnnouncements::kTellAfter.
+      s = compareWaitingCall(i, peers[i]);
       if (!s.isOk()) return fail(s, i);
     }
   }
@@ -701,8 +713,8 @@ Status Run::idle(bool spin) {
     Clock::time_point expiry = ps.lastProgress + std::chrono::milliseconds(limitMs);
     wake = std::min(wake, expiry);
     // Waiting a while: a peer may be in another call that sends nothing here.
-    if (now - ps.lastProgress > std::chrono::milliseconds(1)) {
-      Status s = checkAnnounced(*ps.plan);
+    if (ps.plan->comm->board() != nullptr && now - ps.lastProgress > std::chrono::milliseconds(1)) {
+      Status s = compareWaitingCall(i, {});
       if (!s.isOk()) return fail(s, i);
     }
     if (now < expiry) continue;
@@ -772,6 +784,8 @@ Status Run::idle(bool spin) {
     waitFor = spin ? napAfter(now - lastProgress)
                    : std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
     from = noticeConcerning(&plan, &cause);
+    LOOM_TRY(announceRemotely());  // what is due goes out before the sleep, however late it began
+    waitFor = std::min(waitFor, untilRemoteAnnouncement(now));
     if (from >= 0) {
       waitFor = std::clamp<std::chrono::nanoseconds>(lastProgress + kNoticeGrace - now, std::chrono::nanoseconds(0),
                                                      waitFor);
@@ -792,6 +806,7 @@ Status Run::idle(bool spin) {
       if (pending(i) && firstPendingOfItsComm(i)) state_[i].plan->comm->failureNotices().listen();
     }
     from = noticeConcerning(&plan, &cause);  // what was heard may concern a pending plan
+    LOOM_TRY(announceRemotely());
   }
   if (from < 0 || Clock::now() - lastProgress < kNoticeGrace) return Status::ok();
   const Plan& p = *state_[plan].plan;
@@ -826,6 +841,63 @@ int Run::noticeConcerning(size_t* plan, int* cause) const {
     return from;
   }
   return -1;
+}
+
+std::chrono::nanoseconds Run::untilRemoteAnnouncement(Clock::time_point now) const {
+  std::chrono::nanoseconds until = std::chrono::nanoseconds::max();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    const Clock::time_point tell = state_[i].lastProgress + RemoteAnnouncements::kTellAfter;
+    if (pending(i) && announcesRemotely(*state_[i].plan) && tell > now) until = std::min(until, tell - now);
+  }
+  return until;
+}
+
+Status Run::announceRemotely() {
+  const Clock::time_point now = Clock::now();
+  for (size_t i = 0; i < state_.size(); ++i) {
+    if (!pending(i)) continue;
+    const Plan& p = *state_[i].plan;
+    if (!announcesRemotely(p) || now - state_[i].lastProgress < RemoteAnnouncements::kTellAfter) continue;
+    std::vector<int> waitedOn;
+    for (const Queue& q : queues_) {
+      if (q.plan != i || q.head == q.steps.size() || q.waitsForStep || q.link == nullptr) continue;
+      waitedOn.push_back(p.steps[static_cast<size_t>(q.steps[q.head])].peer);
+    }
+    const Status s = compareWaitingCall(i, waitedOn);
+    if (!s.isOk()) return fail(s, i);
+  }
+  return Status::ok();
+}
+
+const CallInfo* Run::waitingCall(size_t plan) const {
+  const PlanState& ps = state_[plan];
+  const Plan& p = *ps.plan;
+  const CallInfo* oldest = nullptr;
+  for (size_t k = 0; k < p.steps.size(); ++k) {
+    if (ps.steps[k].done) continue;
+    const CallInfo& call = p.calls[p.callOf[k]];
+    if (call.seq != 0 && (oldest == nullptr || call.seq < oldest->seq)) oldest = &call;
+  }
+  return oldest;
+}
+
+Status Run::compareWaitingCall(size_t plan, const std::vector<int>& waitedOn) {
+  const CallInfo* call = waitingCall(plan);
+  if (call == nullptr) return Status::ok();
+  Communicator& comm = *state_[plan].plan->comm;
+  if (comm.board() == nullptr) {
+    RemoteAnnouncements& announcements = comm.remoteAnnouncements();
+    for (int peer : waitedOn) announcements.tell(peer, call->seq, *call);
+    announcements.listen();
+    for (int peer = 0; peer < comm.nranks(); ++peer) LOOM_TRY(announcements.check(peer, call->seq, *call));
+    return Status::ok();
+  }
+  // A group's later call: the plan announced its first one when it started.
+  if (state_[plan].announced != call->seq) {
+    announceCall(comm, call->seq, *call);
+    state_[plan].announced = call->seq;
+  }
+  return checkAnnouncements(comm, call->seq, *call);
 }
 
 bool Run::firstPendingOfItsComm(size_t plan) const {

@@ -77,7 +77,13 @@ namespace {
 
 // Runs plans with their communicators held in use (see CommUse) from now until they finish.
 Status runHeld(std::vector<Plan>& plans) {
-  Status s = checkCalls(plans);  // LOOM_CHECK: the ranks agree on the calls before data moves
+  // Work queued on a host stream runs after the calls before it, which may have failed the
+  // communicator since: then it fails at once, as a call made now would.
+  Status s;
+  for (const Plan& p : plans) {
+    if (s.isOk()) s = p.comm->usable();
+  }
+  if (s.isOk()) s = checkCalls(plans);  // LOOM_CHECK: the ranks agree on the calls before data moves
   if (s.isOk()) s = execute(plans);
   for (Plan& p : plans) p.comm->release();
   return s;

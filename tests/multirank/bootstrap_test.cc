@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -215,6 +216,70 @@ TEST(Bootstrap, RankListenerDropsClaimsForOtherCommunicators) {
   sender.join();
   EXPECT_TRUE(s.isOk()) << s.message();
   EXPECT_EQ(got, 77);
+  for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
+}
+
+// Word that may go unread (Bootstrap::offer, core/remote_announcements.h): offered until the
+// connection takes no more, never blocking and never cut short; the peer then reads every one
+// whole and in order, and a message sent after them arrives intact.
+TEST(Bootstrap, OffersStopWhenTheConnectionIsFullAndAreNeverCutShort) {
+  std::vector<loomComm_t> comms(2);
+  LOOM_ASSERT_OK(loomCommInitAll(comms.data(), 2, nullptr), nullptr);
+  loom::Bootstrap& from = reinterpret_cast<loom::Communicator*>(comms[0])->bootstrap();
+  loom::Bootstrap& to = reinterpret_cast<loom::Communicator*>(comms[1])->bootstrap();
+  struct Word {
+    uint64_t index;
+    uint8_t rest[40];
+  };
+  constexpr uint32_t kOffered = 9, kAfter = 10;
+  constexpr uint64_t kMost = 1 << 22;
+  uint64_t offered = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (Word w{}; offered < kMost; w.index = ++offered) {
+    std::memset(w.rest, static_cast<int>(offered & 0xff), sizeof w.rest);
+    if (!from.offer(1, kOffered, &w, sizeof w, loom::Deadline::afterMs(1000))) break;
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_LT(offered, kMost) << "the connection took every offer";
+  EXPECT_GT(offered, 100u);
+  EXPECT_LT(seconds, 5.0) << "an offer waited";
+  for (uint64_t i = 0; i < offered; ++i) {
+    Word w{};
+    const loom::Status s = to.recv(0, kOffered, &w, sizeof w, loom::Deadline::afterMs(5000));
+    ASSERT_TRUE(s.isOk()) << "word " << i << " of " << offered << ": " << s.message();
+    ASSERT_EQ(w.index, i);
+    ASSERT_EQ(w.rest[39], static_cast<uint8_t>(i & 0xff)) << "word " << i;
+  }
+  // Again, taken in one pass this time (as RemoteAnnouncements::listen takes them).
+  uint64_t again = 0;
+  for (Word w{}; again < kMost; w.index = ++again) {
+    if (!from.offer(1, kOffered, &w, sizeof w, loom::Deadline::afterMs(1000))) break;
+  }
+  uint64_t drained = 0;
+  // What the sender's side still held comes as the reads open the window.
+  const loom::Deadline until = loom::Deadline::afterMs(5000);
+  while (drained < again && !until.expired()) {
+    to.drain(kOffered, [&](int peer, const uint8_t* data, size_t bytes) {
+      Word w{};
+      ASSERT_EQ(peer, 0);
+      ASSERT_EQ(bytes, sizeof w);
+      std::memcpy(&w, data, sizeof w);
+      ASSERT_EQ(w.index, drained++);
+    });
+  }
+  EXPECT_EQ(drained, again);
+  std::thread sender([&] {
+    const int value = 77;
+    const loom::Status s = from.send(1, kAfter, &value, sizeof value);
+    EXPECT_TRUE(s.isOk()) << s.message();
+  });
+  int got = 0;
+  const loom::Status s = to.recv(0, kAfter, &got, sizeof got);
+  sender.join();
+  EXPECT_TRUE(s.isOk()) << s.message();
+  EXPECT_EQ(got, 77);
+  std::printf("%llu offers taken before the connection was full, in %.3f s\n",
+              static_cast<unsigned long long>(offered), seconds);
   for (loomComm_t c : comms) LOOM_EXPECT_OK(loomCommDestroy(c), nullptr);
 }
 

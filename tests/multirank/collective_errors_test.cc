@@ -13,11 +13,15 @@
 
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "multirank/shared_records.h"
 
 namespace {
 
 using loomtest::Collective;
 using loomtest::Mode;
+using loomtest::RankRecord;
+using loomtest::SharedRecords;
+using loomtest::record;
 using loomtest::ScopedEnv;
 
 std::string lastError(loomComm_t comm) { return loomGetLastError(comm); }
@@ -189,62 +193,6 @@ TEST_F(CollectiveValidation, CountZeroWithNullBuffersIsFine) {
 }
 
 // ---- Mismatched calls: an error on at least one rank, and no rank hangs ------------------
-
-// What each rank came to, in memory shared with forked ranks.
-struct RankRecord {
-  int result;  // -1: never returned
-  double seconds;
-  int asyncError;
-  char message[400];
-};
-
-class SharedRecords {
- public:
-  explicit SharedRecords(int nranks) : n_(nranks) {
-    bytes_ = sizeof(RankRecord) * static_cast<size_t>(nranks);
-    void* p = ::mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    records_ = p == MAP_FAILED ? nullptr : static_cast<RankRecord*>(p);
-    for (int r = 0; r < n_ && records_ != nullptr; ++r) {
-      records_[r].result = -1;
-      records_[r].seconds = 0;
-      records_[r].asyncError = -1;
-      records_[r].message[0] = '\0';
-    }
-  }
-  ~SharedRecords() {
-    if (records_ != nullptr) ::munmap(records_, bytes_);
-  }
-  bool ok() const { return records_ != nullptr; }
-  RankRecord& operator[](int r) { return records_[r]; }
-  std::string summary() const {
-    std::string text;
-    for (int r = 0; r < n_; ++r) {
-      const RankRecord& rec = records_[r];
-      text += "\n  rank " + std::to_string(r) + ": " +
-              (rec.result < 0 ? std::string("did not return")
-                              : std::string(loomGetErrorString(static_cast<loomResult_t>(rec.result)))) +
-              " after " + std::to_string(rec.seconds) + " s: " + rec.message;
-    }
-    return text;
-  }
-
- private:
-  int n_;
-  size_t bytes_;
-  RankRecord* records_;
-};
-
-// Times one call and records its result, message and the communicator's async error.
-template <typename Call>
-void record(RankRecord& rec, loomComm_t comm, Call call) {
-  auto start = std::chrono::steady_clock::now();
-  loomResult_t r = call();
-  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::snprintf(rec.message, sizeof rec.message, "%s", r == loomSuccess ? "" : loomGetLastError(comm));
-  loomResult_t async = loomSuccess;
-  if (loomCommGetAsyncError(comm, &async) == loomSuccess) rec.asyncError = async;
-  rec.result = r;
-}
 
 enum class Mismatch { kCount, kCollective, kRoot, kDatatype, kOp, kAllGatherCount };
 
@@ -419,6 +367,67 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) + "_" +
              std::to_string(std::get<2>(info.param));
+    });
+
+// Ranks that each wait for the others' bytes in calls that differ send nothing that a header
+// could be compared in: every rank the root of its reduce, or rank 0 a reduce's root while the
+// others wait for rank 0's broadcast. On one host the board's announcements show it; where no
+// board is (sockets alone, or ranks on two hosts) a rank that has waited
+// RemoteAnnouncements::kTellAfter tells the peers it waits on which call it is in
+// (core/remote_announcements.h), so every rank fails within a second, loomInvalidUsage where it
+// heard the mismatch, loomRemoteError where a peer gave up first, instead of waiting its
+// timeout out (10 s here).
+enum class EachWaits { kReduceRoots, kReduceAgainstBroadcast };
+
+class WaitingForEachOther : public testing::TestWithParam<std::tuple<Mode, int, EachWaits, bool>> {};
+
+TEST_P(WaitingForEachOther, FailWithinASecond) {
+  auto [mode, nranks, calls, twoHosts] = GetParam();
+  ScopedEnv env("LOOM_TRANSPORTS", twoHosts ? "" : "socket");
+  loomtest::RankOptions options;
+  options.timeoutMs = 10000;
+  options.deadlineMs = 60000;
+  if (twoHosts) {
+    options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank % 2 == 0 ? "host-a" : "host-b", 1); };
+  }
+  SharedRecords records(nranks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  loomtest::runRanks(nranks, mode, [&, calls = calls](loomComm_t comm, int rank) {
+    std::vector<float> data(1000, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(data.data(), data.data(), 10, loomFloat32, loomSum, comm, nullptr), comm);
+    record(records[rank], comm, [&] {
+      if (calls == EachWaits::kReduceRoots || rank == 0) {
+        return loomReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum,
+                          calls == EachWaits::kReduceRoots ? rank : 0, comm, nullptr);
+      }
+      return loomBroadcast(data.data(), data.data(), data.size(), loomFloat32, 0, comm, nullptr);
+    });
+  }, options);
+  const std::string summary = records.summary();
+  int invalidUsage = 0;
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_GE(records[r].result, 0) << "rank " << r << " never returned" << summary;
+    const auto result = static_cast<loomResult_t>(records[r].result);
+    EXPECT_TRUE(result == loomInvalidUsage || result == loomRemoteError) << "rank " << r << summary;
+    EXPECT_LT(records[r].seconds, 1.0) << "rank " << r << summary;
+    if (result != loomInvalidUsage) continue;
+    ++invalidUsage;
+    EXPECT_NE(std::string(records[r].message).find("mismatched calls"), std::string::npos) << records[r].message;
+  }
+  EXPECT_GE(invalidUsage, 1) << summary;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    NoBoard, WaitingForEachOther,
+    testing::Values(std::make_tuple(Mode::kThreads, 2, EachWaits::kReduceRoots, false),
+                    std::make_tuple(Mode::kProcesses, 3, EachWaits::kReduceRoots, false),
+                    std::make_tuple(Mode::kProcesses, 2, EachWaits::kReduceAgainstBroadcast, false),
+                    std::make_tuple(Mode::kProcesses, 2, EachWaits::kReduceRoots, true),
+                    std::make_tuple(Mode::kProcesses, 4, EachWaits::kReduceAgainstBroadcast, true)),
+    [](const auto& info) {
+      return loomtest::modeName(std::get<0>(info.param)) + "_" + std::to_string(std::get<1>(info.param)) +
+             (std::get<2>(info.param) == EachWaits::kReduceRoots ? "_ReduceRoots" : "_ReduceAgainstBroadcast") +
+             (std::get<3>(info.param) ? "_TwoHosts" : "_Sockets");
     });
 
 // A rank that reads no post returns once it has posted and compares its call with the others'

@@ -20,6 +20,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -28,6 +30,7 @@
 #include "common/sanitizer.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "multirank/shared_records.h"
 
 namespace {
 
@@ -35,6 +38,9 @@ using loomtest::Collective;
 using loomtest::CollectiveCase;
 using loomtest::CollectiveRun;
 using loomtest::Mode;
+using loomtest::RankRecord;
+using loomtest::SharedRecords;
+using loomtest::record;
 using loomtest::ScopedEnv;
 
 constexpr size_t kMostBufferBytes = 2 << 20;  // one call's send or receive side
@@ -303,18 +309,32 @@ struct Running {
   }
 };
 
-// This rank's two communicators over the same ranks: the harness's, and one split from it
-// with the ranks numbered backwards.
+// This rank's two communicators over the harness's ranks, split from its communicator: one
+// numbered as it is, one with the ranks numbered backwards.
 struct Comms {
   loomComm_t straight = nullptr;
   loomComm_t reversed = nullptr;
   int rank = 0;  // in straight
   int nranks = 0;
+
+  // What an application does when a call fails: the peers waiting on either communicator
+  // learn it then, rather than waiting for calls that will not come.
+  void abort() {
+    for (loomComm_t* c : {&straight, &reversed}) {
+      EXPECT_EQ(loomCommAbort(*c), loomSuccess);
+      *c = nullptr;
+    }
+  }
 };
 
-// Runs one batch on this rank; "" when every call came out right. *failed: a call returned
-// an error (the communicators are then unusable).
-std::string runBatch(const Batch& batch, const Comms& comms, loomStream_t stream, MappedSlab& slab, bool* failed) {
+// What one batch came to on this rank: a call's error (the communicators are then unusable),
+// or what came out wrong ("" when every call came out right).
+struct Outcome {
+  loomResult_t result = loomSuccess;
+  std::string text;
+};
+
+Outcome runBatch(const Batch& batch, const Comms& comms, loomStream_t stream, MappedSlab& slab) {
   std::vector<Running> runs(batch.items.size());
   for (size_t i = 0; i < runs.size(); ++i) {
     const Item& item = batch.items[i];
@@ -358,17 +378,16 @@ std::string runBatch(const Batch& batch, const Comms& comms, loomStream_t stream
   }
   slab.reset();
   if (r != loomSuccess) {
-    *failed = true;
-    return what + " returned " + loomGetErrorString(r) + ": " + loomGetLastError(onStream ? nullptr : blamed);
+    return {r, what + " returned " + loomGetErrorString(r) + ": " + loomGetLastError(onStream ? nullptr : blamed)};
   }
-  std::string wrong;
-  for (size_t i = 0; i < runs.size() && wrong.empty(); ++i) {
+  Outcome outcome;
+  for (size_t i = 0; i < runs.size() && outcome.text.empty(); ++i) {
     runs[i].send->copyBack();
     runs[i].recv->copyBack();
     const std::string w = runs[i].collective ? runs[i].collective->check() : runs[i].p2p->check(runs[i].rank);
-    if (!w.empty()) wrong = "call " + std::to_string(i + 1) + " (" + describe(batch.items[i]) + "): " + w;
+    if (!w.empty()) outcome.text = "call " + std::to_string(i + 1) + " (" + describe(batch.items[i]) + "): " + w;
   }
-  return wrong;
+  return outcome;
 }
 
 // ---- Configurations --------------------------------------------------------------------------
@@ -417,6 +436,47 @@ uint64_t envNumber(const char* name, uint64_t fallback) {
   return value != nullptr && *value != '\0' ? std::strtoull(value, nullptr, 10) : fallback;
 }
 
+// A rank's means to run a program: its two communicators, its loomMemAlloc memory, a host
+// stream and the program's draw.
+struct RankProgram {
+  Comms comms;
+  loomStream_t stream;
+  Draw draw;
+  MappedSlab slab;
+};
+
+// Makes what a rank runs a program with, runs body, and takes it down.
+void withProgram(loomComm_t comm, int rank, int nranks, uint64_t seed,
+                 const std::function<void(RankProgram&)>& body) {
+  Comms comms{nullptr, nullptr, rank, nranks};
+  LOOM_ASSERT_OK(loomCommSplit(comm, 0, rank, &comms.straight, nullptr), comm);
+  LOOM_ASSERT_OK(loomCommSplit(comm, 0, nranks - 1 - rank, &comms.reversed, nullptr), comm);
+  size_t mappedMin = 0;
+  ASSERT_EQ(loomCommMappedMinBytes(comm, &mappedMin), loomSuccess);
+  loomStream_t stream = nullptr;
+  ASSERT_EQ(loomStreamCreate(&stream), loomSuccess);
+  RankProgram program{comms, stream, Draw(seed, nranks, mappedMin), {}};
+  body(program);
+  EXPECT_EQ(loomStreamDestroy(stream), loomSuccess);
+  for (loomComm_t c : {program.comms.straight, program.comms.reversed}) {
+    if (c != nullptr) {
+      EXPECT_EQ(loomCommDestroy(c), loomSuccess);
+    }
+  }
+}
+
+loomtest::RankOptions rankOptions(const Config& config) {
+  loomtest::RankOptions options;
+  options.deadlineMs = 600000;
+  options.device = config.device;
+  if (config.ranksPerHost > 0) {
+    options.beforeInit = [perHost = config.ranksPerHost](int rank) {
+      ::setenv("LOOM_HOSTID", ("host-" + std::to_string(rank / perHost)).c_str(), 1);
+    };
+  }
+  return options;
+}
+
 class RandomProgram : public testing::TestWithParam<Config> {};
 
 TEST_P(RandomProgram, EveryCallMatchesTheReference) {
@@ -428,44 +488,187 @@ TEST_P(RandomProgram, EveryCallMatchesTheReference) {
       envNumber("LOOM_TEST_BATCHES", loomtest::matrixScale() == loomtest::MatrixScale::kQuick ? 40 : 200);
   ScopedEnv env;
   for (const Setting& setting : config.env) env.set(setting.variable, setting.value);
-  loomtest::RankOptions options;
-  options.deadlineMs = 600000;
-  options.device = config.device;
-  if (config.ranksPerHost > 0) {
-    options.beforeInit = [&config](int rank) {
-      ::setenv("LOOM_HOSTID", ("host-" + std::to_string(rank / config.ranksPerHost)).c_str(), 1);
-    };
-  }
   const auto start = std::chrono::steady_clock::now();
   loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
-    Comms comms{comm, nullptr, rank, config.nranks};
-    LOOM_ASSERT_OK(loomCommSplit(comm, 0, config.nranks - 1 - rank, &comms.reversed, nullptr), comm);
-    size_t mappedMin = 0;
-    ASSERT_EQ(loomCommMappedMinBytes(comm, &mappedMin), loomSuccess);
-    Draw draw(seed, config.nranks, mappedMin);
-    MappedSlab slab;
-    loomStream_t stream = nullptr;
-    ASSERT_EQ(loomStreamCreate(&stream), loomSuccess);
-    int reported = 0;
-    for (size_t b = 0; b < batches; ++b) {
-      const Batch batch = draw.batch();
-      bool failed = false;
-      const std::string wrong = runBatch(batch, comms, stream, slab, &failed);
-      if (!wrong.empty() && ++reported <= kMostReported) {
-        ADD_FAILURE() << config.name << " seed " << seed << ", rank " << rank << ", batch " << b << " ("
-                      << howName(batch.how) << "): " << wrong;
+    withProgram(comm, rank, config.nranks, seed, [&](RankProgram& program) {
+      int reported = 0;
+      for (size_t b = 0; b < batches; ++b) {
+        const Batch batch = program.draw.batch();
+        const Outcome outcome = runBatch(batch, program.comms, program.stream, program.slab);
+        if (!outcome.text.empty() && ++reported <= kMostReported) {
+          ADD_FAILURE() << config.name << " seed " << seed << ", rank " << rank << ", batch " << b << " ("
+                        << howName(batch.how) << "): " << outcome.text;
+        }
+        if (outcome.result != loomSuccess) {
+          program.comms.abort();
+          break;
+        }
       }
-      if (failed) break;  // the peers' calls fail too
-    }
-    EXPECT_EQ(loomStreamDestroy(stream), loomSuccess);
-    EXPECT_EQ(loomCommDestroy(comms.reversed), loomSuccess);
-  }, options);
+    });
+  }, rankOptions(config));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("%s: %zu batches of seed %llu in %.1f s\n", config.name.c_str(), batches,
               static_cast<unsigned long long>(seed), seconds);
 }
 
 INSTANTIATE_TEST_SUITE_P(Programs, RandomProgram, testing::ValuesIn(configs()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- One call of a program changed on one rank ----------------------------------------------
+
+// Whether a call can be changed on one rank alone so that the ranks can tell: a send to itself
+// and the receive of it are one item, which would change together, and a collective of no
+// elements moves nothing on the ranks that keep it.
+bool changeable(const Item& item) { return item.collective ? item.call.count > 0 : item.p2p.shift != 0; }
+
+// Changes a call as a caller's bug would: its count, its collective, its op, its root or its
+// type (a send and receive pair: their count). `choice` picks among the changes that apply.
+std::string change(Item& item, int nranks, uint64_t choice) {
+  if (!item.collective) {
+    ++item.p2p.count;
+    return "the send's and receive's count";
+  }
+  CollectiveCase& c = item.call;
+  std::vector<int> kinds = {0, 1, 4};  // count, collective, type
+  if (loomtest::isReducing(c.collective)) kinds.push_back(2);
+  if ((c.collective == Collective::kBroadcast || c.collective == Collective::kReduce) && nranks > 1) {
+    kinds.push_back(3);
+  }
+  switch (kinds[choice % kinds.size()]) {
+    case 0:
+      ++c.count;
+      return "the count";
+    case 1: {
+      const Collective* all = loomtest::kAllCollectives;
+      c.collective = all[(std::find(all, all + 6, c.collective) - all + 1) % 6];
+      return "the collective";
+    }
+    case 2:
+      c.op = c.op == loomMax ? loomMin : loomMax;
+      c.preMulSum = false;
+      return "the op";
+    case 3:
+      c.root = (c.root + 1) % nranks;
+      return "the root";
+    default: {
+      const loomDataType_t* all = loomtest::kAllTypes;
+      c.type = all[(std::find(all, all + loomtest::kTypeCount, c.type) - all + 1) % loomtest::kTypeCount];
+      return "the type";
+    }
+  }
+}
+
+// The first batch from `from` on that holds a changeable call (the same on every rank).
+size_t firstChangeable(const std::vector<Batch>& program, size_t from) {
+  while (from < program.size() &&
+         std::none_of(program[from].items.begin(), program[from].items.end(), changeable)) {
+    ++from;
+  }
+  return from;
+}
+
+class RandomMismatch : public testing::TestWithParam<Config> {};
+
+// A program's calls are right until one rank changes one call; from then on every rank must
+// end with an error, loomInvalidUsage or loomRemoteError, well within its timeout (no rank
+// waits one out), and at least one rank must name the mismatch (loomInvalidUsage). A rank
+// that the program lets run past the changed call without an error makes an all-to-all on
+// both communicators at its end, which reads every link.
+TEST_P(RandomMismatch, EveryRankEndsWithAnErrorAndNoneWaitsItsTimeout) {
+  const Config& config = GetParam();
+  SKIP_PROCESSES_UNDER_TSAN(config.device >= 0 && config.mode == Mode::kProcesses);
+  constexpr size_t kBatches = 40;
+  const int trials = loomtest::matrixScale() == loomtest::MatrixScale::kQuick ? 2 : 6;
+  ScopedEnv env;
+  for (const Setting& setting : config.env) env.set(setting.variable, setting.value);
+  loomtest::RankOptions options = rankOptions(config);
+  options.timeoutMs = 5000;
+  for (int trial = 0; trial < trials; ++trial) {
+    const uint64_t seed = envNumber("LOOM_TEST_SEED", config.seed) * 100 + static_cast<uint64_t>(trial);
+    std::mt19937_64 where(seed);
+    const size_t drawnBatch = 1 + where() % (kBatches - 10);
+    const int changer = static_cast<int>(where() % static_cast<uint64_t>(config.nranks));
+    const uint64_t choice = where();
+    SharedRecords ended(config.nranks);
+    ASSERT_TRUE(ended.ok()) << "mmap failed";
+    loomtest::runRanks(config.nranks, config.mode, [&](loomComm_t comm, int rank) {
+      withProgram(comm, rank, config.nranks, seed, [&](RankProgram& p) {
+        // On one communicator: a rank whose changed call ends (a root that only sends) and that
+        // then waits in another communicator for a peer still in the changed call would wait for
+        // a rank that no announcement of the second communicator names (only the deadline ends
+        // that, as in NCCL and MPI).
+        std::vector<Batch> program;
+        for (size_t b = 0; b < kBatches; ++b) {
+          program.push_back(p.draw.batch());
+          for (Item& item : program.back().items) item.reversed = false;
+        }
+        const size_t changed = firstChangeable(program, drawnBatch);
+        RankRecord& rec = ended[rank];
+        auto since = std::chrono::steady_clock::now();
+        for (size_t b = 0; b < program.size(); ++b) {
+          if (b == changed) {
+            since = std::chrono::steady_clock::now();
+            if (rank == changer) {
+              std::vector<Item>& items = program[b].items;
+              Item& item = *std::find_if(items.begin(), items.end(), changeable);
+              const std::string what = change(item, config.nranks, choice);
+              std::printf("%s seed %llu: rank %d changes %s of %s in batch %zu\n", config.name.c_str(),
+                          static_cast<unsigned long long>(seed), rank, what.c_str(), describe(item).c_str(), b);
+            }
+          }
+          const Outcome outcome = runBatch(program[b], p.comms, p.stream, p.slab);
+          if (b < changed && !outcome.text.empty()) {
+            ADD_FAILURE() << config.name << " seed " << seed << ", rank " << rank << ", batch " << b
+                          << " (before the change): " << outcome.text;
+          }
+          if (outcome.result != loomSuccess) {
+            rec.at = static_cast<int>(b);
+            std::snprintf(rec.message, sizeof rec.message, "%s", outcome.text.c_str());
+            rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+            rec.result = outcome.result;
+            p.comms.abort();
+            return;
+          }
+        }
+        std::vector<unsigned char> send(static_cast<size_t>(config.nranks) * 64), recv(send.size());
+        record(rec, p.comms.straight, [&] {
+          const loomResult_t r = loomAllToAll(send.data(), recv.data(), 64, loomUint8, p.comms.straight, nullptr);
+          if (r != loomSuccess) return r;
+          return loomAllToAll(send.data(), recv.data(), 64, loomUint8, p.comms.reversed, nullptr);
+        });
+        rec.at = static_cast<int>(program.size());
+        if (rec.result != loomSuccess) p.comms.abort();
+      });
+    }, options);
+    const std::string summary = config.name + " seed " + std::to_string(seed) + ", a call changed on rank " +
+                                std::to_string(changer) + " (its line above):" + ended.summary();
+    int named = 0;
+    for (int r = 0; r < config.nranks; ++r) {
+      const RankRecord& rec = ended[r];
+      ASSERT_GE(rec.result, 0) << "rank " << r << " never returned: " << summary;
+      const auto result = static_cast<loomResult_t>(rec.result);
+      EXPECT_TRUE(result == loomInvalidUsage || result == loomRemoteError) << "rank " << r << ": " << summary;
+      EXPECT_LT(rec.seconds, options.timeoutMs / 1000.0) << "rank " << r << ": " << summary;
+      named += result == loomInvalidUsage ? 1 : 0;
+    }
+    EXPECT_GE(named, 1) << "no rank named the mismatch: " << summary;
+  }
+}
+
+// Both wires, the mismatch checker and two hosts. Not device communicators: there a mismatch
+// in which every rank waits (a reduce's root that differs) is found only at the deadline, since
+// their launches announce nothing (docs/TESTING.md).
+std::vector<Config> mismatchConfigs() {
+  return {
+      {"threads_3", Mode::kThreads, 3, {}, 21},
+      {"processes_3", Mode::kProcesses, 3, {}, 22},
+      {"processes_2_sockets", Mode::kProcesses, 2, {{"LOOM_TRANSPORTS", "socket"}}, 23},
+      {"processes_3_checked", Mode::kProcesses, 3, {{"LOOM_CHECK", "1"}}, 24},
+      {"processes_4_two_hosts", Mode::kProcesses, 4, {}, 25, 2},
+  };
+}
+
+INSTANTIATE_TEST_SUITE_P(Programs, RandomMismatch, testing::ValuesIn(mismatchConfigs()),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace
