@@ -7,7 +7,8 @@
 // alone, in groups mixed with sends and receives, or queued on a host stream. The matrix
 // (collectives_test) runs each case once on fresh links; this runs what one call leaves to
 // the next: board rounds, mapped buffers, the choice cache, link state from calls of other
-// sizes and protocols.
+// sizes and protocols. RandomMismatch then changes one call of such a program on one rank, as
+// a caller's bug would: every rank must end with an error, none at its deadline.
 //
 // A failure names the configuration, the program's seed, the batch and the call;
 // LOOM_TEST_SEED=N runs every configuration with that seed, LOOM_TEST_BATCHES=N that many
