@@ -265,9 +265,19 @@ Status launchDeviceJobs(std::vector<DeviceJob>& jobs) {
     Communicator& comm = *jobs[i].comm;
     return !s.isOk() && comm.cancelled() ? comm.cancelReason().withContext("connecting its device FIFOs") : s;
   };
+  // A failure while connecting fails every communicator of the group, as the host executor's
+  // does: peers wait for this rank's launches on each.
+  auto connected = [&](size_t i, const Status& s) {
+    const Status reason = why(i, s);
+    if (reason.isOk()) return reason;
+    for (size_t j = 0; j < jobs.size(); ++j) {
+      comms[j]->fail(j == i ? reason : reason.withContext("another communicator of this group failed"));
+    }
+    return reason;
+  };
   for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(why(i, comms[i]->prepare(jobs[i])));
-  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(why(i, comms[i]->connectOut()));
-  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(why(i, comms[i]->acceptIn()));
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(connected(i, comms[i]->connectOut()));
+  for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(connected(i, comms[i]->acceptIn()));
   for (size_t i = 0; i < jobs.size(); ++i) LOOM_TRY(comms[i]->launchPrepared(jobs[i]));
   Status first;
   for (size_t i = 0; i < jobs.size(); ++i) {

@@ -69,6 +69,10 @@ class DeviceComm {
   virtual Status finish(const DeviceJob& job) = 0;    // NULL stream of the emulation: waits
   // Held from prepare to finish: one launch of a communicator is built at a time.
   virtual std::mutex& launchLock() = 0;
+  // A call failed between its launches' prepare and launch (a connection half made, mismatched
+  // calls): the communicator keeps `s` as its error, its running kernels stop, and peers whose
+  // kernels wait on this rank learn it from its status words.
+  virtual void fail(const Status& s) = 0;
   // Makes a failure a finished kernel recorded the communicator's error now. The watchdog
   // does it too, but only on its next look (2 to 100 ms on): loomCommGetAsyncError, asked
   // right after the stream was synchronised, must already see it.

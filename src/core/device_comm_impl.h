@@ -21,6 +21,7 @@
 #include "algorithms/plan.h"
 #include "base/peer_process.h"
 #include "core/device_comm.h"
+#include "core/group_agreement.h"
 #include "device/plan_format.h"
 #include "device/proxy.h"
 #include "device/runtime.h"
@@ -135,6 +136,7 @@ class DeviceCommImpl final : public DeviceComm {
   Status launchPrepared(const DeviceJob& job) override;
   Status finish(const DeviceJob& job) override;
   std::mutex& launchLock() override { return launchMutex_; }
+  void fail(const Status& s) override;
 
  private:
   // The FIFOs of a block in device memory, or in pinned host memory (hostShape_).
@@ -151,6 +153,7 @@ class DeviceCommImpl final : public DeviceComm {
   void stopRunningKernels(AbortReason reason, int peer);
   // device_connect.cc
   Status fillConnections(int peer);
+  Status receiveConnectWord(int peer, void* data, size_t bytes, const std::string& what);
   // device_launch.cc
   Status addPlanSlot(size_t capacity);
   void memoryMadeInCall(const char* what);
@@ -166,6 +169,7 @@ class DeviceCommImpl final : public DeviceComm {
   void publishFailure();
   void watch();
   void endQueued(Clock::time_point now);
+  void compareRunningCalls(Clock::time_point now);
   void inspect(Clock::time_point now);
 
   Communicator* comm_;
@@ -198,6 +202,8 @@ class DeviceCommImpl final : public DeviceComm {
   // Between prepare and finish, under launchMutex_.
   std::vector<Plan> plans_;
   std::vector<int> connecting_;
+  GroupAgreement connectAgreement_;  // the job's calls, compared while a peer's handle is awaited
+  Clock::time_point connectSince_;   // when the job began to connect
   uint64_t nextPlanId_ = 0;
   std::atomic<uint64_t> uncapturedLaunches_{0};  // launches counted in Control::hostLaunches
 
@@ -217,6 +223,11 @@ class DeviceCommImpl final : public DeviceComm {
   int firstGone_ = -1;           // and which
   Clock::time_point queuedSince_;  // since when a launch is made but not started (epoch: none)
   bool queuedWarned_ = false;
+  GroupAgreement runningAgreement_;  // the running launch's calls, compared with the peers'
+  uint64_t comparedLaunch_ = 0, comparedPlan_ = 0;  // which launch and plan it holds
+  // The board's announcement area has one writer per rank: the watchdog's walk or the
+  // caller's, one at a time.
+  std::mutex agreementMutex_;
 };
 
 }  // namespace loom::device_comm

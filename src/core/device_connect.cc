@@ -49,7 +49,42 @@ Status DeviceCommImpl::prepare(const DeviceJob& job) {
     }
   }
   connecting_.assign(needed.begin(), needed.end());
+  if (!connecting_.empty()) {
+    std::vector<CallInfo> calls;
+    std::set<int> peers;
+    for (const Plan& plan : plans_) {
+      calls.insert(calls.end(), plan.calls.begin(), plan.calls.end());
+      for (const Step& s : plan.steps) {
+        if (s.peer != Step::kNone) peers.insert(s.peer);
+      }
+    }
+    std::lock_guard<std::mutex> walking(agreementMutex_);
+    connectAgreement_.reset(calls, std::vector<int>(peers.begin(), peers.end()));
+    connectSince_ = Clock::now();
+  }
   return Status::ok();
+}
+
+// A peer's word on the bootstrap, awaited in slices: a peer that never sends it may be in
+// another call, one that needs no connection to this rank (a reduce to another root), which
+// the board says (group_agreement.h). Not while this rank's earlier launches run: the watchdog
+// compares theirs.
+Status DeviceCommImpl::receiveConnectWord(int peer, void* data, size_t bytes, const std::string& what) {
+  const Deadline deadline = Deadline::afterMs(comm_->config().timeoutMs);
+  auto compare = [&] {
+    if (Clock::now() - connectSince_ < GroupAgreement::kLookAfter || launchesOutstanding()) return Status::ok();
+    std::lock_guard<std::mutex> walking(agreementMutex_);
+    return connectAgreement_.look(*comm_);
+  };
+  for (;;) {
+    const Deadline slice = deadline.earlier(Deadline::afterMs(GroupAgreement::kLookAfter.count()));
+    const Status s = comm_->bootstrap().recv(peer, kConnectTag, data, bytes, slice);
+    if (s.isOk()) return s;
+    // A peer that found the mismatch first and went away closed its connection: the board
+    // still names the mismatch, which says more.
+    LOOM_TRY(compare());
+    if (s.code() != loomTimeout || deadline.expired()) return s.withContext(what);
+  }
 }
 
 Status DeviceCommImpl::connectOut() {
@@ -98,8 +133,7 @@ Status DeviceCommImpl::acceptIn() {
     const PeerInfo& them = info[static_cast<size_t>(p)];
     if (!peer.offHost) {
       SharedHandle handle;
-      LOOM_TRY(comm_->bootstrap().recv(p, kConnectTag, &handle, sizeof handle).withContext(
-          format("device connection from rank %d", p)));
+      LOOM_TRY(receiveConnectWord(p, &handle, sizeof handle, format("device connection from rank %d", p)));
       peer.peerHostFifo = handle.hostMemory != 0;
       if (handle.bytes != blockBytes(shapeOf(peer.peerHostFifo), false)) {
         return error(loomInternalError,
@@ -140,8 +174,8 @@ Status DeviceCommImpl::acceptIn() {
   for (int p : connecting_) {
     if (peers_[static_cast<size_t>(p)].offHost || info[static_cast<size_t>(p)].pid == ::getpid()) continue;
     uint8_t mappedNotice = 0;
-    LOOM_TRY(comm_->bootstrap().recv(p, kConnectTag, &mappedNotice, sizeof mappedNotice).withContext(
-        format("device connection from rank %d: waiting for it to map this rank's block", p)));
+    LOOM_TRY(receiveConnectWord(p, &mappedNotice, sizeof mappedNotice,
+                                format("device connection from rank %d: waiting for it to map this rank's block", p)));
   }
   connecting_.clear();
   return Status::ok();

@@ -126,6 +126,7 @@ Status DeviceCommImpl::launchPrepared(const DeviceJob& job) {
     args->control = controlDevice_;
     args->timeline = timeline_;
     args->waitTimeoutNs = static_cast<uint64_t>(comm_->config().timeoutMs) * 1000000;
+    args->planId = id;
     LOOM_TRY(placePlan(bytes, id, args.get()));
     note(plan, id);
     LaunchStream stream{job.cudaStream, job.hostStream};

@@ -223,6 +223,11 @@ void DeviceCommImpl::publishFailure() {
   }
 }
 
+void DeviceCommImpl::fail(const Status& s) {
+  comm_->fail(s);
+  publishFailure();
+}
+
 // The watchdog: looks closely (every 2 ms) while launches run, rarely otherwise (graph replays
 // start without the host knowing).
 void DeviceCommImpl::watch() {
@@ -250,6 +255,38 @@ void DeviceCommImpl::endQueued(Clock::time_point now) {
             "that long (with ranks that are threads of one process on one GPU: docs/ARCHITECTURE.md, 'Thread ranks "
             "on one GPU')",
             comm_->rank(), comm_->device(), static_cast<long long>(held.count()));
+}
+
+// Launches that wait for each other in calls that differ (each rank the root of a reduce)
+// send nothing a kernel could compare: once the running launch has gone on a while, its
+// collectives are walked with the peers' on the board (group_agreement.h), and a mismatch
+// fails the communicator, which stops the kernel and tells the peers.
+void DeviceCommImpl::compareRunningCalls(Clock::time_point now) {
+  if (comm_->board() == nullptr || now - watchedSince_ < GroupAgreement::kLookAfter) return;
+  // The kernel writes the plan before the launch's number; a later launch that started since
+  // is looked at next time.
+  const uint64_t plan = __atomic_load_n(&control_->startedPlan, __ATOMIC_ACQUIRE);
+  if (__atomic_load_n(&control_->started, __ATOMIC_ACQUIRE) != watched_) return;
+  Status s;
+  {
+    std::lock_guard<std::mutex> walking(agreementMutex_);
+    if (watched_ != comparedLaunch_ || plan != comparedPlan_) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      auto note = notes_.find(plan);
+      if (note == notes_.end()) return;
+      std::vector<int> peers;
+      for (const PlanNote::StepNote& step : note->second.steps) {
+        if (step.peer >= 0 && std::find(peers.begin(), peers.end(), step.peer) == peers.end()) {
+          peers.push_back(step.peer);
+        }
+      }
+      runningAgreement_.reset(note->second.calls, std::move(peers));
+      comparedLaunch_ = watched_;
+      comparedPlan_ = plan;
+    }
+    s = runningAgreement_.look(*comm_);
+  }
+  if (!s.isOk()) fail(s);
 }
 
 void DeviceCommImpl::inspect(Clock::time_point now) {
@@ -280,6 +317,7 @@ void DeviceCommImpl::inspect(Clock::time_point now) {
     watched_ = started;
     watchedSince_ = now;
   }
+  compareRunningCalls(now);
   if (now - lastPeerCheck_ > std::chrono::milliseconds(100)) {
     lastPeerCheck_ = now;
     int gone = -1;

@@ -273,8 +273,12 @@ LOOM_HD void runWorker(const LaunchArgs& args, uint32_t worker, W& w) {
   const PlanView plan = args.view();
   LaunchTimes<W> times(w, args, worker);
   Ctx<W> ctx{w, args, args.state->launches + 1, worker};
-  // A sign of life for the watchdog, which publishes no data: no fence.
-  if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) w.publish(&args.control->started, ctx.launch);
+  // A sign of life for the watchdog, which publishes no data: no fence. The plan's id first,
+  // for the watchdog that reads it after the number (device_watchdog.cc).
+  if (w.thread() == 0 && w.fetchAdd32(&args.state->workersStarted, 1) == 0) {
+    w.publish(&args.control->startedPlan, args.planId);
+    w.publish(&args.control->started, ctx.launch);
+  }
   const WorkerRange range = plan.worker(worker);
   ctx.part = range.part;
   ctx.parts = range.parts;

@@ -151,7 +151,8 @@ struct Control {
   uint64_t started;     // number of the last launch that started
   uint64_t completed;   // number of the last launch whose workers all finished
   uint64_t hostLaunches;  // launches with countsForHost that finished (the host's own count)
-  uint64_t reserved2[5];
+  uint64_t startedPlan;   // PlanHeader::id of launch `started`, written before it
+  uint64_t reserved2[4];
   ErrorRecord error;
 };
 
@@ -205,6 +206,7 @@ struct LaunchArgs {
   WorkerTimeline* timeline;  // kTimelineWorkers of them (LOOM_DEVICE_TIMELINE); null: none
   uint64_t waitTimeoutNs;    // timeoutMs: how long a wait may see nothing move (0: for ever;
                              // worker_context.h)
+  uint64_t planId;           // PlanHeader::id, for Control::startedPlan without reading the plan
   alignas(16) uint8_t inlinePlan[kInlinePlanBytes];
 
   LOOM_HD PlanView view() const {

@@ -1,6 +1,9 @@
 // Shared-memory files behind device-communicator memory (shared_segment.h).
 #include "device/shared_segment.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstring>
 
 #include "base/env.h"
@@ -20,8 +23,17 @@ Status createSharedSegment(size_t bytes, const char* purpose, transport::ShmSegm
 Status openSharedSegment(const SharedHandle& handle, int peer, transport::ShmSegment* out) {
   char name[sizeof handle.data + 1] = {};
   std::memcpy(name, handle.data, sizeof handle.data);
-  LOOM_TRY(transport::ShmSegment::open(name, handle.bytes, out).withContext(
-      format("mapping rank %d's device-communicator memory", peer)));
+  const Status s = transport::ShmSegment::open(name, handle.bytes, out);
+  struct stat st;
+  if (!s.isOk() && ::stat(name, &st) != 0 && errno == ENOENT) {
+    // The name existed when the peer sent it, and only the peer removes it before this rank
+    // says it has mapped it: when its communicator goes.
+    return error(loomRemoteError,
+                 "rank %d removed its device-communicator memory before this rank mapped it: it left the call "
+                 "(it failed, or destroyed its communicator)",
+                 peer);
+  }
+  LOOM_TRY(s.withContext(format("mapping rank %d's device-communicator memory", peer)));
   out->unlink();
   return Status::ok();
 }

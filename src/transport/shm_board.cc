@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstring>
@@ -74,6 +75,13 @@ bool ShmBoard::announced(int q, uint64_t seq, uint8_t* out) const {
   if (a.seq.load(std::memory_order_relaxed) != seq) return false;
   std::memcpy(out, words, kHeaderBytes);
   return true;
+}
+
+uint64_t ShmBoard::latestAnnounced(int q) const {
+  const RankArea& a = area(q);
+  // A slot being written reads 0 for the moment: the other one still holds an announcement.
+  return std::max(a.announcements[0].seq.load(std::memory_order_acquire),
+                  a.announcements[1].seq.load(std::memory_order_acquire));
 }
 
 void ShmBoard::markFailed(int causeRank) {

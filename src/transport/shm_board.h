@@ -99,6 +99,8 @@ class ShmBoard {
   // Copies rank q's header for call `seq` into out, if q announced it and has not yet
   // announced seq + 2.
   bool announced(int q, uint64_t seq, uint8_t* out) const;
+  // The number of the latest call rank q announced (0: none yet).
+  uint64_t latestAnnounced(int q) const;
   int nranks() const { return nranks_; }
   // Rank q's process as this rank sees it (q != this rank).
   const PeerProcess& peer(int q) const { return peers_[static_cast<size_t>(q)]; }

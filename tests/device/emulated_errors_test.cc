@@ -16,6 +16,7 @@
 #include "common/sanitizer.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "multirank/shared_records.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ using loomtest::CaseOutcome;
 using loomtest::CollectiveCase;
 using loomtest::Mode;
 using loomtest::ScopedEnv;
+using loomtest::SharedRecords;
 
 loomtest::RankOptions emulated(int timeoutMs) {
   loomtest::RankOptions options;
@@ -112,6 +114,48 @@ TEST_P(EmulatedDeviceErrors, AWaitingKernelEndsAtTheTimeout) {
     std::printf("rank 0 after %.2f s: %s\n", seconds, text.c_str());
   }, emulated(1000));
 }
+
+// Calls where every rank waits for another's bytes send nothing a kernel could compare: each
+// rank names itself a reduce's root, or the second call of a group differs so (its first is
+// the same everywhere). The watchdogs compare the running launches' calls on the shared-memory
+// board and stop them within milliseconds, not at the 10 s timeout; every rank fails, one at
+// least naming the mismatch. With 3 ranks a rank may wait for a peer's FIFO handle that never
+// comes (the peer needs no connection to it in its call); it compares the calls too.
+class EmulatedDeviceWaitingForEachOther : public testing::TestWithParam<std::tuple<Mode, int, bool>> {};
+
+TEST_P(EmulatedDeviceWaitingForEachOther, FailWithinASecond) {
+  auto [mode, nranks, inGroup] = GetParam();
+  SKIP_PROCESSES_UNDER_TSAN(mode == Mode::kProcesses);
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  SharedRecords records(nranks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  loomtest::runRanks(nranks, mode, [&, inGroup = inGroup](loomComm_t comm, int rank) {
+    std::vector<float> data(4096, 1.0f), other(4096, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(data.data(), data.data(), 64, loomFloat32, loomSum, comm, nullptr), comm);
+    loomtest::record(records[rank], comm, [&] {
+      if (!inGroup) return loomReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, rank, comm, nullptr);
+      loomResult_t r = loomGroupStart();
+      if (r == loomSuccess) r = loomAllReduce(other.data(), other.data(), other.size(), loomFloat32, loomSum, comm, nullptr);
+      if (r == loomSuccess) r = loomReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, rank, comm, nullptr);
+      const loomResult_t end = loomGroupEnd();
+      return r != loomSuccess ? r : end;
+    });
+    // A rank that failed keeps its communicator past the bound: a peer still connecting to it
+    // must find the mismatch itself, not learn it from the connection closing.
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }, emulated(10000));
+  loomtest::expectMismatchFoundWithin(records, nranks, 1.0);
+  std::printf("%s\n", records.summary().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Board, EmulatedDeviceWaitingForEachOther,
+                         testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
+                                          testing::Bool()),
+                         [](const auto& info) {
+                           return loomtest::modeName(std::get<0>(info.param)) + "_" +
+                                  std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_SecondCallOfAGroup" : "_Alone");
+                         });
 
 // loomCommAbort from another thread while rank 0's call waits inside its kernel for rank 1:
 // the call returns the abort error at once, and the communicator is freed after it left.

@@ -2,6 +2,7 @@
 // memory shared with ranks forked as processes, for the parent to judge all ranks together.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 
 #include <chrono>
@@ -68,6 +69,23 @@ void record(RankRecord& rec, loomComm_t comm, Call call) {
   loomResult_t async = loomSuccess;
   if (loomCommGetAsyncError(comm, &async) == loomSuccess) rec.asyncError = async;
   rec.result = r;
+}
+
+// Ranks whose calls differ: every rank returned within `seconds`, with loomInvalidUsage or
+// loomRemoteError, and at least one named the mismatch.
+inline void expectMismatchFoundWithin(SharedRecords& records, int nranks, double seconds) {
+  const std::string summary = records.summary();
+  int named = 0;
+  for (int r = 0; r < nranks; ++r) {
+    ASSERT_GE(records[r].result, 0) << "rank " << r << " never returned" << summary;
+    const auto result = static_cast<loomResult_t>(records[r].result);
+    EXPECT_TRUE(result == loomInvalidUsage || result == loomRemoteError) << "rank " << r << summary;
+    EXPECT_LT(records[r].seconds, seconds) << "rank " << r << summary;
+    if (result != loomInvalidUsage) continue;
+    ++named;
+    EXPECT_NE(std::string(records[r].message).find("mismatched calls"), std::string::npos) << records[r].message;
+  }
+  EXPECT_GE(named, 1) << summary;
 }
 
 }  // namespace loomtest
