@@ -116,7 +116,10 @@ struct Queue {
 struct PlanState {
   Plan* plan;
   std::vector<StepState> steps;
+  // When it last moved, as Run::look dates it: a step that moves sets `progressed`, and the
+  // next look at the clock takes its time. A call that never waits reads no clock.
   Clock::time_point lastProgress;
+  bool progressed;
   uint64_t announced;  // the number of the last of its calls it announced on the board (0: none)
 };
 
@@ -150,6 +153,8 @@ class Run {
   // (LOOM_REDUCTION_STORES); copies out of a link store non-temporally.
   bool streams(const Plan& plan, size_t step) const;
   Status idle(bool spin);
+  // Reads the clock (now_) and dates the progress made since the last look.
+  Clock::time_point look();
   // Lets each transport move bytes it holds after reporting them sent (Transport::flushSome);
   // whether none are left.
   bool flushSome();
@@ -193,6 +198,11 @@ class Run {
   std::vector<PlanState> state_;
   std::vector<Queue> queues_;
   unsigned idlePasses_ = 0;
+  Clock::time_point now_;  // the last look at the clock
+  // idle() spins, pausing, where a pass shortly after progress finds nothing: most such passes
+  // skip the clock, which was a seventh of a small exchange's time (idle).
+  bool spinning_ = false;
+  unsigned spinPasses_ = 0;
   // Where a reduction writes before its non-temporal copy out (cache-sized).
   std::vector<char> streamScratch_;
 };
@@ -228,7 +238,7 @@ Status Run::go() {
   // At most a queue a step; a few for a small call, which would otherwise grow the vector.
   queues_.reserve(std::min<size_t>(steps, 8));
   for (Plan& p : plans_) {
-    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::now(), p.announceSeq});
+    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::time_point(), true, p.announceSeq});
     // Board rounds are taken when a plan runs, not when it is built: a plan that never runs
     // (LOOM_CHECK stopped it) must not shift this rank's rounds against the others'.
     for (Step& s : p.steps) {
@@ -433,7 +443,7 @@ Status Run::advance(Queue& q, bool* progressed) {
     if (!st.isOk()) return st.withContext(describe(q, index));
     if (moved) {
       *progressed = true;
-      ps.lastProgress = Clock::now();
+      ps.progressed = true;
     }
     if (!ps.steps[static_cast<size_t>(index)].done) return Status::ok();
     ++q.head;
@@ -660,8 +670,9 @@ Status Run::advanceOneShot(Queue& q, int index, bool* moved) {
   Plan& plan = *ps.plan;
   StepState& st = ps.steps[static_cast<size_t>(index)];
   const OneShot op = boardCall(q.plan, index);
-  // A peer that died will never post: ask once this plan has waited a millisecond.
-  bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
+  // A peer that died will never post: ask once this plan has waited a millisecond (as of the
+  // last look at the clock, a pass ago).
+  bool checkPeers = !ps.progressed && now_ - ps.lastProgress > std::chrono::milliseconds(1);
   if (st.headerMoved == 0) {
     bool ready = false;
     LOOM_TRY(readyToPost(*plan.comm, checkPeers, &ready));
@@ -682,7 +693,7 @@ Status Run::advanceMapped(Queue& q, int index, bool* moved) {
   Plan& plan = *ps.plan;
   StepState& st = ps.steps[static_cast<size_t>(index)];
   const MappedPhase before = st.mappedPhase;
-  bool checkPeers = Clock::now() - ps.lastProgress > std::chrono::milliseconds(1);
+  bool checkPeers = !ps.progressed && now_ - ps.lastProgress > std::chrono::milliseconds(1);
   LOOM_TRY(plan.comm->mappedPeers().advance(*plan.comm, boardCall(q.plan, index), checkPeers, &st.mappedPhase,
                                             &st.mapped));
   *moved = st.mappedPhase != before;
@@ -699,8 +710,27 @@ Status Run::advanceMapped(Queue& q, int index, bool* moved) {
 // kSpinBeforeSleep of looking again. Shared-memory links have none: the thread looks again
 // (pausing, later yielding), then naps (core/wait_policy.h), woken early by any descriptor a
 // pending link has. Either way abort and the no-progress deadline are checked.
+Clock::time_point Run::look() {
+  now_ = Clock::now();
+  for (PlanState& ps : state_) {
+    if (!ps.progressed) continue;
+    ps.lastProgress = now_;
+    ps.progressed = false;
+  }
+  return now_;
+}
+
+// Passes of the pausing spin between two looks at the clock: a pass is a fraction of a
+// microsecond, the spin's window (kBusyBeforeYield) tens.
+constexpr unsigned kSpinPassesPerLook = 8;
+
 Status Run::idle(bool spin) {
-  Clock::time_point now = Clock::now();
+  if (spin && spinning_ && ++spinPasses_ % kSpinPassesPerLook != 0) {
+    cpuRelax();
+    cpuRelax();
+    return Status::ok();
+  }
+  const Clock::time_point now = look();
   Clock::time_point wake = Clock::time_point::max();
   Clock::time_point lastProgress = Clock::time_point::min();
   bool oversubscribed = false;  // the peer a rank waits for may need its core
@@ -733,7 +763,8 @@ Status Run::idle(bool spin) {
   const bool pendingPlans = lastProgress != Clock::time_point::min();
   const bool recent = !pendingPlans || now - lastProgress < kSpinBeforeSleep;
   const bool busy = recent && pendingPlans && !oversubscribed && now - lastProgress < kBusyBeforeYield;
-  if (spin && busy) {
+  spinning_ = spin && busy;
+  if (spinning_) {
     // Two pauses between looks, as on the board (one_shot.cc).
     cpuRelax();
     cpuRelax();
