@@ -1,6 +1,7 @@
 // Plans: steps added, call descriptions and their wire form for LOOM_CHECK, type and op names.
 #include "algorithms/plan.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -118,6 +119,16 @@ char* Plan::scratch(size_t bytes) {
   if (p == nullptr) throw std::bad_alloc();
   scratch_.emplace_back(p);
   return p;
+}
+
+std::pair<uint64_t, uint64_t> Plan::collectiveSeqs() const {
+  uint64_t first = 0, last = 0;
+  for (const CallInfo& call : calls) {
+    if (call.seq == 0) continue;
+    first = first == 0 ? call.seq : std::min(first, call.seq);
+    last = std::max(last, call.seq);
+  }
+  return {first, last};
 }
 
 void markHeaders(Plan& plan, size_t first, int linksPerPeer, bool everyStep) {

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -185,6 +186,8 @@ struct Plan {
   // Starts a new call: later add()s belong to it.
   void beginCall(const CallInfo& info);
   const CallInfo& callOfStep(size_t step) const { return calls[callOf[step]]; }
+  // The numbers of its first and last collectives (0: it has none).
+  std::pair<uint64_t, uint64_t> collectiveSeqs() const;
 
   // Scratch memory the steps point into (partial results a rank must not keep in the
   // user's buffers); host memory that lives as long as the plan, or from scratchSource.

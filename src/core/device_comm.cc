@@ -35,6 +35,7 @@ Status DeviceCommImpl::init() {
                        registry.deviceHandover(), &runtime_));
   peers_ = std::vector<PeerState>(static_cast<size_t>(comm_->nranks()));
   LOOM_TRY(agreeOnDevices());
+  LOOM_TRY(openWatchChannel());
   // No plan uses more channels than fit its share of resident blocks (collective.cc), two
   // workers per channel at the least, so no more are connected: each costs FIFO memory.
   channels_ = channelsWithin(blockBudget_, 2, config.deviceChannels);
@@ -88,6 +89,32 @@ Status DeviceCommImpl::init() {
             runtime_->describe().c_str(), channels_, shape_.slots, shape_.slotBytes, shape_.llSlots,
             static_cast<unsigned long long>(shape_.llPayload()));
   watchdog_ = std::thread([this] { watch(); });
+  return Status::ok();
+}
+
+// Launches that wait for each other in calls that differ are compared on the board
+// (group_agreement.h); where there is none (ranks on several hosts, or no shared memory), over
+// a bootstrap channel of the watchdog's own, made here while every rank creates the
+// communicator: the communicator's channel serves the thread that makes its calls.
+Status DeviceCommImpl::openWatchChannel() {
+  if (comm_->board() != nullptr || comm_->nranks() < 2) return Status::ok();
+  Bootstrap& bootstrap = comm_->bootstrap();
+  Acceptor listener;
+  LOOM_TRY(Bootstrap::listen(bootstrap.secret(), bootstrap.address(), &listener));
+  constexpr size_t kBytes = SocketAddress::kWireBytes;
+  std::vector<uint8_t> addresses(kBytes * static_cast<size_t>(comm_->nranks()));
+  listener.address().toWire(&addresses[kBytes * static_cast<size_t>(comm_->rank())]);
+  LOOM_TRY(bootstrap.allGather(addresses.data(), kBytes).withContext("device watchdog channel exchange"));
+  std::vector<PeerInfo> peers = bootstrap.peers();
+  for (size_t r = 0; r < peers.size(); ++r) {
+    LOOM_TRY(SocketAddress::fromWire(&addresses[kBytes * r], &peers[r].bootstrapAddress));
+  }
+  // No cancel signal: an aborted communicator still tells its peers that it gave up (its waits
+  // are bounded by their deadlines).
+  LOOM_TRY(Bootstrap::fromPeers(std::move(listener), bootstrap.secret(), comm_->commId(), comm_->rank(),
+                                std::move(peers), -1, &watchChannel_));
+  watchAnnouncements_ = std::make_unique<RemoteAnnouncements>(*watchChannel_);
+  watchNotices_ = std::make_unique<FailureNotices>(*watchChannel_);
   return Status::ok();
 }
 

@@ -21,7 +21,9 @@
 #include "algorithms/plan.h"
 #include "base/peer_process.h"
 #include "core/device_comm.h"
+#include "core/failure_notices.h"
 #include "core/group_agreement.h"
+#include "core/remote_announcements.h"
 #include "device/plan_format.h"
 #include "device/proxy.h"
 #include "device/runtime.h"
@@ -98,6 +100,8 @@ struct PlanNote {
   };
   std::vector<CallInfo> calls;
   std::vector<StepNote> steps;
+  uint64_t firstSeq = 0;   // its first collective's number (0: none)
+  uint64_t seqBefore = 0;  // the last collective launched before it
   bool kept = false;
 };
 
@@ -148,6 +152,7 @@ class DeviceCommImpl final : public DeviceComm {
   int connIndex(int peer, int channel, bool send) const { return (peer * channels_ + channel) * 2 + (send ? 0 : 1); }
   // device_comm.cc
   Status agreeOnDevices();
+  Status openWatchChannel();
   void warnOfSharedQueues(int threadRanks);
   bool launchesOutstanding() const;
   void stopRunningKernels(AbortReason reason, int peer);
@@ -170,6 +175,11 @@ class DeviceCommImpl final : public DeviceComm {
   void watch();
   void endQueued(Clock::time_point now);
   void compareRunningCalls(Clock::time_point now);
+  // loomRemoteError where a rank told over the watchdog's channel that it gave up in the running
+  // launch's calls or before (under agreementMutex_).
+  Status heardFailure();
+  // The collective this rank gave up in, as FailureNotices tells it (0: unknown).
+  uint64_t failureSeq();
   void inspect(Clock::time_point now);
 
   Communicator* comm_;
@@ -224,9 +234,19 @@ class DeviceCommImpl final : public DeviceComm {
   Clock::time_point queuedSince_;  // since when a launch is made but not started (epoch: none)
   bool queuedWarned_ = false;
   GroupAgreement runningAgreement_;  // the running launch's calls, compared with the peers'
+  // Where no board carries announcements: a bootstrap channel of the agreements' own (the
+  // communicator's serves its caller's thread) and what goes over it.
+  std::unique_ptr<Bootstrap> watchChannel_;
+  std::unique_ptr<RemoteAnnouncements> watchAnnouncements_;
+  // Why ranks gave up, told over the same channel (peers on this host say it in their status
+  // words too), and the number of the last collective launched, which tells in which call.
+  std::unique_ptr<FailureNotices> watchNotices_;
+  std::atomic<uint64_t> launchedSeq_{0};
   uint64_t comparedLaunch_ = 0, comparedPlan_ = 0;  // which launch and plan it holds
-  // The board's announcement area has one writer per rank: the watchdog's walk or the
-  // caller's, one at a time.
+  std::vector<int> comparedPeers_;                  // and the ranks that plan exchanges bytes with
+  uint64_t comparedLast_ = 0;                       // and its last collective's number (0: none)
+  // The board's announcement area has one writer per rank, and the watchdog's channel one user:
+  // the watchdog or the caller, one at a time.
   std::mutex agreementMutex_;
 };
 

@@ -74,7 +74,7 @@ Status DeviceCommImpl::receiveConnectWord(int peer, void* data, size_t bytes, co
   auto compare = [&] {
     if (Clock::now() - connectSince_ < GroupAgreement::kLookAfter || launchesOutstanding()) return Status::ok();
     std::lock_guard<std::mutex> walking(agreementMutex_);
-    return connectAgreement_.look(*comm_);
+    return connectAgreement_.look(*comm_, watchAnnouncements_.get());
   };
   for (;;) {
     const Deadline slice = deadline.earlier(Deadline::afterMs(GroupAgreement::kLookAfter.count()));

@@ -67,6 +67,10 @@ Status DeviceCommImpl::placePlan(const std::vector<uint8_t>& plan, uint64_t id, 
 void DeviceCommImpl::note(const Plan& plan, uint64_t id) {
   PlanNote n;
   n.calls = plan.calls;
+  const auto [first, last] = plan.collectiveSeqs();
+  n.firstSeq = first;
+  n.seqBefore = launchedSeq_.load();
+  if (last > n.seqBefore) launchedSeq_.store(last);
   n.steps.reserve(plan.steps.size());
   for (size_t k = 0; k < plan.steps.size(); ++k) {
     const Step& s = plan.steps[k];

@@ -206,7 +206,8 @@ int DeviceCommImpl::failureCause() const {
 }
 
 // The communicator failed outside a kernel (a failed connection, an abort), or a kernel
-// failed: running kernels stop, and peers waiting on this rank learn it from its status words.
+// failed: running kernels stop, and peers waiting on this rank learn it from its status words,
+// or (peers on other hosts) from its word over the watchdog's channel.
 void DeviceCommImpl::publishFailure() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -221,6 +222,11 @@ void DeviceCommImpl::publishFailure() {
       if (!s.isOk()) LOOM_WARN("rank %d: telling peers of a failure: %s", comm_->rank(), s.message().c_str());
     }
   }
+  if (watchNotices_ == nullptr) return;
+  const int cause = failureCause();
+  const uint64_t seq = failureSeq();
+  std::lock_guard<std::mutex> telling(agreementMutex_);
+  watchNotices_->tellPeers(cause != comm_->rank() ? cause : -1, seq);
 }
 
 void DeviceCommImpl::fail(const Status& s) {
@@ -257,12 +263,52 @@ void DeviceCommImpl::endQueued(Clock::time_point now) {
             comm_->rank(), comm_->device(), static_cast<long long>(held.count()));
 }
 
+// As the host executor heeds a notice (Run::noticeConcerning): every rank takes part in a
+// collective, so a rank that gave up in one of the launch's collectives or before will not
+// finish it, and one that gave up later finished its part; a launch of messages alone heeds
+// the ranks it exchanges them with.
+Status DeviceCommImpl::heardFailure() {
+  watchNotices_->listen();
+  auto talksTo = [this](int rank) {
+    return std::find(comparedPeers_.begin(), comparedPeers_.end(), rank) != comparedPeers_.end();
+  };
+  int cause = -1;
+  const int from = watchNotices_->first(
+      [&](int peer, int named, uint64_t seq) {
+        if (comparedLast_ != 0) return seq == 0 || seq <= comparedLast_;
+        return talksTo(peer) || (named >= 0 && talksTo(named));
+      },
+      &cause);
+  if (from < 0) return Status::ok();
+  return cause >= 0 ? error(loomRemoteError, "rank %d gave up because rank %d failed (its failure notice)", from,
+                            cause)
+                    : error(loomRemoteError, "rank %d gave up (its failure notice: mismatched calls, a timeout or "
+                            "an abort there; its error says which)", from);
+}
+
+uint64_t DeviceCommImpl::failureSeq() {
+  const uint64_t started = __atomic_load_n(&control_->started, __ATOMIC_ACQUIRE);
+  if (started > __atomic_load_n(&control_->completed, __ATOMIC_ACQUIRE)) {
+    const uint64_t plan = __atomic_load_n(&control_->startedPlan, __ATOMIC_ACQUIRE);
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto note = notes_.find(plan);
+    if (note == notes_.end()) return 0;
+    return note->second.firstSeq != 0 ? note->second.firstSeq : note->second.seqBefore + 1;
+  }
+  // Launches made but not started: which comes first is the stream's to say.
+  if (launchesOutstanding()) return 0;
+  return launchedSeq_.load() + 1;
+}
+
 // Launches that wait for each other in calls that differ (each rank the root of a reduce)
 // send nothing a kernel could compare: once the running launch has gone on a while, its
-// collectives are walked with the peers' on the board (group_agreement.h), and a mismatch
-// fails the communicator, which stops the kernel and tells the peers.
+// collectives are walked with the peers' on the board, or over the watchdog's channel
+// (group_agreement.h), and a mismatch fails the communicator, which stops the kernel and tells
+// the peers.
 void DeviceCommImpl::compareRunningCalls(Clock::time_point now) {
-  if (comm_->board() == nullptr || now - watchedSince_ < GroupAgreement::kLookAfter) return;
+  if ((comm_->board() == nullptr && watchAnnouncements_ == nullptr) || now - watchedSince_ < GroupAgreement::kLookAfter) {
+    return;
+  }
   // The kernel writes the plan before the launch's number; a later launch that started since
   // is looked at next time.
   const uint64_t plan = __atomic_load_n(&control_->startedPlan, __ATOMIC_ACQUIRE);
@@ -280,11 +326,15 @@ void DeviceCommImpl::compareRunningCalls(Clock::time_point now) {
           peers.push_back(step.peer);
         }
       }
-      runningAgreement_.reset(note->second.calls, std::move(peers));
+      runningAgreement_.reset(note->second.calls, peers);
+      comparedPeers_ = std::move(peers);
+      comparedLast_ = 0;
+      for (const CallInfo& call : note->second.calls) comparedLast_ = std::max(comparedLast_, call.seq);
       comparedLaunch_ = watched_;
       comparedPlan_ = plan;
     }
-    s = runningAgreement_.look(*comm_);
+    s = runningAgreement_.look(*comm_, watchAnnouncements_.get());
+    if (s.isOk() && watchNotices_ != nullptr) s = heardFailure();
   }
   if (!s.isOk()) fail(s);
 }

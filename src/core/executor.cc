@@ -46,16 +46,6 @@ constexpr long long kAcceptSliceMs = 10;
 // A plan whose calls go to peers over the bootstrap: where no board carries announcements.
 bool announcesRemotely(const Plan& p) { return p.announceSeq != 0 && p.comm->board() == nullptr; }
 
-// The numbers of a plan's first and last collectives (0: it has none).
-std::pair<uint64_t, uint64_t> collectiveSeqs(const Plan& plan) {
-  uint64_t first = 0, last = 0;
-  for (const CallInfo& call : plan.calls) {
-    if (call.seq == 0) continue;
-    first = first == 0 ? call.seq : std::min(first, call.seq);
-    last = std::max(last, call.seq);
-  }
-  return {first, last};
-}
 
 // The rank whose failure a loomRemoteError while making links comes from: the peer the
 // transport found gone or, where that peer gave up itself, the cause it recorded on the
@@ -853,7 +843,7 @@ int Run::noticeConcerning(size_t* plan, int* cause) const {
   for (size_t i = 0; i < state_.size(); ++i) {
     if (!pending(i)) continue;
     const Plan& p = *state_[i].plan;
-    const uint64_t last = collectiveSeqs(p).second;
+    const uint64_t last = p.collectiveSeqs().second;
     auto talksTo = [&p](int rank) {
       return std::any_of(p.steps.begin(), p.steps.end(), [rank](const Step& s) { return s.peer == rank; });
     };
@@ -955,7 +945,7 @@ Status Run::fail(const Status& s, size_t origin, int causeRank) {
     // Another communicator's peer is no rank of this one.
     // The board first: a peer that finds this rank's links gone looks there for the cause.
     if (plans_[i].comm->board() != nullptr) plans_[i].comm->board()->markFailed(own ? causeRank : -1);
-    plans_[i].comm->failureNotices().tellPeers(own ? causeRank : -1, collectiveSeqs(plans_[i]).first);
+    plans_[i].comm->failureNotices().tellPeers(own ? causeRank : -1, plans_[i].collectiveSeqs().first);
     plans_[i].comm->transport().closeAll(own ? causeRank : -1);
   }
   return s;

@@ -1,15 +1,17 @@
 // Ranks that each wait for another's bytes in calls that differ (each names itself a reduce's
 // root) send each other nothing a receiver could compare with its own call. Where a group of
 // calls runs as one unit that no host thread follows call by call (a device launch, or a
-// device group while it connects its FIFOs), the ranks walk the group's collectives together
-// on the shared-memory board: each announces the first, compares it with what its peers
-// announced under that number, and moves to the next once every peer has announced the same
-// one or a later one. Ranks stuck in one group so meet at the first call they disagree on and
-// fail there, milliseconds after they start to look, not at the timeout.
+// device group while it connects its FIFOs), the ranks walk the group's collectives together,
+// on the shared-memory board or, where there is none (ranks on several hosts), told over a
+// bootstrap channel (remote_announcements.h): each announces the first, compares it with what
+// its peers announced under that number, and moves to the next once every peer has announced
+// the same one or a later one. Ranks stuck in one group so meet at the first call they
+// disagree on and fail there, milliseconds after they start to look, not at the timeout.
 //
-// Why comparing with the group's peers alone suffices: the ranks that exchange bytes in a
-// collective form a connected graph (its bytes reach every rank), so ranks whose calls are not
-// all the same include two neighbours whose calls differ, and these two see it.
+// Why telling the group's peers suffices: the ranks that exchange bytes in a collective form a
+// connected graph (its bytes reach every rank), so where ranks make different calls, one of
+// them has a peer in its own call that makes another, and tells it; every rank compares what
+// any rank told. Where the calls agree, peers are mutual, so each hears all of its own.
 #pragma once
 
 #include <chrono>
@@ -22,6 +24,7 @@
 namespace loom {
 
 class Communicator;
+class RemoteAnnouncements;
 
 class GroupAgreement {
  public:
@@ -34,8 +37,9 @@ class GroupAgreement {
   void reset(const std::vector<CallInfo>& calls, std::vector<int> peers);
   // One look, never waiting: announces the call being compared, checks the peers' announcements
   // and moves on as far as they agree. loomInvalidUsage naming both calls where a peer announced
-  // another call under the same number; nothing where the communicator has no board.
-  Status look(Communicator& comm);
+  // another call under the same number. On the communicator's board, else through `remote`
+  // (its user's alone: not the communicator's own, which its calls use); nothing with neither.
+  Status look(Communicator& comm, RemoteAnnouncements* remote);
 
  private:
   std::vector<CallInfo> calls_;

@@ -33,6 +33,8 @@ class RemoteAnnouncements {
   // loomInvalidUsage naming both calls where `peer` told that it waits in collective `seq` as
   // another call.
   Status check(int peer, uint64_t seq, const CallInfo& call) const;
+  // The number of the latest call `peer` told of (0: none).
+  uint64_t latest(int peer) const { return heard_[static_cast<size_t>(peer)].seq; }
 
  private:
   struct Heard {

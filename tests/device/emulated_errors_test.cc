@@ -121,12 +121,16 @@ TEST_P(EmulatedDeviceErrors, AWaitingKernelEndsAtTheTimeout) {
 // board and stop them within milliseconds, not at the 10 s timeout; every rank fails, one at
 // least naming the mismatch. With 3 ranks a rank may wait for a peer's FIFO handle that never
 // comes (the peer needs no connection to it in its call); it compares the calls too.
-class EmulatedDeviceWaitingForEachOther : public testing::TestWithParam<std::tuple<Mode, int, bool>> {};
+class EmulatedDeviceWaitingForEachOther : public testing::TestWithParam<std::tuple<Mode, int, bool, bool>> {};
 
 TEST_P(EmulatedDeviceWaitingForEachOther, FailWithinASecond) {
-  auto [mode, nranks, inGroup] = GetParam();
+  auto [mode, nranks, inGroup, twoHosts] = GetParam();
   SKIP_PROCESSES_UNDER_TSAN(mode == Mode::kProcesses);
   ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::RankOptions options = emulated(10000);
+  if (twoHosts) {
+    options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank % 2 == 0 ? "host-a" : "host-b", 1); };
+  }
   SharedRecords records(nranks);
   ASSERT_TRUE(records.ok()) << "mmap failed";
   loomtest::runRanks(nranks, mode, [&, inGroup = inGroup](loomComm_t comm, int rank) {
@@ -143,17 +147,27 @@ TEST_P(EmulatedDeviceWaitingForEachOther, FailWithinASecond) {
     // A rank that failed keeps its communicator past the bound: a peer still connecting to it
     // must find the mismatch itself, not learn it from the connection closing.
     std::this_thread::sleep_for(std::chrono::milliseconds(1100));
-  }, emulated(10000));
+  }, options);
   loomtest::expectMismatchFoundWithin(records, nranks, 1.0);
   std::printf("%s\n", records.summary().c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Board, EmulatedDeviceWaitingForEachOther,
                          testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses), testing::Values(2, 3),
-                                          testing::Bool()),
+                                          testing::Bool(), testing::Values(false)),
                          [](const auto& info) {
                            return loomtest::modeName(std::get<0>(info.param)) + "_" +
                                   std::to_string(std::get<1>(info.param)) +
+                                  (std::get<2>(info.param) ? "_SecondCallOfAGroup" : "_Alone");
+                         });
+
+// Ranks on two hosts (processes: LOOM_HOSTID) have no board: the watchdogs tell each other over
+// a bootstrap channel of their own.
+INSTANTIATE_TEST_SUITE_P(TwoHosts, EmulatedDeviceWaitingForEachOther,
+                         testing::Combine(testing::Values(Mode::kProcesses), testing::Values(2, 4), testing::Bool(),
+                                          testing::Values(true)),
+                         [](const auto& info) {
+                           return std::to_string(std::get<1>(info.param)) +
                                   (std::get<2>(info.param) ? "_SecondCallOfAGroup" : "_Alone");
                          });
 
@@ -226,6 +240,38 @@ TEST(EmulatedDevicePeers, AProcessThatDiesMidCallLeavesErrorsNotHangs) {
     EXPECT_EQ(buf.back(), 3.0f);
     LOOM_EXPECT_OK(loomCommDestroy(pair), nullptr);
   }, emulated(60000));
+}
+
+// A rank on another host that gives up and stays alive (here it aborts its communicator
+// instead of making the call) tells its peers so over the watchdogs' channel: the peer waiting
+// in its kernel fails within a second, not at its timeout (20 s), nor a second after the
+// aborted rank's proxy link closes.
+TEST(EmulatedDevicePeers, ARankOnAnotherHostThatGivesUpAliveLeavesErrors) {
+  SKIP_PROCESSES_UNDER_TSAN(true);
+  ScopedEnv env("LOOM_DEVICE_EMULATION", "1");
+  loomtest::RankOptions options = emulated(20000);
+  options.beforeInit = [](int rank) { ::setenv("LOOM_HOSTID", rank == 0 ? "hostA" : "hostB", 1); };
+  loomtest::runRanks(2, Mode::kProcesses, [](loomComm_t comm, int rank) {
+    loomComm_t sub = nullptr;
+    LOOM_ASSERT_OK(loomCommSplit(comm, 0, rank, &sub, nullptr), comm);
+    std::vector<float> buf(1 << 16, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, sub, nullptr), sub);
+    if (rank == 1) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      LOOM_EXPECT_OK(loomCommAbort(sub), nullptr);
+      std::this_thread::sleep_for(std::chrono::seconds(3));
+      return;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    const loomResult_t r = loomAllReduce(buf.data(), buf.data(), buf.size(), loomFloat32, loomSum, sub, nullptr);
+    const double seconds = secondsSince(start);
+    const std::string text = loomGetLastError(sub);
+    EXPECT_EQ(r, loomRemoteError) << text;
+    EXPECT_TRUE(contains(text, "rank 1 gave up")) << text;
+    EXPECT_LT(seconds, 1.0) << text;
+    std::printf("rank 0 after %.2f s: %s\n", seconds, text.c_str());
+    LOOM_EXPECT_OK(loomCommDestroy(sub), nullptr);
+  }, options);
 }
 
 // Ranks 0-1 and 2-3 on two "hosts": FIFOs to the other host are bridged by each rank's proxy

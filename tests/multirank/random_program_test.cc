@@ -686,6 +686,7 @@ std::vector<Config> mismatchConfigs() {
       {"processes_4_two_hosts", Mode::kProcesses, 4, {}, 25, 2},
       {"emulated_device_threads_3", Mode::kThreads, 3, {{"LOOM_DEVICE_EMULATION", "1"}}, 26, 0, 0},
       {"emulated_device_processes_3", Mode::kProcesses, 3, {{"LOOM_DEVICE_EMULATION", "1"}}, 27, 0, 0},
+      {"emulated_device_processes_4_two_hosts", Mode::kProcesses, 4, {{"LOOM_DEVICE_EMULATION", "1"}}, 28, 2, 0},
   };
 }
 
