@@ -207,7 +207,7 @@ int DeviceCommImpl::failureCause() const {
 
 // The communicator failed outside a kernel (a failed connection, an abort), or a kernel
 // failed: running kernels stop, and peers waiting on this rank learn it from its status words,
-// or (peers on other hosts) from its word over the watchdog's channel.
+// or (peers on other hosts) from its failure notice over the watchdog's channel.
 void DeviceCommImpl::publishFailure() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -304,11 +304,10 @@ uint64_t DeviceCommImpl::failureSeq() {
 // send nothing a kernel could compare: once the running launch has gone on a while, its
 // collectives are walked with the peers' on the board, or over the watchdog's channel
 // (group_agreement.h), and a mismatch fails the communicator, which stops the kernel and tells
-// the peers.
+// the peers. Over the channel come the peers' failure notices too (heardFailure).
 void DeviceCommImpl::compareRunningCalls(Clock::time_point now) {
-  if ((comm_->board() == nullptr && watchAnnouncements_ == nullptr) || now - watchedSince_ < GroupAgreement::kLookAfter) {
-    return;
-  }
+  const bool compared = comm_->board() != nullptr || watchAnnouncements_ != nullptr;
+  if (!compared || now - watchedSince_ < GroupAgreement::kLookAfter) return;
   // The kernel writes the plan before the launch's number; a later launch that started since
   // is looked at next time.
   const uint64_t plan = __atomic_load_n(&control_->startedPlan, __ATOMIC_ACQUIRE);

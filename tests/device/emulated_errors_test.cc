@@ -139,8 +139,12 @@ TEST_P(EmulatedDeviceWaitingForEachOther, FailWithinASecond) {
     loomtest::record(records[rank], comm, [&] {
       if (!inGroup) return loomReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, rank, comm, nullptr);
       loomResult_t r = loomGroupStart();
-      if (r == loomSuccess) r = loomAllReduce(other.data(), other.data(), other.size(), loomFloat32, loomSum, comm, nullptr);
-      if (r == loomSuccess) r = loomReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, rank, comm, nullptr);
+      if (r == loomSuccess) {
+        r = loomAllReduce(other.data(), other.data(), other.size(), loomFloat32, loomSum, comm, nullptr);
+      }
+      if (r == loomSuccess) {
+        r = loomReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, rank, comm, nullptr);
+      }
       const loomResult_t end = loomGroupEnd();
       return r != loomSuccess ? r : end;
     });
