@@ -67,8 +67,8 @@ Status DeviceCommImpl::prepare(const DeviceJob& job) {
 
 // A peer's word on the bootstrap, awaited in slices: a peer that never sends it may be in
 // another call, one that needs no connection to this rank (a reduce to another root), which
-// the board says (group_agreement.h). Not while this rank's earlier launches run: the watchdog
-// compares theirs.
+// the board or the watchdog's channel says (group_agreement.h). Not while this rank's earlier
+// launches run: the watchdog compares theirs.
 Status DeviceCommImpl::receiveConnectWord(int peer, void* data, size_t bytes, const std::string& what) {
   const Deadline deadline = Deadline::afterMs(comm_->config().timeoutMs);
   auto compare = [&] {
@@ -80,8 +80,8 @@ Status DeviceCommImpl::receiveConnectWord(int peer, void* data, size_t bytes, co
     const Deadline slice = deadline.earlier(Deadline::afterMs(GroupAgreement::kLookAfter.count()));
     const Status s = comm_->bootstrap().recv(peer, kConnectTag, data, bytes, slice);
     if (s.isOk()) return s;
-    // A peer that found the mismatch first and went away closed its connection: the board
-    // still names the mismatch, which says more.
+    // A peer that found the mismatch first and went away closed its connection: what it
+    // announced still names the mismatch, which says more.
     LOOM_TRY(compare());
     if (s.code() != loomTimeout || deadline.expired()) return s.withContext(what);
   }
