@@ -100,7 +100,8 @@ struct PlanNote {
   };
   std::vector<CallInfo> calls;
   std::vector<StepNote> steps;
-  uint64_t firstSeq = 0;   // its first collective's number (0: none)
+  uint64_t firstSeq = 0;   // its first and last collectives' numbers (0: none)
+  uint64_t lastSeq = 0;
   uint64_t seqBefore = 0;  // the last collective launched before it
   bool kept = false;
 };

@@ -69,6 +69,7 @@ void DeviceCommImpl::note(const Plan& plan, uint64_t id) {
   n.calls = plan.calls;
   const auto [first, last] = plan.collectiveSeqs();
   n.firstSeq = first;
+  n.lastSeq = last;
   n.seqBefore = launchedSeq_.load();
   if (last > n.seqBefore) launchedSeq_.store(last);
   n.steps.reserve(plan.steps.size());

@@ -327,8 +327,7 @@ void DeviceCommImpl::compareRunningCalls(Clock::time_point now) {
       }
       runningAgreement_.reset(note->second.calls, peers);
       comparedPeers_ = std::move(peers);
-      comparedLast_ = 0;
-      for (const CallInfo& call : note->second.calls) comparedLast_ = std::max(comparedLast_, call.seq);
+      comparedLast_ = note->second.lastSeq;
       comparedLaunch_ = watched_;
       comparedPlan_ = plan;
     }

@@ -35,9 +35,8 @@ Status GroupAgreement::look(Communicator& comm, RemoteAnnouncements* remote) {
     }
     // Compared with every rank's, not only the peers': over the bootstrap a rank hears only
     // ranks whose own calls name it, which differ from this rank's peers where the calls differ.
-    for (int rank = 0; rank < comm.nranks(); ++rank) {
-      LOOM_TRY(board != nullptr ? checkAnnouncement(comm, call.seq, call, rank) : remote->check(rank, call.seq, call));
-    }
+    if (board != nullptr) LOOM_TRY(checkAnnouncements(comm, call.seq, call));
+    for (int rank = 0; rank < comm.nranks() && board == nullptr; ++rank) LOOM_TRY(remote->check(rank, call.seq, call));
     // A peer announces the next call only once every one of its peers announced this one as
     // it did: one at a later call agrees on this one.
     for (int peer : peers_) {
