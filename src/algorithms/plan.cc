@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory_resource>
 #include <new>
 #include <tuple>
 
@@ -132,7 +133,7 @@ std::pair<uint64_t, uint64_t> Plan::collectiveSeqs() const {
 }
 
 void markHeaders(Plan& plan, size_t first, int linksPerPeer, bool everyStep) {
-  std::map<std::tuple<int, int, bool>, bool> seen;
+  std::pmr::map<std::tuple<int, int, bool>, bool> seen(plan.memory());
   for (size_t i = first; i < plan.steps.size(); ++i) {
     Step& s = plan.steps[i];
     if (s.peer == Step::kNone) continue;

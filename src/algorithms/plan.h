@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <memory_resource>
 #include <string>
 #include <utility>
 #include <vector>
@@ -171,11 +172,15 @@ class ScratchSource {
 // One call, or several calls on one communicator launched together (a group): their steps
 // are concatenated in call order, each call's steps with that call's header info.
 struct Plan {
+  Plan() = default;
+  // Steps and calls in `memory` (a call's arena, base/call_arena.h) instead of the heap.
+  explicit Plan(std::pmr::memory_resource* memory) : steps(memory), callOf(memory), calls(memory) {}
+
   Communicator* comm = nullptr;
-  std::vector<Step> steps;
+  std::pmr::vector<Step> steps;
   // For each step, the call it belongs to (index into calls).
-  std::vector<uint32_t> callOf;
-  std::vector<CallInfo> calls;
+  std::pmr::vector<uint32_t> callOf;
+  std::pmr::vector<CallInfo> calls;
   // The first collective call in the plan (seq 0: none), announced on the board when the
   // plan starts (see ShmBoard::announce).
   uint64_t announceSeq = 0;
@@ -186,6 +191,8 @@ struct Plan {
   // Starts a new call: later add()s belong to it.
   void beginCall(const CallInfo& info);
   const CallInfo& callOfStep(size_t step) const { return calls[callOf[step]]; }
+  // Where its steps live, for what is built beside them.
+  std::pmr::memory_resource* memory() const { return steps.get_allocator().resource(); }
   // The numbers of its first and last collectives (0: it has none).
   std::pair<uint64_t, uint64_t> collectiveSeqs() const;
 
@@ -203,6 +210,10 @@ struct Plan {
   };
   std::vector<std::unique_ptr<char, Free>> scratch_;
 };
+
+// The plans of one launch, one per communicator; in a call's arena where the launch runs
+// at once.
+using Plans = std::pmr::vector<Plan>;
 
 // Marks, for the steps of the current call from index `first` on, the first step on each
 // (peer, link, direction) as carrying the call's header; every step when `everyStep` (point-

@@ -54,7 +54,7 @@ void ringAllReduce(const CollectiveArgs& a, Plan& plan) {
   if (n == 1) return copyAlone(a, plan, a.info.count);
   auto chunk = [&](int c, int k) { return part(part(a.info.count, a.channels, c), n, k); };
   const size_t slices = sliceCount(chunk(0, 0), a.sliceElems());
-  LastWrite last(a.channels, n, slices);
+  LastWrite last(a.channels, n, slices, plan.memory());
   // Reduce-scatter (steps 0 to n-2): send own data at s = 0, else what step s-1 reduced;
   // reduce what arrives into recvbuff. Afterwards chunk p+1 is complete here. Allgather
   // (steps n-1 to 2n-3): pass the complete chunks around. What arrives is the sender's
@@ -136,7 +136,7 @@ void ringAllGather(const CollectiveArgs& a, Plan& plan) {
       plan.add(copyStep(a.sendAt(own.begin - r * count), a.recvAt(own.begin), own.size() * es, false));
     }
   }
-  LastWrite last(a.channels, n, slices);
+  LastWrite last(a.channels, n, slices, plan.memory());
   ringPass(a, plan, last, slices, a.position(), range,
            [&](int s, const Range& out) -> const void* {
              return s == 0 ? a.sendAt(out.begin - r * count) : a.recvAt(out.begin);
@@ -160,7 +160,7 @@ void ringReduceScatter(const CollectiveArgs& a, Plan& plan) {
   char* partial = n > 2 ? plan.scratch(static_cast<size_t>(n) * count * es) : nullptr;
   auto range = [&](int c, int q) { return blockPart(count, a.channels, c, a.rankAt(q)); };
   const size_t slices = sliceCount(range(0, 0), se);
-  LastWrite last(a.channels, n, slices);
+  LastWrite last(a.channels, n, slices, plan.memory());
   ringPass(a, plan, last, slices, a.position() - 1, range,
            [&](int s, const Range& out) -> const void* {
              return s == 0 ? a.sendAt(out.begin) : partial + out.begin * es;

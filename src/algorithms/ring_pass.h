@@ -2,6 +2,7 @@
 // hierarchical allreduce's rings within and across hosts (hierarchical.cc).
 #pragma once
 
+#include <memory_resource>
 #include <vector>
 
 #include "algorithms/algorithm.h"
@@ -12,14 +13,18 @@ namespace loom {
 // The step that last wrote slice j of chunk k on channel c (kNone before any).
 class LastWrite {
  public:
-  LastWrite(int channels, int chunks, size_t slices)
-      : chunks_(chunks), slices_(slices), index_(static_cast<size_t>(channels * chunks) * slices, Step::kNone) {}
+  // In `memory`: a plan's own (Plan::memory()) where it is built for a call made now.
+  LastWrite(int channels, int chunks, size_t slices,
+            std::pmr::memory_resource* memory = std::pmr::get_default_resource())
+      : chunks_(chunks),
+        slices_(slices),
+        index_(static_cast<size_t>(channels * chunks) * slices, Step::kNone, memory) {}
   int& at(int c, int k, size_t j) { return index_[(static_cast<size_t>(c * chunks_ + k)) * slices_ + j]; }
 
  private:
   int chunks_;
   size_t slices_;
-  std::vector<int> index_;
+  std::pmr::vector<int> index_;
 };
 
 // A plain receive into the receive buffer through the FIFO (Step::viaFifo): an allreduce's

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <string>
 #include <vector>
 
@@ -43,6 +45,10 @@ class Fd {
  private:
   int fd_ = -1;
 };
+
+// The descriptors a wait polls: in the call's arena where a call waits (base/call_arena.h),
+// since a call that naps builds the set at every nap.
+using PollFds = std::pmr::vector<pollfd>;
 
 // An eventfd that, once fired, stays readable: every wait that includes it in its poll set
 // ends. Used for loomCommAbort and for stopping background threads.

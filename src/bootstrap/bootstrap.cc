@@ -169,7 +169,7 @@ bool Bootstrap::adopt(Acceptor::Connection& conn) {
   return true;
 }
 
-bool Bootstrap::addWaitFds(uint32_t tag, std::vector<pollfd>* fds) const {
+bool Bootstrap::addWaitFds(uint32_t tag, PollFds* fds) const {
   acceptor_.addWaitFds(fds);
   bool here = false;
   for (const Inbox& in : in_) {

@@ -96,7 +96,7 @@ class Bootstrap {
   // For a wait elsewhere that must also hear messages nobody has asked for yet (failure
   // notices): adds what to poll (the listener, connections in their handshake, every peer's
   // incoming connection) and says whether a whole message with `tag` is already here.
-  bool addWaitFds(uint32_t tag, std::vector<pollfd>* fds) const;
+  bool addWaitFds(uint32_t tag, PollFds* fds) const;
   // After that poll, without waiting: takes new connections and the bytes that came, and names
   // the first peer whose whole message with `tag` waits (-1: none) for recv to take.
   int arrived(uint32_t tag);

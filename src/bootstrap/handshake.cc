@@ -115,7 +115,7 @@ bool Acceptor::takeReady(Connection* out) {
   return false;
 }
 
-void Acceptor::addWaitFds(std::vector<pollfd>* fds) const {
+void Acceptor::addWaitFds(PollFds* fds) const {
   fds->push_back({listen_.get(), POLLIN, 0});
   for (const Pending& p : pending_) fds->push_back({p.fd.get(), POLLIN, 0});
 }
@@ -153,7 +153,7 @@ Status Acceptor::next(const Deadline& deadline, int cancelFd, Connection* out) {
     // Sleep until something arrives: a new connection, bytes of a pending hello, the
     // earliest handshake deadline, the caller's deadline, or an abort.
     Deadline wake = deadline;
-    std::vector<pollfd> fds;
+    PollFds fds;
     addWaitFds(&fds);
     for (const Pending& p : pending_) wake = wake.earlier(p.deadline);
     if (cancelFd >= 0) fds.push_back({cancelFd, POLLIN, 0});

@@ -82,7 +82,7 @@ class Acceptor {
   bool takeReady(Connection* out);
   // What a caller's own poll watches to learn that takeReady may have work: the listener and
   // the connections still presenting their secret.
-  void addWaitFds(std::vector<pollfd>* fds) const;
+  void addWaitFds(PollFds* fds) const;
 
   const SocketAddress& address() const { return address_; }
   bool listening() const { return listen_.valid(); }

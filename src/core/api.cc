@@ -530,11 +530,11 @@ LOOM_API loomResult_t loomGroupStart(void) {
 }
 
 LOOM_API loomResult_t loomGroupEnd(void) {
-  std::vector<Communicator*> comms;
-  loomResult_t result = report(loom::group::end(&comms), nullptr, "loomGroupEnd");
+  std::vector<Communicator*> failed;
+  loomResult_t result = report(loom::group::end(&failed), nullptr, "loomGroupEnd");
   // loomGetLastError(comm) of every communicator in the group says why, too.
   if (result != loomSuccess) {
-    for (Communicator* c : comms) {
+    for (Communicator* c : failed) {
       c->setLastError(tLastError);
       logRecentCalls(c);
     }

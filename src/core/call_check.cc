@@ -88,17 +88,21 @@ Status compare(const std::vector<Fingerprint>& all) {
 
 }  // namespace
 
-Status checkCalls(std::vector<Plan>& plans) {
-  std::vector<Plan> checks;
+Status checkCalls(Plans& plans) {
+  Plans checks;
   std::vector<Fingerprint> mine;
   std::vector<std::vector<Fingerprint>> all;
-  mine.reserve(plans.size());  // the check plans point into these
-  all.reserve(plans.size());
   for (const Plan& p : plans) {
     if (!p.comm->config().check) continue;
     const Fingerprint f = fingerprintOf(p);
     // Sends and receives alone involve only their peers: no exchange with every rank.
     if (f.calls == 0) continue;
+    if (mine.empty()) {
+      // The check plans point into these; reserved only here, since calls unchecked (the
+      // default) would notice two allocations.
+      mine.reserve(plans.size());
+      all.reserve(plans.size());
+    }
     mine.push_back(f);
     all.emplace_back(static_cast<size_t>(p.comm->nranks()));
     CallInfo info;

@@ -14,6 +14,6 @@ namespace loom {
 
 // Checks the plans that hold collectives, of communicators whose config has `check`;
 // others (sends and receives alone, which involve only their peers) are skipped.
-Status checkCalls(std::vector<Plan>& plans);
+Status checkCalls(Plans& plans);
 
 }  // namespace loom

@@ -211,7 +211,7 @@ class DeviceCommImpl final : public DeviceComm {
 
   std::mutex launchMutex_;
   // Between prepare and finish, under launchMutex_.
-  std::vector<Plan> plans_;
+  Plans plans_;
   std::vector<int> connecting_;
   GroupAgreement connectAgreement_;  // the job's calls, compared while a peer's handle is awaited
   Clock::time_point connectSince_;   // when the job began to connect

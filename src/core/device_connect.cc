@@ -35,7 +35,7 @@ Status DeviceCommImpl::prepare(const DeviceJob& job) {
       plan.scratchSource = arena_.get();
       appendBarrier(plan, comm_->rank(), comm_->nranks());
     } else {
-      LOOM_TRY(group::buildPlans(job.calls, &plans_, arena_.get()));
+      LOOM_TRY(group::buildPlans(job.calls.data(), job.calls.size(), &plans_, arena_.get()));
     }
   } catch (const std::bad_alloc&) {
     return error(loomSystemError, "out of device memory for a call's scratch on device %d", comm_->device());

@@ -66,7 +66,7 @@ Status DeviceCommImpl::placePlan(const std::vector<uint8_t>& plan, uint64_t id, 
 
 void DeviceCommImpl::note(const Plan& plan, uint64_t id) {
   PlanNote n;
-  n.calls = plan.calls;
+  n.calls.assign(plan.calls.begin(), plan.calls.end());
   const auto [first, last] = plan.collectiveSeqs();
   n.firstSeq = first;
   n.lastSeq = last;

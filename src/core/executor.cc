@@ -8,9 +8,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <memory_resource>
 #include <mutex>
 #include <set>
 
+#include "base/call_arena.h"
 #include "base/log.h"
 #include "base/spin_lock.h"
 #include "core/communicator.h"
@@ -89,10 +91,13 @@ struct StepState {
 
 // Steps that share a link and direction (or a plan's local steps), in plan order.
 struct Queue {
+  Queue(size_t planIndex, transport::Link* l, bool isSend, std::pmr::memory_resource* memory)
+      : plan(planIndex), link(l), send(isSend), steps(memory) {}
+
   size_t plan;
-  transport::Link* link = nullptr;  // nullptr: local steps
-  bool send = false;
-  std::vector<int> steps;
+  transport::Link* link;  // nullptr: local steps
+  bool send;
+  std::pmr::vector<int> steps;
   size_t head = 0;
   std::vector<char>* staging = nullptr;  // kRecvReduce landing area
   // Plain sends (receives) that continue the head's bytes and are ready move with it as one
@@ -104,8 +109,11 @@ struct Queue {
 };
 
 struct PlanState {
+  PlanState(Plan* p, std::pmr::memory_resource* memory)
+      : plan(p), steps(p->steps.size(), memory), progressed(true), announced(p->announceSeq) {}
+
   Plan* plan;
-  std::vector<StepState> steps;
+  std::pmr::vector<StepState> steps;
   // When it last moved, as Run::look dates it: a step that moves sets `progressed`, and the
   // next look at the clock takes its time. A call that never waits reads no clock.
   Clock::time_point lastProgress;
@@ -115,7 +123,9 @@ struct PlanState {
 
 class Run {
  public:
-  explicit Run(std::vector<Plan>& plans) : plans_(plans) {}
+  // The run's bookkeeping comes from `memory`, which outlives it.
+  Run(Plans& plans, std::pmr::memory_resource* memory)
+      : plans_(plans), memory_(memory), state_(memory), queues_(memory), waitFds_(memory) {}
   Status go();
 
  private:
@@ -184,9 +194,10 @@ class Run {
   std::chrono::nanoseconds untilRemoteAnnouncement(Clock::time_point now) const;
   std::string describe(const Queue& q, int index) const;
 
-  std::vector<Plan>& plans_;
-  std::vector<PlanState> state_;
-  std::vector<Queue> queues_;
+  Plans& plans_;
+  std::pmr::memory_resource* memory_;
+  std::pmr::vector<PlanState> state_;
+  std::pmr::vector<Queue> queues_;
   unsigned idlePasses_ = 0;
   Clock::time_point now_;  // the last look at the clock
   // idle() spins, pausing, where a pass shortly after progress finds nothing: most such passes
@@ -195,6 +206,8 @@ class Run {
   unsigned spinPasses_ = 0;
   // Where a reduction writes before its non-temporal copy out (cache-sized).
   std::vector<char> streamScratch_;
+  // What a sleep polls (idle), kept for the next one: a call may nap many times.
+  PollFds waitFds_;
 };
 
 std::string Run::describe(const Queue& q, int index) const {
@@ -228,7 +241,7 @@ Status Run::go() {
   // At most a queue a step; a few for a small call, which would otherwise grow the vector.
   queues_.reserve(std::min<size_t>(steps, 8));
   for (Plan& p : plans_) {
-    state_.push_back({&p, std::vector<StepState>(p.steps.size()), Clock::time_point(), true, p.announceSeq});
+    state_.emplace_back(&p, memory_);
     // Board rounds are taken when a plan runs, not when it is built: a plan that never runs
     // (LOOM_CHECK stopped it) must not shift this rank's rounds against the others'.
     for (Step& s : p.steps) {
@@ -370,13 +383,7 @@ void Run::buildQueues() {
       while (slot < queues_.size() && (queues_[slot].link != link || (link != nullptr && queues_[slot].send != send))) {
         ++slot;
       }
-      if (slot == queues_.size()) {
-        Queue q;
-        q.plan = i;
-        q.link = link;
-        q.send = send;
-        queues_.push_back(q);
-      }
+      if (slot == queues_.size()) queues_.emplace_back(i, link, send, memory_);
       Queue& q = queues_[slot];
       q.steps.push_back(static_cast<int>(k));
       if (s.kind == Step::Kind::kRecvReduce) {
@@ -587,7 +594,7 @@ Status Run::advanceRecvReduce(Queue& q, int index, bool* moved) {
 // it starts, so a link that moved part of it is always handed the same remaining range.
 Status Run::advanceSpan(Queue& q, bool* moved) {
   PlanState& ps = state_[q.plan];
-  const std::vector<Step>& steps = ps.plan->steps;
+  const std::pmr::vector<Step>& steps = ps.plan->steps;
   auto step = [&](size_t i) -> const Step& { return steps[static_cast<size_t>(q.steps[i])]; };
   auto state = [&](size_t i) -> StepState& { return ps.steps[static_cast<size_t>(q.steps[i])]; };
   auto bytesOf = [&](const Step& s) { return static_cast<char*>(const_cast<void*>(q.send ? s.src : s.dst)); };
@@ -768,10 +775,17 @@ Status Run::idle(bool spin) {
     }
     return Status::ok();
   }
+  const bool sleeping = !(spin && recent);
+  if (!sleeping) {
+    sched_yield();
+    // A spinning pass checks for abort only every so often: poll is a system call.
+    if ((++idlePasses_ & 255) != 0) return Status::ok();
+  }
   // A sleep also wakes for the links that have a descriptor, so a rank napping on shared
   // memory notices at once what arrives on its sockets (a plan across hosts waits on both).
-  std::vector<pollfd> fds;
-  if (!(spin && recent)) {
+  PollFds& fds = waitFds_;
+  fds.clear();
+  if (sleeping) {
     for (const Queue& q : queues_) {
       if (q.head == q.steps.size() || q.waitsForStep || q.link == nullptr || q.link->waitFd() < 0) continue;
       pollfd fd{};
@@ -787,7 +801,6 @@ Status Run::idle(bool spin) {
   // A sleep hears failure notices too: the peer that gave up may be one no link of this call
   // reaches, or one whose link here has not failed (or never will: see failure_notices.h).
   const size_t firstNotice = fds.size();
-  const bool sleeping = !(spin && recent);
   if (sleeping) {
     for (size_t i = 0; i < state_.size(); ++i) {
       if (pending(i) && firstPendingOfItsComm(i)) state_[i].plan->comm->failureNotices().addWaitFds(&fds);
@@ -797,11 +810,7 @@ Status Run::idle(bool spin) {
   size_t plan = 0;
   int cause = -1;
   int from = -1;  // the rank whose failure notice concerns a pending plan (-1: none)
-  if (!sleeping) {
-    sched_yield();
-    // A spinning pass checks for abort only every so often: poll is a system call.
-    if ((++idlePasses_ & 255) != 0) return Status::ok();
-  } else {
+  if (sleeping) {
     waitFor = spin ? napAfter(now - lastProgress)
                    : std::max<std::chrono::nanoseconds>(std::chrono::milliseconds(1), wake - now);
     from = noticeConcerning(&plan, &cause);
@@ -974,26 +983,29 @@ bool Run::pending(size_t plan) const {
 
 }  // namespace
 
-Status execute(std::vector<Plan>& plans) {
+Status execute(Plans& plans) {
   // One run at a time per communicator (a host stream and the calling thread could both
   // reach one); lock in address order so that groups over several never deadlock.
-  std::vector<Communicator*> comms;
+  CallArena arena;
+  std::pmr::vector<Communicator*> comms(&arena);
+  comms.reserve(plans.size());
   for (const Plan& p : plans) comms.push_back(p.comm);
   std::sort(comms.begin(), comms.end());
   comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
-  std::vector<std::unique_lock<YieldingLock>> locks;
+  std::pmr::vector<std::unique_lock<YieldingLock>> locks(&arena);
+  locks.reserve(comms.size());
   for (Communicator* c : comms) locks.emplace_back(c->executionLock());
   // The transports are this run's until it ends (Transport::beginRun), whichever way it ends.
   struct Driving {
-    explicit Driving(const std::vector<Communicator*>& c) : comms(c) {
+    explicit Driving(const std::pmr::vector<Communicator*>& c) : comms(c) {
       for (Communicator* comm : comms) comm->transport().beginRun();
     }
     ~Driving() {
       for (Communicator* comm : comms) comm->transport().endRun();
     }
-    const std::vector<Communicator*>& comms;
+    const std::pmr::vector<Communicator*>& comms;
   } driving(comms);
-  return Run(plans).go();
+  return Run(plans, &arena).go();
 }
 
 }  // namespace loom

@@ -15,6 +15,6 @@ namespace loom {
 // failure also puts each communicator whose plan had unfinished steps in its error state,
 // since its links are no longer in step with its peers. A wait ends with loomTimeout when a
 // plan makes no progress for its communicator's timeoutMs, and at once on loomCommAbort.
-Status execute(std::vector<Plan>& plans);
+Status execute(Plans& plans);
 
 }  // namespace loom

@@ -54,7 +54,7 @@ int FailureNotices::causeFrom(int peer) {
   return heard.came ? heard.cause : -1;
 }
 
-void FailureNotices::addWaitFds(std::vector<pollfd>* fds) {
+void FailureNotices::addWaitFds(PollFds* fds) {
   if (bootstrap_.addWaitFds(kNoticeTag, fds)) listen();
 }
 

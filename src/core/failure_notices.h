@@ -29,7 +29,7 @@ class FailureNotices {
 
   // For a sleeping wait: adds the bootstrap's descriptors to poll (and takes a notice another
   // exchange already read).
-  void addWaitFds(std::vector<pollfd>* fds);
+  void addWaitFds(PollFds* fds);
   // Takes the notices that came, without waiting.
   void listen();
   // The first peer (-1: none) whose notice, taken, satisfies concerns(peer, cause, seq): the

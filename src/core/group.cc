@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <map>
+#include <memory_resource>
 #include <vector>
 
+#include "base/call_arena.h"
 #include "base/host_stream.h"
 #include "core/call_check.h"
 #include "core/communicator.h"
@@ -33,27 +35,30 @@ Communicator* commOf(const Call& call) {
 
 }  // namespace
 
-Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, ScratchSource* scratch) {
-  std::vector<Plan> plans;
+Status buildPlans(const Call* calls, size_t count, Plans* out, ScratchSource* scratch) {
+  Plans& plans = *out;
+  plans.clear();
+  // Plans and their steps live where *out's do (a call's arena, or the heap).
+  std::pmr::memory_resource* memory = plans.get_allocator().resource();
   // One plan per communicator, in order of first use; a group spans a few communicators, so
   // a scan finds a call's plan (and a single call allocates no map).
   auto planFor = [&](Communicator* comm) -> Plan& {
     for (Plan& p : plans) {
       if (p.comm == comm) return p;
     }
-    Plan& p = plans.emplace_back();
+    Plan& p = plans.emplace_back(memory);
     p.comm = comm;
     p.scratchSource = scratch;
     p.deviceMemory = scratch != nullptr;
-    // Room for a step a call, what a group of messages takes: a small call's time is a few
-    // allocations more or less.
-    p.calls.reserve(calls.size());
-    p.steps.reserve(calls.size());
-    p.callOf.reserve(calls.size());
+    // Room for a step a call, what a group of messages takes.
+    p.calls.reserve(count);
+    p.steps.reserve(count);
+    p.callOf.reserve(count);
     return p;
   };
   std::vector<std::pair<Communicator*, std::vector<P2POp>>> selfOps;
-  for (const Call& call : calls) {
+  for (size_t i = 0; i < count; ++i) {
+    const Call& call = calls[i];
     Communicator* comm = commOf(call);
     Plan& plan = planFor(comm);
     if (const P2POp* op = std::get_if<P2POp>(&call)) {
@@ -68,15 +73,20 @@ Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, Scratc
       appendCollective(plan, std::get<CollectiveCall>(call));
     }
   }
-  for (auto& [comm, ops] : selfOps) LOOM_TRY(appendSelfCopies(planFor(comm), ops));
-  *out = std::move(plans);
+  for (auto& [comm, ops] : selfOps) {
+    const Status s = appendSelfCopies(planFor(comm), ops);
+    if (!s.isOk()) {
+      plans.clear();  // no half-built plans for the caller
+      return s;
+    }
+  }
   return Status::ok();
 }
 
 namespace {
 
 // Runs plans with their communicators held in use (see CommUse) from now until they finish.
-Status runHeld(std::vector<Plan>& plans) {
+Status runHeld(Plans& plans) {
   // Work queued on a host stream runs after the calls before it, which may have failed the
   // communicator since: then it fails at once, as a call made now would.
   Status s;
@@ -111,29 +121,31 @@ Status launchOnDevices(const std::vector<Recorded>& recorded) {
   return launchDeviceJobs(jobs);
 }
 
-Status launch(const std::vector<Recorded>& recorded) {
-  std::vector<Call> now;
-  now.reserve(recorded.size());
+Status launch(const Recorded* recorded, size_t count) {
+  // What runs now is built and run in this arena: it all ends before launch returns.
+  CallArena arena;
+  std::pmr::vector<Call> now(&arena);
+  now.reserve(count);
   std::map<HostStream*, std::vector<Call>> queued;
   std::vector<Recorded> onDevices;
-  for (const Recorded& r : recorded) {
-    if (commOf(r.call)->device() >= 0) {
-      onDevices.push_back(r);
-    } else if (r.stream == nullptr) {
-      now.push_back(r.call);
+  for (const Recorded* r = recorded; r != recorded + count; ++r) {
+    if (commOf(r->call)->device() >= 0) {
+      onDevices.push_back(*r);
+    } else if (r->stream == nullptr) {
+      now.push_back(r->call);
     } else {
-      queued[r.stream].push_back(r.call);
+      queued[r->stream].push_back(r->call);
     }
   }
   // Everything is built (and self-matching checked) before anything runs or is queued.
-  std::map<HostStream*, std::vector<Plan>> queuedPlans;
-  for (auto& [stream, calls] : queued) LOOM_TRY(buildPlans(calls, &queuedPlans[stream]));
-  std::vector<Plan> nowPlans;
-  LOOM_TRY(buildPlans(now, &nowPlans));
+  std::map<HostStream*, Plans> queuedPlans;
+  for (auto& [stream, calls] : queued) LOOM_TRY(buildPlans(calls.data(), calls.size(), &queuedPlans[stream]));
+  Plans nowPlans(&arena);
+  LOOM_TRY(buildPlans(now.data(), now.size(), &nowPlans));
   LOOM_TRY(launchOnDevices(onDevices));
   for (auto& [stream, plans] : queuedPlans) {
     for (Plan& p : plans) p.comm->acquire();
-    auto shared = std::make_shared<std::vector<Plan>>(std::move(plans));
+    auto shared = std::make_shared<Plans>(std::move(plans));
     stream->enqueue([shared] { return runHeld(*shared); });
   }
   if (nowPlans.empty()) return Status::ok();
@@ -144,8 +156,9 @@ Status launch(const std::vector<Recorded>& recorded) {
 }  // namespace
 
 Status runNow(const std::vector<Call>& calls) {
-  std::vector<Plan> plans;
-  LOOM_TRY(buildPlans(calls, &plans));
+  CallArena arena;
+  Plans plans(&arena);
+  LOOM_TRY(buildPlans(calls.data(), calls.size(), &plans));
   for (Plan& p : plans) p.comm->acquire();
   return runHeld(plans);
 }
@@ -154,19 +167,21 @@ void start() { ++tGroup.depth; }
 
 bool active() { return tGroup.depth > 0; }
 
-Status end(std::vector<Communicator*>* comms) {
-  comms->clear();
+Status end(std::vector<Communicator*>* failed) {
+  failed->clear();
   if (tGroup.depth == 0) {
     return error(loomInvalidUsage, "loomGroupEnd without a matching loomGroupStart");
   }
   if (--tGroup.depth > 0) return Status::ok();
-  for (const Recorded& r : tGroup.calls) {
-    Communicator* comm = commOf(r.call);
-    if (std::find(comms->begin(), comms->end(), comm) == comms->end()) comms->push_back(comm);
-  }
   // The calls stay in place while they run and are cleared after, keeping the vector's
   // capacity for the thread's next group (nothing in launch opens a group on this thread).
-  Status s = launch(tGroup.calls);
+  Status s = launch(tGroup.calls.data(), tGroup.calls.size());
+  if (!s.isOk()) {
+    for (const Recorded& r : tGroup.calls) {
+      Communicator* comm = commOf(r.call);
+      if (std::find(failed->begin(), failed->end(), comm) == failed->end()) failed->push_back(comm);
+    }
+  }
   tGroup.calls.clear();
   return s;
 }
@@ -217,7 +232,8 @@ Status submit(const Call& call, HostStream* stream, void* cudaStream) {
       c != nullptr && stream == nullptr && c->comm->device() < 0 && runsAlone(*c)) {
     return runAlone(*c);
   }
-  return launch({{call, stream, cudaStream}});
+  const Recorded one{call, stream, cudaStream};
+  return launch(&one, 1);
 }
 
 }  // namespace loom::group

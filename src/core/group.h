@@ -20,10 +20,10 @@ using Call = std::variant<P2POp, CollectiveCall>;
 
 void start();
 // Launches what the group recorded: calls on the NULL stream run before End returns, calls
-// on a host stream are enqueued on it. loomInvalidUsage without a matching start. *comms
-// gets the communicators the launched calls use (none when an inner End only closes a
-// nesting level), so that a failure can be recorded on each.
-Status end(std::vector<Communicator*>* comms);
+// on a host stream are enqueued on it. loomInvalidUsage without a matching start. Where it
+// fails, *failed gets the communicators the launched calls use, so that the failure can be
+// recorded on each (left empty on success: a small call notices the allocation).
+Status end(std::vector<Communicator*>* failed);
 bool active();
 // loomGroupSimulateEnd: closes the group as end() does, but instead of making the outermost
 // group's calls, *estimatedUs gets the tuner's predictions for them, summed, and each
@@ -37,10 +37,11 @@ Status simulateEnd(double* estimatedUs);
 // (core/device_comm.h); the calls of one communicator in a group must share it.
 Status submit(const Call& call, HostStream* stream, void* cudaStream = nullptr);
 
-// One plan per communicator for `calls`, in call order (sends and receives to self become
-// copies). With `scratch` (the device queue's direct path) the plans are over device memory
-// and take their scratch from it (Plan::deviceMemory).
-Status buildPlans(const std::vector<Call>& calls, std::vector<Plan>* out, ScratchSource* scratch = nullptr);
+// *out becomes one plan per communicator for the `count` calls at `calls`, in call order
+// (sends and receives to self become copies), in *out's memory; empty on failure. With
+// `scratch` (the device queue's direct path) the plans are over device memory and take their
+// scratch from it (Plan::deviceMemory).
+Status buildPlans(const Call* calls, size_t count, Plans* out, ScratchSource* scratch = nullptr);
 // Runs calls on host buffers now, on this thread, LOOM_CHECK's exchange first, their
 // communicators held in use meanwhile.
 Status runNow(const std::vector<Call>& calls);

@@ -67,7 +67,7 @@ void appendBarrier(Plan& plan, int r, int n) {
 }
 
 Status runBarrier(Communicator& comm) {
-  std::vector<Plan> plans(1);
+  Plans plans(1);
   plans[0].comm = &comm;
   appendBarrier(plans[0], comm.rank(), comm.nranks());
   return execute(plans).withContext("loomBarrier");

@@ -158,7 +158,7 @@ bool simulate(std::vector<RankRun>& ranks, int links) {
     bool progressed = false, pending = false;
     for (int r = 0; r < n; ++r) {
       RankRun& run = ranks[static_cast<size_t>(r)];
-      const std::vector<Step>& steps = run.plan.steps;
+      const std::pmr::vector<Step>& steps = run.plan.steps;
       std::set<std::tuple<int, int, bool>> blocked;  // (peer, link, send) heads not done
       bool localBlocked = false;
       for (size_t i = 0; i < steps.size(); ++i) {
@@ -440,7 +440,7 @@ std::pair<int, int> expectSendsMarkedAsTaken(const Case& c, int n, const RingOrd
   std::vector<std::vector<int32_t>> sends(static_cast<size_t>(n), std::vector<int32_t>(4096, 1));
   std::vector<std::vector<int32_t>> recvs(static_cast<size_t>(n),
                                           std::vector<int32_t>(4096 * static_cast<size_t>(n)));
-  std::vector<Plan> plans;
+  Plans plans;
   for (int r = 0; r < n; ++r) {
     const size_t i = static_cast<size_t>(r);
     plans.push_back(planOf(c, r, n, inPlace ? recvs[i].data() : sends[i].data(), recvs[i].data(), order));
