@@ -138,8 +138,8 @@ struct HostShards {
   // Before a pass over `chunks` ranges of `slices` slices, each slice waits for what last
   // wrote it; afterwards (learn) the log knows what the pass wrote.
   template <class RangeOf>
-  LastWrite lastWrites(int chunks, size_t slices, RangeOf range) const {
-    LastWrite last(a.channels, chunks, slices);
+  LastWrite lastWrites(const Plan& plan, int chunks, size_t slices, RangeOf range) const {
+    LastWrite last(a.channels, chunks, slices, plan.memory());
     forEachSlot(chunks, slices, [&](int c, int k, size_t j) { last.at(c, k, j) = written.latest(slice(range(c, k), se, j)); });
     return last;
   }
@@ -185,7 +185,7 @@ struct HostShards {
     auto range = [&](int c, int k) { return shard(c, k); };
     if (K > 1) {
       const RingOrder hostRing = leaders();
-      LastWrite last = lastWrites(K, shardSlices, range);
+      LastWrite last = lastWrites(plan, K, shardSlices, range);
       ringPass(around(hostRing), plan, last, shardSlices, hosts.local, range,
                [&](int s, const Range& out) -> const void* { return s == 0 ? mine(out.begin) : to(out.begin); },
                [&](int, const Range& in) {
@@ -268,7 +268,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
   auto chunk = [&](int c, int i) { return part(shard(c, own), H, i); };
   const size_t chunkSlices = sliceCount(part(shard(0, own), H, 0), h.se);
   {
-    LastWrite last = h.lastWrites(H, chunkSlices, chunk);
+    LastWrite last = h.lastWrites(plan, H, chunkSlices, chunk);
     ringPass(acrossHosts, plan, last, chunkSlices, host, chunk,
              [&](int s, const Range& out) { return s == 0 ? hostReduced(out.begin) : a.recvAt(out.begin); },
              [&](int s, const Range& in) {
@@ -286,7 +286,7 @@ void hierarchicalAllReduce(const CollectiveArgs& a, Plan& plan) {
   }
 
   if (K > 1) {  // the shards around the host's ring
-    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
+    LastWrite last = h.lastWrites(plan, K, h.shardSlices, shard);
     ringPass(inHost, plan, last, h.shardSlices, local + 1, shard,
              [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
              [&](int, const Range& in) { return fifoReceiveInto(a, in); });
@@ -348,7 +348,7 @@ void hierarchicalBroadcast(const CollectiveArgs& a, Plan& plan) {
   if (K > 1) {  // the shards around the host's leaders
     const RingOrder hostRing = h.leaders();
     auto shard = [&](int c, int k) { return h.shard(c, k); };
-    LastWrite last = h.lastWrites(K, h.shardSlices, shard);
+    LastWrite last = h.lastWrites(plan, K, h.shardSlices, shard);
     ringPass(h.around(hostRing), plan, last, h.shardSlices, local, shard,
              [&](int, const Range& out) -> const void* { return a.recvAt(out.begin); },
              [&](int, const Range& in) {

@@ -13,9 +13,8 @@ namespace loom {
 // The step that last wrote slice j of chunk k on channel c (kNone before any).
 class LastWrite {
  public:
-  // In `memory`: a plan's own (Plan::memory()) where it is built for a call made now.
-  LastWrite(int channels, int chunks, size_t slices,
-            std::pmr::memory_resource* memory = std::pmr::get_default_resource())
+  // In `memory`: the plan's own (Plan::memory()), given back with it.
+  LastWrite(int channels, int chunks, size_t slices, std::pmr::memory_resource* memory)
       : chunks_(chunks),
         slices_(slices),
         index_(static_cast<size_t>(channels * chunks) * slices, Step::kNone, memory) {}

@@ -34,8 +34,22 @@ namespace {
 //                ends[1]   opener  (higher rank): same
 //                fifos[0]  creator -> opener:  head | tail | posted send | reader's answers
 //                fifos[1]  opener -> creator:  same
+//                mail[0]   creator -> opener:  small-message slots
+//                mail[1]   opener -> creator:  same
 //   kDataOffset  data of fifos[0]   (fifoBytes)
 //                data of fifos[1]   (fifoBytes)
+//
+// Every byte sent has a position in the pair's stream (the writer's head counts them all);
+// where it lies depends on how it went:
+//
+// A small write (up to kMailBytes) goes into the next mail slot when the reader is done with
+// it: the bytes and their position, then a stamp {message number, length} in the same cache
+// line, so a reader that polls the stamp gets the data with it, one line crossing the cores
+// where the ring takes two (its head counter, then its data), and the slots, few and reused,
+// stay in the two caches. The ring's positions under a mail message stay unused, and `head`
+// is not stored for it. The reader takes the message it waits for once its position is the
+// reader's own; ring bytes run up to that position or `head`, whichever is lower (the writer
+// stores a stamp before the `head` that follows it, so one seen with `head` is never missed).
 //
 // A posted send is a large message the reader copies straight from the writer's memory:
 // the writer publishes {address, length, offset = head} and puts nothing more in the FIFO
@@ -44,7 +58,7 @@ namespace {
 // and every later send too) or declined it (it wants to reduce the bytes from the FIFO:
 // the writer streams the rest of this send and keeps posting later ones).
 constexpr size_t kCacheLine = 64;
-constexpr uint64_t kMagic = 0x324d48534d4f4f4cull;  // "LOOMSHM2"
+constexpr uint64_t kMagic = 0x334d48534d4f4f4cull;  // "LOOMSHM3"
 
 using Counter = std::atomic<uint64_t>;
 using Flag = std::atomic<uint32_t>;
@@ -74,11 +88,24 @@ struct Fifo {
   Flag copying;
 };
 
+// A mail slot's stamp holds (1 + the message's number) << 8 | its length, 0 until the first:
+// the reader knows the number it waits for, so a stamp is fresh only when it matches.
+constexpr size_t kMailSlotBytes = 256;
+constexpr size_t kMailSlots = 16;
+struct alignas(kCacheLine) MailSlot {
+  Counter stamp;      // stored after the other fields
+  uint64_t position;  // in the stream
+  uint8_t bytes[kMailSlotBytes - sizeof(Counter) - sizeof(uint64_t)];
+};
+constexpr size_t kMailBytes = sizeof(MailSlot::bytes);
+static_assert(kMailBytes < 256 && sizeof(MailSlot) == kMailSlotBytes, "a mail length fits the stamp's low byte");
+
 struct Header {
   uint64_t magic;
   uint64_t fifoBytes;
   End ends[2];
   Fifo fifos[2];
+  MailSlot mail[2][kMailSlots];
 };
 static_assert(std::is_standard_layout<Header>::value && std::is_trivially_destructible<Header>::value,
               "the header lives in shared memory");
@@ -172,6 +199,10 @@ class ShmTransport::ShmLink : public Link {
 
   Status sendSome(const void* data, size_t bytes, size_t* done) override;
   Status sendBuffered(const void* data, size_t bytes, size_t* done) override;
+  // Header and body in one mail message where they fit; the header alone into the ring
+  // otherwise, where the body follows it (the reader finds both behind one head counter).
+  Status sendWithHeader(const void* header, size_t headerBytes, const void* body, size_t bodyBytes,
+                        size_t* done) override;
   bool copiesSends() const override { return true; }
   size_t sendCopy(const void* data, size_t bytes) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
@@ -211,7 +242,12 @@ class ShmTransport::ShmLink : public Link {
     size_t read;
   };
 
+  // Into a mail slot where the bytes fit one and it is free, else into the ring (writeRing:
+  // what room there is).
   size_t writeFifo(const void* data, size_t bytes);
+  size_t writeRing(const void* data, size_t bytes);
+  // `a` then `b` as one mail message, if the next slot is free; all or nothing.
+  bool writeMail(const void* a, size_t aBytes, const void* b, size_t bBytes);
   // sendSome (mayOffer) and sendBuffered: a large send is offered for a direct read only where
   // the caller may; the rest of an earlier send comes first either way.
   Status send(const void* data, size_t bytes, bool mayOffer, size_t* done);
@@ -219,6 +255,14 @@ class ShmTransport::ShmLink : public Link {
   Status continuePosted(const void* data, size_t bytes, size_t* done);
 
   size_t readFifo(void* data, size_t bytes);
+  // Bytes ready at tail_ in one piece, looking at the shared counters again when fewer than
+  // `bytes` were known; *inMail: they are a mail message's (at mailData()), else the ring's.
+  size_t ready(size_t bytes, bool* inMail);
+  size_t readyKnown(bool* inMail) const;
+  // Notes the next mail message when its stamp is fresh (it may lie past ring bytes).
+  void lookForMail();
+  const uint8_t* mailData() const { return inMail_[mailRead_ % kMailSlots].bytes + (tail_ - mailStart_); }
+  void advanceTail(size_t bytes);
   Status receive(void* data, size_t bytes, size_t* done);
   bool takePeerSend();
   Status readPeerSend(void* data, size_t bytes, size_t* done);
@@ -248,6 +292,8 @@ class ShmTransport::ShmLink : public Link {
   Fifo& in_;
   uint8_t* outData_;
   const uint8_t* inData_;
+  MailSlot* outMail_;
+  const MailSlot* inMail_;
   PeerProcess process_;
   uint64_t lastAliveCheckNs_ = 0;
 
@@ -260,6 +306,8 @@ class ShmTransport::ShmLink : public Link {
   uint64_t postedCount_ = 0;
   std::optional<PostedSend> posted_;
   size_t declinedLeft_ = 0;  // bytes of a declined send still to write into the FIFO
+  uint64_t mailSent_ = 0;    // mail messages written, ever
+  uint64_t mailSlotEnd_[kMailSlots] = {};  // where each slot's last message ends: free once read
   StoreChooser stores_;
 
   // Reading.
@@ -269,6 +317,9 @@ class ShmTransport::ShmLink : public Link {
   uint64_t handled_ = 0;   // sequence number of the last peer send read or refused
   uint64_t directRead_ = 0;
   std::optional<PeerSend> reading_;
+  uint64_t mailRead_ = 0;    // mail messages read, ever
+  uint64_t mailStart_ = 0;   // the next one's position and length, once seen (0 bytes: not yet)
+  size_t mailBytes_ = 0;
 };
 
 ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const PeerInfo& peerInfo,
@@ -284,6 +335,8 @@ ShmTransport::ShmLink::ShmLink(ShmSegment segment, int side, int peer, const Pee
       in_(headerOf(segment_).fifos[1 - side]),
       outData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(side) * (mask_ + 1)),
       inData_(static_cast<uint8_t*>(segment_.data()) + kDataOffset + static_cast<size_t>(1 - side) * (mask_ + 1)),
+      outMail_(headerOf(segment_).mail[side]),
+      inMail_(headerOf(segment_).mail[1 - side]),
       directMinBytes_(directMinBytes),
       postLarge_(directMinBytes > 0),
       stores_(StoreChooser::fifoRules(settings.fifoStores)),
@@ -353,6 +406,18 @@ Status ShmTransport::ShmLink::send(const void* data, size_t bytes, bool mayOffer
   return *done > 0 ? Status::ok() : stalled();
 }
 
+Status ShmTransport::ShmLink::sendWithHeader(const void* header, size_t headerBytes, const void* body,
+                                             size_t bodyBytes, size_t* done) {
+  if (!posted_ && declinedLeft_ == 0 && headerBytes + bodyBytes <= kMailBytes &&
+      writeMail(header, headerBytes, body, bodyBytes)) {
+    *done = headerBytes + bodyBytes;
+    return Status::ok();
+  }
+  if (posted_ || declinedLeft_ > 0) return sendSome(header, headerBytes, done);
+  *done = writeRing(header, headerBytes);
+  return *done > 0 ? Status::ok() : stalled();
+}
+
 size_t ShmTransport::ShmLink::sendCopy(const void* data, size_t bytes) {
   // A posted send, or a declined one's rest, comes first in the stream.
   if (posted_ || declinedLeft_ > 0) return 0;
@@ -360,12 +425,15 @@ size_t ShmTransport::ShmLink::sendCopy(const void* data, size_t bytes) {
 }
 
 size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
-  size_t space = mask_ + 1 - static_cast<size_t>(head_ - tailSeen_);
-  if (space < bytes) {
-    tailSeen_ = out_.tail.load(std::memory_order_acquire);
-    space = mask_ + 1 - static_cast<size_t>(head_ - tailSeen_);
-  }
-  size_t n = std::min(bytes, space);
+  if (bytes <= kMailBytes && writeMail(data, bytes, nullptr, 0)) return bytes;
+  return writeRing(data, bytes);
+}
+
+size_t ShmTransport::ShmLink::writeRing(const void* data, size_t bytes) {
+  // Mail messages not read yet may take the stream past a ring's length ahead of the reader.
+  auto space = [&] { return mask_ + 1 - std::min(mask_ + 1, static_cast<size_t>(head_ - tailSeen_)); };
+  if (space() < bytes) tailSeen_ = out_.tail.load(std::memory_order_acquire);
+  size_t n = std::min(bytes, space());
   if (n == 0) return 0;
   const StoreChooser::Choice stores = stores_.next(n);
   copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, stores.streaming);
@@ -378,6 +446,23 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   head_ += n;
   out_.head.store(head_, std::memory_order_release);
   return n;
+}
+
+bool ShmTransport::ShmLink::writeMail(const void* a, size_t aBytes, const void* b, size_t bBytes) {
+  const size_t slot = mailSent_ % kMailSlots;
+  if (mailSlotEnd_[slot] > tailSeen_) {
+    tailSeen_ = out_.tail.load(std::memory_order_acquire);
+    if (mailSlotEnd_[slot] > tailSeen_) return false;
+  }
+  MailSlot& mail = outMail_[slot];
+  std::memcpy(mail.bytes, a, aBytes);
+  if (bBytes > 0) std::memcpy(mail.bytes + aBytes, b, bBytes);
+  mail.position = head_;
+  mail.stamp.store((mailSent_ + 1) << 8 | (aBytes + bBytes), std::memory_order_release);
+  head_ += aBytes + bBytes;
+  mailSlotEnd_[slot] = head_;
+  ++mailSent_;
+  return true;
 }
 
 void ShmTransport::ShmLink::post(const void* data, size_t bytes) {
@@ -448,39 +533,72 @@ Status ShmTransport::ShmLink::receive(void* data, size_t bytes, size_t* done) {
 }
 
 void ShmTransport::ShmLink::peek(const void** data, size_t bytes, size_t* available) {
-  size_t ready = static_cast<size_t>(headSeen_ - tail_);
-  if (ready < bytes) {
-    headSeen_ = in_.head.load(std::memory_order_acquire);
-    ready = static_cast<size_t>(headSeen_ - tail_);
+  bool inMail = false;
+  const size_t n = ready(bytes, &inMail);
+  if (inMail) {
+    *data = mailData();
+    *available = std::min(bytes, n);
+    return;
   }
   size_t offset = static_cast<size_t>(tail_) & mask_;
   *data = inData_ + offset;
-  *available = std::min({bytes, ready, mask_ + 1 - offset});  // contiguous up to the ring's end
+  *available = std::min({bytes, n, mask_ + 1 - offset});  // contiguous up to the ring's end
 }
 
 void ShmTransport::ShmLink::preferMapped() {
-  if (headSeen_ != tail_) return;  // FIFO bytes come first
-  headSeen_ = in_.head.load(std::memory_order_acquire);
-  if (headSeen_ == tail_ && (reading_ || takePeerSend())) answerPeerSend(in_.declined);
+  bool inMail = false;
+  if (ready(1, &inMail) > 0) return;  // FIFO bytes come first
+  if (reading_ || takePeerSend()) answerPeerSend(in_.declined);
 }
 
-void ShmTransport::ShmLink::consume(size_t bytes) {
-  tail_ += bytes;
-  in_.tail.store(tail_, std::memory_order_release);
-}
+void ShmTransport::ShmLink::consume(size_t bytes) { advanceTail(bytes); }
 
 size_t ShmTransport::ShmLink::readFifo(void* data, size_t bytes) {
-  size_t available = static_cast<size_t>(headSeen_ - tail_);
-  if (available < bytes) {
-    headSeen_ = in_.head.load(std::memory_order_acquire);
-    available = static_cast<size_t>(headSeen_ - tail_);
-  }
-  size_t n = std::min(bytes, available);
+  bool inMail = false;
+  const size_t n = std::min(bytes, ready(bytes, &inMail));
   if (n == 0) return 0;
-  copyOutOfRing(inData_, mask_, tail_, static_cast<uint8_t*>(data), n);
-  tail_ += n;
-  in_.tail.store(tail_, std::memory_order_release);
+  if (inMail) {
+    std::memcpy(data, mailData(), n);
+  } else {
+    copyOutOfRing(inData_, mask_, tail_, static_cast<uint8_t*>(data), n);
+  }
+  advanceTail(n);
   return n;
+}
+
+size_t ShmTransport::ShmLink::ready(size_t bytes, bool* inMail) {
+  if (mailBytes_ == 0) lookForMail();
+  size_t n = readyKnown(inMail);
+  if (n < bytes && !*inMail) {
+    headSeen_ = in_.head.load(std::memory_order_acquire);
+    if (mailBytes_ == 0) lookForMail();  // after `head`: a stamp stored before it is seen
+    n = readyKnown(inMail);
+  }
+  return n;
+}
+
+size_t ShmTransport::ShmLink::readyKnown(bool* inMail) const {
+  *inMail = mailBytes_ > 0 && tail_ >= mailStart_;
+  if (*inMail) return static_cast<size_t>(mailStart_ + mailBytes_ - tail_);
+  const uint64_t ringEnd = mailBytes_ > 0 ? std::min(headSeen_, mailStart_) : headSeen_;
+  return ringEnd > tail_ ? static_cast<size_t>(ringEnd - tail_) : 0;
+}
+
+void ShmTransport::ShmLink::lookForMail() {
+  const MailSlot& mail = inMail_[mailRead_ % kMailSlots];
+  const uint64_t stamp = mail.stamp.load(std::memory_order_acquire);
+  if (stamp >> 8 != ((mailRead_ + 1) & (~uint64_t{0} >> 8))) return;  // the slot's earlier message
+  mailStart_ = mail.position;
+  mailBytes_ = static_cast<size_t>(stamp & 0xff);
+}
+
+void ShmTransport::ShmLink::advanceTail(size_t bytes) {
+  tail_ += bytes;
+  if (mailBytes_ > 0 && tail_ == mailStart_ + mailBytes_) {
+    mailBytes_ = 0;
+    ++mailRead_;
+  }
+  in_.tail.store(tail_, std::memory_order_release);
 }
 
 // True when the peer posted a send that comes next in the stream.

@@ -108,20 +108,35 @@ void expectSameBytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>
 constexpr size_t kDirectMin = 16384;
 
 // Sends `out` while receiving in->size() bytes over one link, both cut into random pieces:
-// most of a few bytes to a few KiB, one in four from 20 KB to 320 KB (read from the
-// sender's memory when direct reads are on). A send's piece is kept until it is done, as
-// the Link contract asks. One receive in three reads in place, as a reduction does.
+// one in four of a few bytes to 300 (mostly small enough for a mail slot), one in four from
+// 20 KB to 320 KB (read from the sender's memory when direct reads are on), the rest up to a
+// few KiB. A send's piece is kept until it is done, as the Link contract asks; half the
+// pieces start as a step's header and payload do (sendWithHeader). One receive in three
+// reads in place, as a reduction does.
 void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>* in, uint32_t seed) {
   std::mt19937 rng(seed);
-  auto piece = [&] { return rng() % 4 == 0 ? 20000 + rng() % 300000 : 1 + rng() % 3000; };
+  auto piece = [&]() -> size_t {
+    switch (rng() % 4) {
+      case 0: return 1 + rng() % 300;
+      case 1: return 20000 + rng() % 300000;
+      default: return 1 + rng() % 3000;
+    }
+  };
   size_t sent = 0, pieceEnd = 0, received = 0;
   auto deadline = Clock::now() + std::chrono::seconds(60);
   while (sent < out.size() || received < in->size()) {
     bool moved = false;
     if (sent < out.size()) {
-      if (sent == pieceEnd) pieceEnd = std::min(out.size(), sent + piece());
       size_t done = 0;
-      ASSERT_STATUS_OK(link->sendSome(out.data() + sent, pieceEnd - sent, &done));
+      if (sent == pieceEnd && rng() % 2 == 0) {
+        pieceEnd = std::min(out.size(), sent + piece());
+        const size_t header = std::min<size_t>(24, pieceEnd - sent);
+        ASSERT_STATUS_OK(link->sendWithHeader(out.data() + sent, header, out.data() + sent + header,
+                                              pieceEnd - sent - header, &done));
+      } else {
+        if (sent == pieceEnd) pieceEnd = std::min(out.size(), sent + piece());
+        ASSERT_STATUS_OK(link->sendSome(out.data() + sent, pieceEnd - sent, &done));
+      }
       sent += done;
       moved |= done > 0;
     }
@@ -645,7 +660,7 @@ TEST(ShmFullTmpfs, IsASystemErrorThatSaysHowMuchAndHowToFixIt) {
   if (report.rfind("skip ", 0) == 0) GTEST_SKIP() << "no private tmpfs here: " << report.substr(5);
   std::printf("the error: %s\n", report.c_str());
   EXPECT_EQ(report.rfind(std::to_string(loomSystemError) + " ", 0), 0u) << report;
-  for (const char* part : {"528384 bytes", "--shm-size", "remount,size=", "LOOM_SHM_FIFO_BYTES",
+  for (const char* part : {"536576 bytes", "--shm-size", "remount,size=", "LOOM_SHM_FIFO_BYTES",
                            "LOOM_TRANSPORTS=socket", "ranks 0 and 1"}) {
     EXPECT_NE(report.find(part), std::string::npos) << "no \"" << part << "\" in: " << report;
   }
