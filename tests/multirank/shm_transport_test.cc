@@ -206,6 +206,29 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<2>(info.param)) + "_" + std::get<3>(info.param);
     });
 
+// Writes of no bytes leave the stream as it was: the bytes after them arrive, in order.
+TEST(ShmStream, WritesOfNothingAreNoMessages) {
+  loomtest::runRanks(2, Mode::kThreads, [](loomComm_t comm, int rank) {
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
+    Link* link = transport->link(1 - rank, 0);
+    const std::vector<uint8_t> out = pattern(rank, 64);
+    size_t done = 0;
+    EXPECT_EQ(link->sendCopy(out.data(), 0), 0u);
+    ASSERT_STATUS_OK(link->sendWithHeader(out.data(), 0, out.data(), 0, &done));
+    EXPECT_EQ(done, 0u);
+    ASSERT_STATUS_OK(link->sendWithHeader(out.data(), 24, out.data() + 24, 40, &done));
+    EXPECT_EQ(done, 64u);
+    std::vector<uint8_t> in(64);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (size_t got = 0; got < in.size(); got += done) {
+      ASSERT_LT(Clock::now(), deadline) << "stuck after receiving " << got << " bytes";
+      ASSERT_STATUS_OK(link->recvSome(in.data() + got, in.size() - got, &done));
+    }
+    expectSameBytes(in, pattern(1 - rank, 64));
+  });
+}
+
 // What the tuner's cost model is told: direct reads from LOOM_SHM_DIRECT_MIN_BYTES where the
 // setting lets the communicator's ranks read each other (by default only threads of one
 // process), never otherwise; where LOOM_SHM_DIRECT is unset, a tuning file's
