@@ -408,12 +408,11 @@ Status ShmTransport::ShmLink::send(const void* data, size_t bytes, bool mayOffer
 
 Status ShmTransport::ShmLink::sendWithHeader(const void* header, size_t headerBytes, const void* body,
                                              size_t bodyBytes, size_t* done) {
-  if (!posted_ && declinedLeft_ == 0 && headerBytes + bodyBytes <= kMailBytes &&
-      writeMail(header, headerBytes, body, bodyBytes)) {
+  if (posted_ || declinedLeft_ > 0) return sendSome(header, headerBytes, done);
+  if (headerBytes + bodyBytes <= kMailBytes && writeMail(header, headerBytes, body, bodyBytes)) {
     *done = headerBytes + bodyBytes;
     return Status::ok();
   }
-  if (posted_ || declinedLeft_ > 0) return sendSome(header, headerBytes, done);
   *done = writeRing(header, headerBytes);
   return *done > 0 ? Status::ok() : stalled();
 }

@@ -207,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Writes of no bytes leave the stream as it was: the bytes after them arrive, in order.
-TEST(ShmStream, WritesOfNothingAreNoMessages) {
+TEST(ShmMail, WritesOfNothingAreNoMessages) {
   loomtest::runRanks(2, Mode::kThreads, [](loomComm_t comm, int rank) {
     std::unique_ptr<ShmTransport> transport;
     ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
