@@ -162,7 +162,7 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
 
 std::string MappedPeers::missingRanks(Communicator& comm, uint64_t round, MappedPhase phase) {
   // Before posting, the wait is for the board's slots: the others' posts of this rank's last round.
-  const uint64_t waited = phase == MappedPhase::kStart ? comm.board()->lastPosted()
+  const uint64_t waited = phase == MappedPhase::kStart ? comm.board()->roundBeforePost()
                           : round + (phase == MappedPhase::kJudged ? 1 : phase == MappedPhase::kWritten ? 2 : 0);
   std::string ranks;
   for (int q = 0; q < comm.nranks(); ++q) {
@@ -211,6 +211,7 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
       LOOM_TRY(allPosted(board, op.round, false, &all));
     }
     if (!all) return Status::ok();
+    LOOM_TRY(checkLeftRounds(comm, op.round));
     LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
     bool reachable = true;
     for (int q = 0; q < n; ++q) {
@@ -218,9 +219,11 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
       std::memcpy(&d, board.data(q, op.round), sizeof(d));
       reachable = reachable && d.reachable != 0;
     }
-    // The rounds this call took and skips are never posted: every rank has read this one
-    // before it posts a later round, which is all the board's two slots need.
+    // Every rank skips the call's other rounds alike, and posts them at once: ranks post every
+    // round, in order (shm_board.h).
     if (!reachable) {
+      board.publish(op.round + 1, op.header);
+      board.publish(op.round + 2, op.header);
       ranPlan(comm, op);
       *phase = MappedPhase::kFinished;
       return Status::ok();

@@ -109,17 +109,28 @@ bool readsPosts(const CallInfo& call, int rank) {
 
 }  // namespace
 
+Status checkLeftRounds(Communicator& comm, uint64_t current) {
+  transport::ShmBoard& board = *comm.board();
+  for (uint64_t round; (round = board.oldestUnchecked()) != 0 && board.allPosted(round); board.checkedOldest()) {
+    // A rank that read the posts of that round compared the calls then, and failed if they differed.
+    const uint8_t* own = board.header(comm.rank(), round);
+    CallInfo mine;
+    decodeCallInfo(own, &mine);
+    const Status s = compareCalls(board, round, own, mine);
+    if (s.isOk()) continue;
+    if (round + 1 == current) return s.withContext("this rank's previous call on the shared-memory board");
+    return s.withContext(format("this rank's call on the shared-memory board %llu rounds before this one",
+                                static_cast<unsigned long long>(current - round)));
+  }
+  return Status::ok();
+}
+
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
   transport::ShmBoard& board = *comm.board();
-  uint64_t unchecked = 0;
-  *ready = board.mayPost(&unchecked);
-  if (!*ready) return checkPeers ? board.checkAlive(board.lastPosted()) : Status::ok();
-  if (unchecked == 0) return Status::ok();
-  // This rank left that round without comparing calls; a rank that did compare them failed then.
-  const uint8_t* own = board.header(comm.rank(), unchecked);
-  CallInfo mine;
-  decodeCallInfo(own, &mine);
-  return compareCalls(board, unchecked, own, mine).withContext("this rank's previous call on the shared-memory board");
+  *ready = board.mayPost();
+  // After mayPost: where it holds, every round this rank may still leave unchecked is complete.
+  if (board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, board.lastPosted() + 1));
+  return !*ready && checkPeers ? board.checkAlive(board.roundBeforePost()) : Status::ok();
 }
 
 Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header, const CallInfo& call) {
@@ -159,10 +170,16 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
   *done = false;
   if (!readsPosts(*op.call, comm.rank())) {
     resultFromBoard(board, op, comm.rank());  // an out-of-place broadcast's root copies its own buffer
+    board.leftUnchecked(op.round);
     *done = true;
     return Status::ok();
   }
-  if (!board.allPosted(op.round)) return checkPeers ? board.checkAlive(op.round) : Status::ok();
+  const bool all = board.allPosted(op.round);
+  // Once all have posted this round, all have posted the earlier ones: a call that reads the
+  // posts leaves no earlier round unchecked. While it waits, a peer that failed on a mismatch
+  // of an earlier round is named by that mismatch, not by its failure.
+  if (board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, op.round));
+  if (!all) return checkPeers ? board.checkAlive(op.round) : Status::ok();
   LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
   resultFromBoard(board, op, comm.rank());
   *done = true;

@@ -5,8 +5,9 @@
 // root, this rank's block of a reduce-scatter), or copies what it receives (the root's buffer
 // of a broadcast, every rank's block of an allgather, the block each rank addressed to it in
 // an all-to-all). A rank that reads no post (a broadcast's root, a reduce's other ranks) is
-// done once it has posted, as an MPI rank whose message went eagerly; it compares that call
-// with the others' when it next posts, and fails that later call if they differed. Used by
+// done once it has posted, as an MPI rank whose message went eagerly, and may run a few calls
+// ahead (shm_board.h); it compares that call with the others' once every rank has posted it,
+// in a later call, and fails that call if they differed. Used by
 // the executor (a step that may have to wait for peers) and by the fast path of a lone small
 // call, which skips building a plan.
 #pragma once
@@ -33,10 +34,14 @@ struct OneShot {
   uint8_t* header;
 };
 
-// Whether this rank may post now (ShmBoard::mayPost: the slot it takes has been read); where
-// its last round was one it left without waiting, also compares the others' calls of that
-// round with its own (loomInvalidUsage where they differ). `checkPeers` as below.
+// Whether this rank may post now (ShmBoard::mayPost: the slot it takes has been read), after
+// comparing the calls of the rounds this rank left unchecked (checkLeftRounds). `checkPeers`
+// as below.
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready);
+// loomInvalidUsage where the ranks' calls differed in a round this rank left without reading
+// the posts (a broadcast's root, a reduce's leaf) and every rank has posted since, oldest
+// first; `current` is the round of the call being made, for the message.
+Status checkLeftRounds(Communicator& comm, uint64_t current);
 // Publishes this rank's part, once readyToPost (never waits): its send buffer, or for a
 // premultiplied sum that times its scalar, multiplied straight into the board, or a
 // broadcast's header alone where this rank is not the root; with announceSeq != 0 also announces the call under that number (see

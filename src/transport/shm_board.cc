@@ -52,6 +52,7 @@ void ShmBoard::publish(uint64_t round, const uint8_t* header) {
   static_assert(offsetof(Slot, data) == 32, "small data must share the round's cache line");
   Slot& s = slot(rank_, round);
   std::memcpy(s.header, header, kHeaderBytes);
+  std::memcpy(area(rank_).history[round % kHistory], header, kHeaderBytes);
   s.round.store(round, std::memory_order_release);
   lastPosted_ = round;
 }

@@ -4,14 +4,22 @@
 // the least latency a small allreduce can have, and the same bits on every rank. A small
 // broadcast posts the root's buffer alone, which the others copy (core/one_shot.h).
 //
-//   segment:  [rank 0: pid | announcements seq%2=0, 1 | slot round%2=0 | slot round%2=1] [rank 1: ...]
+//   segment:  [rank 0: pid | announcements seq%2=0, 1 | headers of its last kHistory rounds |
+//              slots round%kSlots=0..kSlots-1] [rank 1: ...]
 //   slot:     round (atomic, written last) | call header | data (up to kMaxBytes)
 //
-// Two slots per rank are enough: a rank posts a round only once every rank has posted the
-// last round it posted itself (mayPost), each of them after finishing the round before, that
-// is after reading this rank's slot of that round, the slot the new post takes. A rank that
-// waited its last round out (every post there) knows it already; one that left without
-// waiting (a broadcast's root, a reduce's leaf: they read nothing) looks when it posts next.
+// A rank posts round R once every rank has posted round R-kSlots+1 (mayPost): each of them
+// did so after finishing round R-kSlots, that is after reading this rank's slot of that
+// round, the slot the new post takes. So a rank that reads no post (a broadcast's root, a
+// reduce's leaf) runs up to kSlots-1 rounds ahead of the others, as an MPI sender's eager
+// messages do, and a loop of small broadcasts does not wait for the readers every call.
+//
+// Such a rank leaves its round unchecked: it compares the others' calls of that round with
+// its own later, once all have posted it (core/one_shot.h), and at the latest before it
+// posts round R+kSlots-1 (mayPost waits for those posts). The others' headers of that round
+// are then read from their history, which keeps 2*kSlots rounds: a rank overwrites its
+// header of round j when it posts j+kHistory, which waits for this rank's post of
+// j+kSlots+1, later than any check of round j.
 #pragma once
 
 #include <algorithm>
@@ -33,6 +41,8 @@ class ShmBoard {
  public:
   static constexpr size_t kMaxBytes = 32 << 10;
   static constexpr size_t kHeaderBytes = 24;
+  static constexpr uint64_t kSlots = 8;
+  static constexpr uint64_t kHistory = 2 * kSlots;
   // Bootstrap tag of the segment's name (rank 0 to the others).
   static constexpr uint32_t kNameTag = 0x53484d02;
 
@@ -49,9 +59,10 @@ class ShmBoard {
     if (bytes > 0) std::memcpy(ownData(round), data, bytes);
     publish(round, header);
   }
-  // Whether rank q has posted round `round` (inline: a waiting rank asks in a tight loop).
+  // Whether rank q has posted round `round` (inline: a waiting rank asks in a tight loop). A
+  // later round in the slot counts: ranks post every round, in order.
   bool posted(int q, uint64_t round) const {
-    return slot(q, round).round.load(std::memory_order_acquire) == round;
+    return slot(q, round).round.load(std::memory_order_acquire) >= round;
   }
   // Whether every rank has posted round `round` (remembered for mayPost).
   bool allPosted(uint64_t round) {
@@ -62,17 +73,27 @@ class ShmBoard {
     return true;
   }
   uint64_t lastPosted() const { return lastPosted_; }
-  // Whether this rank may post a new round (see the top): every rank has posted the last
-  // round this rank posted. *unchecked: that round, where this rank left it without seeing
-  // every post (the others' headers are now there to compare with its own), else 0.
-  bool mayPost(uint64_t* unchecked) {
-    *unchecked = 0;
-    if (seenAll_ >= lastPosted_) return true;
-    if (!allPosted(lastPosted_)) return false;
-    *unchecked = lastPosted_;
-    return true;
+  // The round every rank must have posted before this rank posts its next (see the top).
+  uint64_t roundBeforePost() const { return lastPosted_ + 2 > kSlots ? lastPosted_ + 2 - kSlots : 0; }
+  // Whether this rank may post its next round: every rank has posted roundBeforePost().
+  bool mayPost() {
+    const uint64_t before = roundBeforePost();
+    return seenAll_ >= before || allPosted(before);
   }
-  const uint8_t* header(int q, uint64_t round) const { return slot(q, round).header; }
+  // Rank q's call header of round `round` (q has posted it). Until this rank posts a later
+  // round no rank can post over the round's slots, and the header is read there, in the line of
+  // the round's number; after, from q's history (see the top), whose lines a rank reads only
+  // for a round it left unchecked (reading them every call would cost their writer a miss).
+  const uint8_t* header(int q, uint64_t round) const {
+    return round >= lastPosted_ ? slot(q, round).header : area(q).history[round % kHistory];
+  }
+  // The rounds this rank left without comparing calls, oldest first (0: none).
+  void leftUnchecked(uint64_t round) { unchecked_[(uncheckedFirst_ + uncheckedCount_++) % kSlots] = round; }
+  uint64_t oldestUnchecked() const { return uncheckedCount_ > 0 ? unchecked_[uncheckedFirst_] : 0; }
+  void checkedOldest() {
+    uncheckedFirst_ = (uncheckedFirst_ + 1) % kSlots;
+    --uncheckedCount_;
+  }
   const void* data(int q, uint64_t round) const { return slot(q, round).data; }
   // loomRemoteError naming the first rank that has not posted `round` and whose process has
   // exited or whose communicator failed (and the rank whose failure made it give up, when it
@@ -130,14 +151,15 @@ class ShmBoard {
     std::atomic<uint32_t> failedBecauseOf;
     std::atomic<uint32_t> failed;  // 1 once markFailed
     Announcement announcements[2];  // by seq % 2
-    Slot slots[2];
+    alignas(64) uint8_t history[kHistory][kHeaderBytes];  // by round % kHistory
+    Slot slots[kSlots];
   };
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's flags must work across processes");
   static_assert(kHeaderBytes % 8 == 0, "the announced header is whole words");
 
   ShmBoard(ShmSegment segment, int rank, int nranks);
   RankArea& area(int q) const { return static_cast<RankArea*>(segment_.data())[q]; }
-  Slot& slot(int q, uint64_t round) const { return area(q).slots[round % 2]; }
+  Slot& slot(int q, uint64_t round) const { return area(q).slots[round % kSlots]; }
 
   ShmSegment segment_;
   int rank_;
@@ -145,6 +167,10 @@ class ShmBoard {
   uint64_t rounds_ = 0;
   uint64_t lastPosted_ = 0;  // the last round this rank posted
   uint64_t seenAll_ = 0;     // the last round this rank saw every rank post
+  // Rounds left unchecked: all after roundBeforePost() (mayPost checks them first), so fewer
+  // than kSlots.
+  uint64_t unchecked_[kSlots] = {};
+  uint64_t uncheckedFirst_ = 0, uncheckedCount_ = 0;
   std::vector<PeerProcess> peers_;
   bool oneProcess_ = true;
 };

@@ -14,17 +14,20 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
+#include "transport/shm_board.h"
 
 namespace {
 
@@ -496,6 +499,58 @@ INSTANTIATE_TEST_SUITE_P(Board, RanksThatReadNothing,
                            return loomtest::modeName(std::get<0>(info.param)) + "_" +
                                   std::to_string(std::get<1>(info.param));
                          });
+
+// How far ahead: a root runs ShmBoard::kSlots - 1 small broadcasts ahead of a rank that has not
+// begun them (each call's bytes kept until read), and its next broadcast returns only after
+// that rank has begun to read. The order is causal (the reader notes the time before its first
+// call), not a timing.
+class BoardRunAhead : public testing::TestWithParam<Mode> {};
+
+TEST_P(BoardRunAhead, ARootRunsAheadByTheBoardsSlotsAndNoFurther) {
+  constexpr int kAhead = static_cast<int>(loom::transport::ShmBoard::kSlots) - 1;
+  using Clock = std::chrono::steady_clock;  // one clock for every process of the host
+  // [0]: the root's kAhead calls returned; [1]: when the reader began; [2]: when the root's next call returned.
+  void* mapped = ::mmap(nullptr, 3 * sizeof(std::atomic<int64_t>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                        -1, 0);
+  ASSERT_NE(mapped, MAP_FAILED);
+  auto* shared = static_cast<std::atomic<int64_t>*>(mapped);
+  for (int i = 0; i < 3; ++i) shared[i].store(0);
+  auto now = [] { return static_cast<int64_t>(Clock::now().time_since_epoch().count()); };
+  loomtest::RankOptions options;
+  options.timeoutMs = 5000;
+  loomtest::runRanks(2, GetParam(), [&](loomComm_t comm, int rank) {
+    std::vector<float> data(16, 1.0f);
+    LOOM_ASSERT_OK(loomAllReduce(data.data(), data.data(), data.size(), loomFloat32, loomSum, comm, nullptr), comm);
+    auto broadcast = [&](int i) {
+      std::fill(data.begin(), data.end(), rank == 0 ? static_cast<float>(i + 1) : -1.0f);
+      return loomBroadcast(data.data(), data.data(), data.size(), loomFloat32, 0, comm, nullptr);
+    };
+    if (rank == 0) {
+      for (int i = 0; i < kAhead; ++i) LOOM_ASSERT_OK(broadcast(i), comm);
+      shared[0].store(1);
+      LOOM_ASSERT_OK(broadcast(kAhead), comm);
+      shared[2].store(now());
+      return;
+    }
+    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(20);
+    while (shared[0].load() == 0) {
+      ASSERT_LT(Clock::now(), deadline) << "the root's first " << kAhead << " broadcasts waited for this rank";
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    shared[1].store(now());
+    for (int i = 0; i <= kAhead; ++i) {
+      LOOM_ASSERT_OK(broadcast(i), comm);
+      ASSERT_EQ(data[15], static_cast<float>(i + 1)) << "broadcast " << i;
+    }
+  }, options);
+  EXPECT_GE(shared[2].load(), shared[1].load()) << "the root's broadcast " << kAhead + 1
+                                                << " returned before the reader began its first";
+  ::munmap(mapped, 3 * sizeof(std::atomic<int64_t>));
+}
+
+INSTANTIATE_TEST_SUITE_P(Board, BoardRunAhead, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
 
 // One thread drives every rank of a loomCommInitAll through one group: without the group
 // the first blocking collective would wait forever for ranks this thread has not reached.
