@@ -161,7 +161,7 @@ void MappedPeers::reduceSlice(Communicator& comm, const OneShot& op) {
 }
 
 std::string MappedPeers::missingRanks(Communicator& comm, uint64_t round, MappedPhase phase) {
-  // Before posting, the wait is for the board's slots: the others' posts of this rank's last round.
+  // Before posting, the wait is for the board's slots: the others' posts of roundBeforePost().
   const uint64_t waited = phase == MappedPhase::kStart ? comm.board()->roundBeforePost()
                           : round + (phase == MappedPhase::kJudged ? 1 : phase == MappedPhase::kWritten ? 2 : 0);
   std::string ranks;
