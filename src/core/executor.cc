@@ -9,7 +9,6 @@
 #include <chrono>
 #include <cstring>
 #include <memory_resource>
-#include <mutex>
 #include <set>
 
 #include "base/call_arena.h"
@@ -983,28 +982,30 @@ bool Run::pending(size_t plan) const {
 
 }  // namespace
 
+RunHold::RunHold(Communicator* const* comms, size_t count) : comms_(comms), count_(count) {
+  for (size_t i = 0; i < count_; ++i) comms_[i]->executionLock().lock();
+  // The transports are this run's until it ends, whichever way it ends.
+  for (size_t i = 0; i < count_; ++i) comms_[i]->transport().beginRun();
+}
+
+RunHold::~RunHold() {
+  for (size_t i = 0; i < count_; ++i) comms_[i]->transport().endRun();
+  for (size_t i = count_; i-- > 0;) comms_[i]->executionLock().unlock();
+}
+
+Status executeHeld(Plans& plans) {
+  CallArena arena;
+  return Run(plans, &arena).go();
+}
+
 Status execute(Plans& plans) {
-  // One run at a time per communicator (a host stream and the calling thread could both
-  // reach one); lock in address order so that groups over several never deadlock.
   CallArena arena;
   std::pmr::vector<Communicator*> comms(&arena);
   comms.reserve(plans.size());
   for (const Plan& p : plans) comms.push_back(p.comm);
   std::sort(comms.begin(), comms.end());
   comms.erase(std::unique(comms.begin(), comms.end()), comms.end());
-  std::pmr::vector<std::unique_lock<YieldingLock>> locks(&arena);
-  locks.reserve(comms.size());
-  for (Communicator* c : comms) locks.emplace_back(c->executionLock());
-  // The transports are this run's until it ends (Transport::beginRun), whichever way it ends.
-  struct Driving {
-    explicit Driving(const std::pmr::vector<Communicator*>& c) : comms(c) {
-      for (Communicator* comm : comms) comm->transport().beginRun();
-    }
-    ~Driving() {
-      for (Communicator* comm : comms) comm->transport().endRun();
-    }
-    const std::pmr::vector<Communicator*>& comms;
-  } driving(comms);
+  RunHold hold(comms.data(), comms.size());
   return Run(plans, &arena).go();
 }
 

@@ -12,6 +12,7 @@
 #include "core/communicator.h"
 #include "core/device_comm.h"
 #include "core/executor.h"
+#include "core/quick_messages.h"
 
 namespace loom::group {
 namespace {
@@ -121,7 +122,25 @@ Status launchOnDevices(const std::vector<Recorded>& recorded) {
   return launchDeviceJobs(jobs);
 }
 
+// Copies the calls into ops where they are messages (at most kMostQuickMessages) of one host
+// communicator, run now: the quick path's candidates.
+bool messagesRunNow(const Recorded* recorded, size_t count, P2POp* ops) {
+  if (count == 0 || count > kMostQuickMessages) return false;
+  for (size_t i = 0; i < count; ++i) {
+    const P2POp* op = std::get_if<P2POp>(&recorded[i].call);
+    if (op == nullptr || recorded[i].stream != nullptr || op->comm != commOf(recorded[0].call) ||
+        op->comm->device() >= 0) {
+      return false;
+    }
+    ops[i] = *op;
+  }
+  return true;
+}
+
 Status launch(const Recorded* recorded, size_t count) {
+  if (P2POp ops[kMostQuickMessages]; messagesRunNow(recorded, count, ops) && quickMessages(ops, count)) {
+    return runQuickMessages(ops, count);
+  }
   // What runs now is built and run in this arena: it all ends before launch returns.
   CallArena arena;
   std::pmr::vector<Call> now(&arena);

@@ -6,11 +6,15 @@
 
 namespace loom {
 
-void appendP2P(Plan& plan, const P2POp& op) {
+CallInfo messageInfo(size_t bytes) {
   CallInfo info;
   info.kind = CallInfo::Kind::kSend;
-  info.count = op.bytes;
-  plan.beginCall(info);
+  info.count = bytes;
+  return info;
+}
+
+void appendP2P(Plan& plan, const P2POp& op) {
+  plan.beginCall(messageInfo(op.bytes));
   Step step{op.direction == P2POp::Direction::kSend ? Step::Kind::kSend : Step::Kind::kRecv};
   step.peer = op.peer;
   step.src = op.buffer;

@@ -23,6 +23,9 @@ struct P2POp {
   size_t bytes;
 };
 
+// The header a message carries, which the receiver checks against its own.
+CallInfo messageInfo(size_t bytes);
+
 // Appends one message to another rank (op.peer != this rank).
 void appendP2P(Plan& plan, const P2POp& op);
 

@@ -203,6 +203,9 @@ class ShmTransport::ShmLink : public Link {
   // otherwise, where the body follows it (the reader finds both behind one head counter).
   Status sendWithHeader(const void* header, size_t headerBytes, const void* body, size_t bodyBytes,
                         size_t* done) override;
+  // A mail message (a slot is one message: the reader's peek shows it whole).
+  size_t wholeMessageBytes() const override { return kMailBytes; }
+  bool sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) override;
   bool copiesSends() const override { return true; }
   size_t sendCopy(const void* data, size_t bytes) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
@@ -415,6 +418,12 @@ Status ShmTransport::ShmLink::sendWithHeader(const void* header, size_t headerBy
   }
   *done = writeRing(header, headerBytes);
   return *done > 0 ? Status::ok() : stalled();
+}
+
+bool ShmTransport::ShmLink::sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) {
+  // A posted send, or a declined one's rest, comes first in the stream.
+  if (posted_ || declinedLeft_ > 0 || headerBytes + bodyBytes > kMailBytes) return false;
+  return writeMail(header, headerBytes, body, bodyBytes);
 }
 
 size_t ShmTransport::ShmLink::sendCopy(const void* data, size_t bytes) {

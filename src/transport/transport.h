@@ -38,6 +38,19 @@ class Link {
     (void)bodyBytes;
     return recvSome(header, headerBytes, done);
   }
+  // A small message moved whole or not at all, for callers that take what moves at once and
+  // leave the rest to the executor (core/quick_messages.h): sendWhole puts header and body
+  // into the link now as one message, or nothing (false: no room now, a send in progress, or
+  // a link that cannot); the receiver finds a message so sent whole with peek. Up to
+  // wholeMessageBytes() bytes, header included (0: the link moves none whole).
+  virtual size_t wholeMessageBytes() const { return 0; }
+  virtual bool sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) {
+    (void)header;
+    (void)headerBytes;
+    (void)body;
+    (void)bodyBytes;
+    return false;
+  }
   // sendSome for bytes the peer reads out of the link's own buffer whatever it is offered (it
   // reduces them as they arrive, or takes them through the FIFO: Step::viaFifo). A link that
   // could offer a large send for the peer to read straight from this process (shared memory)
