@@ -2,8 +2,8 @@
 // (quick_messages.h).
 #include "core/quick_messages.h"
 
+#include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <memory_resource>
 
 #include "base/call_arena.h"
@@ -52,6 +52,7 @@ Status runQuickMessages(const P2POp* ops, size_t count) {
     return true;
   };
   // Every message's header is the same function of its size, for sender and receiver alike.
+  static_assert(kCallInfoWireBytes <= transport::Link::kMostWholeHeaderBytes, "a header the links take whole");
   uint8_t header[kCallInfoWireBytes];
   // The clock is first read after 64 passes, as on the board (one_shot.cc): most groups
   // finish before. Where ranks outnumber cores one pass, and the executor's wait yields.
@@ -66,21 +67,14 @@ Status runQuickMessages(const P2POp* ops, size_t count) {
       encodeCallInfo(messageInfo(op.bytes), header);
       if (isSend(op)) {
         moved[i] = link.sendWhole(header, sizeof header, op.buffer, op.bytes);
-      } else {
-        const void* data = nullptr;
-        size_t available = 0;
-        const size_t whole = sizeof header + op.bytes;
-        link.peek(&data, whole, &available);
-        if (available < sizeof header) continue;
-        // Another header is the executor's to report (checkCallInfo names both calls).
-        stop = std::memcmp(data, header, sizeof header) != 0;
-        if (stop || available < whole) continue;
-        if (op.bytes > 0) std::memcpy(op.buffer, static_cast<const uint8_t*>(data) + sizeof header, op.bytes);
-        link.consume(whole);
-        moved[i] = true;
+        continue;
       }
-      if (moved[i]) --left;
+      // Another header is the executor's to report (checkCallInfo names both calls).
+      const transport::Link::Whole got = link.receiveWhole(header, sizeof header, op.buffer, op.bytes);
+      moved[i] = got == transport::Link::Whole::kMoved;
+      stop = got == transport::Link::Whole::kOther;
     }
+    left = static_cast<size_t>(std::count(moved, moved + count, false));
     if (left == 0 || comm.oversubscribed()) break;
     cpuRelax();
     cpuRelax();

@@ -98,6 +98,10 @@ struct alignas(kCacheLine) MailSlot {
   uint8_t bytes[kMailSlotBytes - sizeof(Counter) - sizeof(uint64_t)];
 };
 constexpr size_t kMailBytes = sizeof(MailSlot::bytes);
+// The largest message moved whole (Link::sendWhole), header and 32 KiB: a plan's making and
+// running (core/quick_messages.h) still cost a 2-rank exchange of 32 KiB 0.7 of its 11 us on the
+// AMD EPYC (Zen 1) VM, as at 8 bytes (docs/RESULTS.md, "Small messages without a plan").
+constexpr size_t kWholeBytes = 32768 + Link::kMostWholeHeaderBytes;
 static_assert(kMailBytes < 256 && sizeof(MailSlot) == kMailSlotBytes, "a mail length fits the stamp's low byte");
 
 struct Header {
@@ -203,9 +207,11 @@ class ShmTransport::ShmLink : public Link {
   // otherwise, where the body follows it (the reader finds both behind one head counter).
   Status sendWithHeader(const void* header, size_t headerBytes, const void* body, size_t bodyBytes,
                         size_t* done) override;
-  // A mail message (a slot is one message: the reader's peek shows it whole).
-  size_t wholeMessageBytes() const override { return kMailBytes; }
+  // Into a mail slot where one is free and the message fits, else into the ring where it has
+  // room for all of it; up to kWholeBytes, or a quarter of the ring.
+  size_t wholeMessageBytes() const override { return std::min(kWholeBytes, (mask_ + 1) / 4); }
   bool sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) override;
+  Whole receiveWhole(const void* header, size_t headerBytes, void* body, size_t bodyBytes) override;
   bool copiesSends() const override { return true; }
   size_t sendCopy(const void* data, size_t bytes) override;
   Status recvSome(void* data, size_t bytes, size_t* done) override;
@@ -249,6 +255,8 @@ class ShmTransport::ShmLink : public Link {
   // what room there is).
   size_t writeFifo(const void* data, size_t bytes);
   size_t writeRing(const void* data, size_t bytes);
+  // Bytes the ring can take now, looking at the reader's tail again when fewer than `wanted`.
+  size_t ringRoom(size_t wanted);
   // `a` then `b` as one mail message, if the next slot is free; all or nothing.
   bool writeMail(const void* a, size_t aBytes, const void* b, size_t bBytes);
   // sendSome (mayOffer) and sendBuffered: a large send is offered for a direct read only where
@@ -421,9 +429,18 @@ Status ShmTransport::ShmLink::sendWithHeader(const void* header, size_t headerBy
 }
 
 bool ShmTransport::ShmLink::sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) {
+  const size_t whole = headerBytes + bodyBytes;
   // A posted send, or a declined one's rest, comes first in the stream.
-  if (posted_ || declinedLeft_ > 0 || headerBytes + bodyBytes > kMailBytes) return false;
-  return writeMail(header, headerBytes, body, bodyBytes);
+  if (posted_ || declinedLeft_ > 0 || whole > wholeMessageBytes()) return false;
+  if (whole <= kMailBytes && writeMail(header, headerBytes, body, bodyBytes)) return true;
+  if (ringRoom(whole) < whole) return false;
+  copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(header), headerBytes, false);
+  if (bodyBytes > 0) {
+    copyIntoRing(outData_, mask_, head_ + headerBytes, static_cast<const uint8_t*>(body), bodyBytes, false);
+  }
+  head_ += whole;
+  out_.head.store(head_, std::memory_order_release);
+  return true;
 }
 
 size_t ShmTransport::ShmLink::sendCopy(const void* data, size_t bytes) {
@@ -437,11 +454,15 @@ size_t ShmTransport::ShmLink::writeFifo(const void* data, size_t bytes) {
   return writeRing(data, bytes);
 }
 
-size_t ShmTransport::ShmLink::writeRing(const void* data, size_t bytes) {
+size_t ShmTransport::ShmLink::ringRoom(size_t wanted) {
   // Mail messages not read yet may take the stream past a ring's length ahead of the reader.
-  auto space = [&] { return mask_ + 1 - std::min(mask_ + 1, static_cast<size_t>(head_ - tailSeen_)); };
-  if (space() < bytes) tailSeen_ = out_.tail.load(std::memory_order_acquire);
-  size_t n = std::min(bytes, space());
+  auto room = [&] { return mask_ + 1 - std::min(mask_ + 1, static_cast<size_t>(head_ - tailSeen_)); };
+  if (room() < wanted) tailSeen_ = out_.tail.load(std::memory_order_acquire);
+  return room();
+}
+
+size_t ShmTransport::ShmLink::writeRing(const void* data, size_t bytes) {
+  size_t n = std::min(bytes, ringRoom(bytes));
   if (n == 0) return 0;
   const StoreChooser::Choice stores = stores_.next(n);
   copyIntoRing(outData_, mask_, head_, static_cast<const uint8_t*>(data), n, stores.streaming);
@@ -539,6 +560,26 @@ Status ShmTransport::ShmLink::receive(void* data, size_t bytes, size_t* done) {
     return Status::ok();
   }
   return readPeerSend(data, bytes, done);
+}
+
+Link::Whole ShmTransport::ShmLink::receiveWhole(const void* header, size_t headerBytes, void* body,
+                                                size_t bodyBytes) {
+  const size_t whole = headerBytes + bodyBytes;
+  bool inMail = false;
+  const size_t n = ready(whole, &inMail);
+  if (n < headerBytes) return Whole::kNotThere;
+  // The header the ring holds may run past its end.
+  uint8_t ringHeader[kMostWholeHeaderBytes];
+  const uint8_t* got = inMail ? mailData() : ringHeader;
+  if (!inMail) copyOutOfRing(inData_, mask_, tail_, ringHeader, std::min(headerBytes, sizeof ringHeader));
+  if (std::memcmp(got, header, std::min(headerBytes, sizeof ringHeader)) != 0) return Whole::kOther;
+  if (n < whole) return Whole::kNotThere;
+  if (bodyBytes > 0 && inMail) std::memcpy(body, got + headerBytes, bodyBytes);
+  if (bodyBytes > 0 && !inMail) {
+    copyOutOfRing(inData_, mask_, tail_ + headerBytes, static_cast<uint8_t*>(body), bodyBytes);
+  }
+  advanceTail(whole);
+  return Whole::kMoved;
 }
 
 void ShmTransport::ShmLink::peek(const void** data, size_t bytes, size_t* available) {

@@ -39,10 +39,16 @@ class Link {
     return recvSome(header, headerBytes, done);
   }
   // A small message moved whole or not at all, for callers that take what moves at once and
-  // leave the rest to the executor (core/quick_messages.h): sendWhole puts header and body
-  // into the link now as one message, or nothing (false: no room now, a send in progress, or
-  // a link that cannot); the receiver finds a message so sent whole with peek. Up to
-  // wholeMessageBytes() bytes, header included (0: the link moves none whole).
+  // leave the rest to the executor (core/quick_messages.h): up to wholeMessageBytes() bytes,
+  // header included (0: the link moves none whole). sendWhole puts header and body into the
+  // link now as one message, or nothing (false: no room now, a send in progress, or a link
+  // that cannot). receiveWhole takes the next message once it is there whole behind `header`,
+  // its body into `body`; kOther: the next message has another header, and it stays in the
+  // link. Either end may move a message the other way: what a sendWithHeader sent is received
+  // whole, and what sendWhole sent is received by recvSome. Headers of at most
+  // kMostWholeHeaderBytes.
+  enum class Whole { kMoved, kNotThere, kOther };
+  static constexpr size_t kMostWholeHeaderBytes = 64;
   virtual size_t wholeMessageBytes() const { return 0; }
   virtual bool sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) {
     (void)header;
@@ -50,6 +56,13 @@ class Link {
     (void)body;
     (void)bodyBytes;
     return false;
+  }
+  virtual Whole receiveWhole(const void* header, size_t headerBytes, void* body, size_t bodyBytes) {
+    (void)header;
+    (void)headerBytes;
+    (void)body;
+    (void)bodyBytes;
+    return Whole::kNotThere;
   }
   // sendSome for bytes the peer reads out of the link's own buffer whatever it is offered (it
   // reduces them as they arrive, or takes them through the FIFO: Step::viaFifo). A link that

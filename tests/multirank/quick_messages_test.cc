@@ -41,13 +41,13 @@ loom::Communicator& internal(loomComm_t handle) {
   return *comm;
 }
 
-// The path takes messages over made shared-memory links that fit a mail slot; not one to this
-// rank, nor one larger than a slot, nor one over a link not made yet, nor one over a socket.
+// The path takes small messages over made shared-memory links (up to 32 KiB); not one to this
+// rank, nor a larger one, nor one over a link not made yet, nor one over a socket.
 TEST_P(QuickMessages, TakesSmallMessagesOverMadeSharedMemoryLinks) {
   loomtest::ScopedEnv env("LOOM_TRANSPORTS", "shm");
   loomtest::runRanks(3, GetParam(), [](loomComm_t handle, int rank) {
     loom::Communicator& comm = internal(handle);
-    std::vector<char> buffer(4096);
+    std::vector<char> buffer(40000);
     auto op = [&](int peer, size_t bytes) {
       return loom::P2POp{loom::P2POp::Direction::kSend, &comm, peer, buffer.data(), bytes};
     };
@@ -55,9 +55,9 @@ TEST_P(QuickMessages, TakesSmallMessagesOverMadeSharedMemoryLinks) {
       const loom::P2POp before[] = {op(1 - rank, 8)};
       EXPECT_FALSE(loom::quickMessages(before, 1)) << "the link is not made yet";
       exchange(handle, rank);
-      const loom::P2POp small[] = {op(1 - rank, 0), op(1 - rank, 8), op(1 - rank, 200)};
-      EXPECT_TRUE(loom::quickMessages(small, 3));
-      const loom::P2POp large[] = {op(1 - rank, 8), op(1 - rank, 1024)};
+      const loom::P2POp small[] = {op(1 - rank, 0), op(1 - rank, 8), op(1 - rank, 200), op(1 - rank, 32768)};
+      EXPECT_TRUE(loom::quickMessages(small, 4));
+      const loom::P2POp large[] = {op(1 - rank, 8), op(1 - rank, 40000)};
       EXPECT_FALSE(loom::quickMessages(large, 2));
       const loom::P2POp self[] = {op(rank, 8)};
       EXPECT_FALSE(loom::quickMessages(self, 1));
@@ -75,26 +75,26 @@ TEST_P(QuickMessages, TakesSmallMessagesOverMadeSharedMemoryLinks) {
   });
 }
 
-// Rank 0 sends 48 lone messages (0 to 300 bytes) before rank 1 receives any: the mail slots
-// fill, so the later small ones go through the executor into the ring, as the large ones do,
-// and the receiver's quick path must take them there in order; then groups of small messages
-// both ways, several a link.
+// Rank 0 sends 48 lone messages (0 bytes to 40 KB) before rank 1 receives any: the mail slots
+// fill, so the later small ones go whole into the ring, beside those past a mail slot and the
+// 40 KB ones, which the executor sends, and the receiver takes each in order wherever it lies;
+// then groups of messages of up to 4 KB both ways, several a link.
 TEST_P(QuickMessages, MessagesKeepTheirOrderWhereSomeGoThroughTheExecutor) {
   loomtest::runRanks(2, GetParam(), [](loomComm_t comm, int rank) {
     exchange(comm, rank);
-    const size_t counts[] = {0, 1, 2, 13, 48, 75};  // int32s; 75: past a mail slot
+    const size_t counts[] = {0, 1, 2, 13, 48, 75, 1000, 10000};  // int32s; from 75 past a mail slot
     constexpr int kMessages = 48;
     auto countOf = [&](int m, size_t kinds) { return counts[static_cast<size_t>(m) % kinds]; };
     if (rank == 0) {
       for (int m = 0; m < kMessages; ++m) {
-        std::vector<int32_t> out(countOf(m, 6));
+        std::vector<int32_t> out(countOf(m, 8));
         for (size_t i = 0; i < out.size(); ++i) out[i] = pattern(m, i);
         LOOM_EXPECT_OK(loomSend(out.data(), out.size(), loomInt32, 1, comm, nullptr), comm);
       }
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));  // until rank 0's sends are in
       for (int m = 0; m < kMessages; ++m) {
-        std::vector<int32_t> in(countOf(m, 6), -1);
+        std::vector<int32_t> in(countOf(m, 8), -1);
         LOOM_EXPECT_OK(loomRecv(in.data(), in.size(), loomInt32, 0, comm, nullptr), comm);
         for (size_t i = 0; i < in.size(); ++i) ASSERT_EQ(in[i], pattern(m, i)) << "message " << m << " at " << i;
       }
@@ -104,9 +104,9 @@ TEST_P(QuickMessages, MessagesKeepTheirOrderWhereSomeGoThroughTheExecutor) {
       LOOM_EXPECT_OK(loomGroupStart(), comm);
       for (int m = 0; m < 4; ++m) {
         const int mine = round * 8 + m + 4 * rank, theirs = round * 8 + m + 4 * (1 - rank);
-        out[m].resize(countOf(mine, 5));
+        out[m].resize(countOf(mine, 7));
         for (size_t i = 0; i < out[m].size(); ++i) out[m][i] = pattern(mine, i);
-        in[m].assign(countOf(theirs, 5), -1);
+        in[m].assign(countOf(theirs, 7), -1);
         LOOM_EXPECT_OK(loomRecv(in[m].data(), in[m].size(), loomInt32, 1 - rank, comm, nullptr), comm);
         LOOM_EXPECT_OK(loomSend(out[m].data(), out[m].size(), loomInt32, 1 - rank, comm, nullptr), comm);
       }

@@ -111,9 +111,12 @@ constexpr size_t kDirectMin = 16384;
 // one in four of a few bytes to 300 (mostly small enough for a mail slot), one in four from
 // 20 KB to 320 KB (read from the sender's memory when direct reads are on), the rest up to a
 // few KiB. A send's piece is kept until it is done, as the Link contract asks; half the
-// pieces start as a step's header and payload do (sendWithHeader). One receive in three
-// reads in place, as a reduction does.
-void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>* in, uint32_t seed) {
+// pieces start as a step's header and payload do (sendWithHeader), and one in six tries to go
+// whole (sendWhole, a quick message). One receive in three reads in place, as a reduction
+// does, and one in three takes its bytes whole behind the 24 bytes `expected` holds there
+// (receiveWhole, after a header that differs in one byte has been refused).
+void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>* in,
+              const std::vector<uint8_t>& expected, uint32_t seed) {
   std::mt19937 rng(seed);
   auto piece = [&]() -> size_t {
     switch (rng() % 4) {
@@ -128,13 +131,18 @@ void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>*
     bool moved = false;
     if (sent < out.size()) {
       size_t done = 0;
-      if (sent == pieceEnd && rng() % 2 == 0) {
-        pieceEnd = std::min(out.size(), sent + piece());
-        const size_t header = std::min<size_t>(24, pieceEnd - sent);
+      const int how = sent == pieceEnd ? static_cast<int>(rng() % 6) : -1;
+      if (how >= 0) pieceEnd = std::min(out.size(), sent + piece());
+      const size_t header = std::min<size_t>(24, pieceEnd - sent);
+      if (how == 0) {
+        // All or nothing; a piece that did not go continues as plain sends.
+        if (link->sendWhole(out.data() + sent, header, out.data() + sent + header, pieceEnd - sent - header)) {
+          done = pieceEnd - sent;
+        }
+      } else if (how >= 1 && how <= 3) {
         ASSERT_STATUS_OK(link->sendWithHeader(out.data() + sent, header, out.data() + sent + header,
                                               pieceEnd - sent - header, &done));
       } else {
-        if (sent == pieceEnd) pieceEnd = std::min(out.size(), sent + piece());
         ASSERT_STATUS_OK(link->sendSome(out.data() + sent, pieceEnd - sent, &done));
       }
       sent += done;
@@ -143,7 +151,23 @@ void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>*
     if (received < in->size()) {
       size_t done = 0;
       const size_t want = std::min(in->size() - received, piece());
-      if (rng() % 3 == 0) {
+      const int how = static_cast<int>(rng() % 3);
+      if (how == 1 && want > 24) {
+        uint8_t header[24];
+        std::memcpy(header, expected.data() + received, sizeof header);
+        header[rng() % sizeof header] ^= 0x40;
+        ASSERT_NE(link->receiveWhole(header, sizeof header, in->data() + received + 24, want - 24),
+                  Link::Whole::kMoved)
+            << "a header that is not the next bytes' at " << received;
+        const Link::Whole got =
+            link->receiveWhole(expected.data() + received, sizeof header, in->data() + received + 24, want - 24);
+        ASSERT_NE(got, Link::Whole::kOther) << "the next bytes' own header refused at " << received;
+        if (got == Link::Whole::kMoved) {
+          std::memcpy(in->data() + received, expected.data() + received, sizeof header);
+          done = want;
+        }
+      }
+      if (how == 0) {
         // As a reduction receives: it asks for the bytes in mapped memory (a posted send of
         // the peer is declined and streamed through the FIFO) and reads them in place.
         const void* data = nullptr;
@@ -168,8 +192,10 @@ void exchange(Link* link, const std::vector<uint8_t>& out, std::vector<uint8_t>*
 // Both ranks send `bytes` of their own pattern and check the peer's.
 void exchangeAndCheck(Link* link, int rank, size_t bytes, uint64_t round) {
   std::vector<uint8_t> in(bytes);
-  ASSERT_NO_FATAL_FAILURE(exchange(link, pattern(2 * round + rank, bytes), &in, static_cast<uint32_t>(round * 7 + rank)));
-  expectSameBytes(in, pattern(2 * round + (1 - rank), bytes));
+  const std::vector<uint8_t> expected = pattern(2 * round + (1 - rank), bytes);
+  ASSERT_NO_FATAL_FAILURE(
+      exchange(link, pattern(2 * round + rank, bytes), &in, expected, static_cast<uint32_t>(round * 7 + rank)));
+  expectSameBytes(in, expected);
 }
 
 // ---- Byte stream ----
