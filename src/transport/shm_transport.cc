@@ -208,8 +208,11 @@ class ShmTransport::ShmLink : public Link {
   Status sendWithHeader(const void* header, size_t headerBytes, const void* body, size_t bodyBytes,
                         size_t* done) override;
   // Into a mail slot where one is free and the message fits, else into the ring where it has
-  // room for all of it; up to kWholeBytes, or a quarter of the ring.
-  size_t wholeMessageBytes() const override { return std::min(kWholeBytes, (mask_ + 1) / 4); }
+  // room for all of it; up to kWholeBytes, a quarter of the ring, and short of a send the
+  // receiver would read directly (its header in the ring, the rest posted: never whole there).
+  size_t wholeMessageBytes() const override {
+    return std::min({kWholeBytes, (mask_ + 1) / 4, directMinBytes_ > 0 ? directMinBytes_ : kWholeBytes});
+  }
   bool sendWhole(const void* header, size_t headerBytes, const void* body, size_t bodyBytes) override;
   Whole receiveWhole(const void* header, size_t headerBytes, void* body, size_t bodyBytes) override;
   bool copiesSends() const override { return true; }

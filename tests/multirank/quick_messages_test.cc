@@ -42,7 +42,8 @@ loom::Communicator& internal(loomComm_t handle) {
 }
 
 // The path takes small messages over made shared-memory links (up to 32 KiB); not one to this
-// rank, nor a larger one, nor one over a link not made yet, nor one over a socket.
+// rank, nor a larger one, nor one the receiver would read directly, nor one over a link not
+// made yet, nor one over a socket.
 TEST_P(QuickMessages, TakesSmallMessagesOverMadeSharedMemoryLinks) {
   loomtest::ScopedEnv env("LOOM_TRANSPORTS", "shm");
   loomtest::runRanks(3, GetParam(), [](loomComm_t handle, int rank) {
@@ -65,6 +66,18 @@ TEST_P(QuickMessages, TakesSmallMessagesOverMadeSharedMemoryLinks) {
       EXPECT_FALSE(loom::quickMessages(unmade, 1)) << "no link to rank 2";
     }
     LOOM_EXPECT_OK(loomBarrier(handle, nullptr), handle);
+  });
+  // Where the receiver reads a send directly (the header in the ring, the rest posted), the
+  // send never lies whole in the link: such sizes take the executor's path.
+  loomtest::ScopedEnv direct("LOOM_SHM_DIRECT", "all");
+  direct.set("LOOM_SHM_DIRECT_MIN_BYTES", "1024");
+  loomtest::runRanks(2, GetParam(), [](loomComm_t handle, int rank) {
+    exchange(handle, rank);
+    std::vector<char> buffer(2000);
+    const loom::P2POp below{loom::P2POp::Direction::kSend, &internal(handle), 1 - rank, buffer.data(), 900};
+    const loom::P2POp above{loom::P2POp::Direction::kSend, &internal(handle), 1 - rank, buffer.data(), 2000};
+    EXPECT_TRUE(loom::quickMessages(&below, 1));
+    EXPECT_FALSE(loom::quickMessages(&above, 1)) << "read directly from 1024 bytes";
   });
   loomtest::ScopedEnv sockets("LOOM_TRANSPORTS", "socket");
   loomtest::runRanks(2, GetParam(), [](loomComm_t handle, int rank) {
