@@ -62,14 +62,18 @@ void logRecentCalls(Communicator* comm) {
   for (const std::string& line : calls) LOOM_INFO("  %s", line.c_str());
 }
 
-loomResult_t report(const Status& s, Communicator* comm = nullptr, const char* call = nullptr) {
-  if (s.isOk()) return loomSuccess;
+loomResult_t reportFailure(const Status& s, Communicator* comm, const char* call) {
   std::string message = call ? std::string(call) + ": " + s.message() : s.message();
   tLastError = message;
   if (comm != nullptr) comm->setLastError(message);
   LOOM_WARN("%s (%s)", message.c_str(), loomGetErrorString(s.code()));
   if (comm != nullptr) logRecentCalls(comm);
   return s.code();
+}
+
+// Inline: a small call's success costs no frame of reportFailure's.
+inline loomResult_t report(const Status& s, Communicator* comm = nullptr, const char* call = nullptr) {
+  return s.isOk() ? loomSuccess : reportFailure(s, comm, call);
 }
 
 Status lookupStream(loomStream_t handle, HostStream** out) {

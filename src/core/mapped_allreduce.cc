@@ -212,7 +212,7 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     }
     if (!all) return Status::ok();
     LOOM_TRY(checkLeftRounds(comm, op.round));
-    LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
+    LOOM_TRY(compareCalls(board, op.round, op.header));
     bool reachable = true;
     for (int q = 0; q < n; ++q) {
       Descriptor d;
@@ -222,8 +222,8 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     // Every rank skips the call's other rounds alike, and posts them at once: ranks post every
     // round, in order (shm_board.h).
     if (!reachable) {
-      board.publish(op.round + 1, op.header);
-      board.publish(op.round + 2, op.header);
+      board.publish(op.round + 1, op.header, 0);
+      board.publish(op.round + 2, op.header, 0);
       ranPlan(comm, op);
       *phase = MappedPhase::kFinished;
       return Status::ok();

@@ -109,14 +109,32 @@ bool readsPosts(const CallInfo& call, int rank) {
 
 }  // namespace
 
+namespace {
+
+// loomInvalidUsage where a rank's header (headerOf(r)) differs from `header`, this rank's
+// encoding of its call (decoded only to describe a difference).
+template <typename HeaderOf>
+Status compareHeaders(int nranks, HeaderOf headerOf, const uint8_t* header) {
+  // Equal bytes are the same call, and only a difference needs decoding to be described.
+  for (int r = 0; r < nranks; ++r) {
+    const uint8_t* theirs = headerOf(r);
+    if (std::memcmp(theirs, header, kCallInfoWireBytes) == 0) continue;
+    CallInfo mine;
+    decodeCallInfo(header, &mine);
+    LOOM_TRY(checkCallInfo(theirs, mine, r));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Status checkLeftRounds(Communicator& comm, uint64_t current) {
   transport::ShmBoard& board = *comm.board();
-  for (uint64_t round; (round = board.oldestUnchecked()) != 0 && board.allPosted(round); board.checkedOldest()) {
+  for (uint64_t round; (round = board.oldestUnchecked()) != 0 && board.allPostedInHistory(round);
+       board.checkedOldest()) {
     // A rank that read the posts of that round compared the calls then, and failed if they differed.
-    const uint8_t* own = board.header(comm.rank(), round);
-    CallInfo mine;
-    decodeCallInfo(own, &mine);
-    const Status s = compareCalls(board, round, own, mine);
+    const Status s = compareHeaders(
+        board.nranks(), [&](int r) { return board.historyHeader(r, round); }, board.historyHeader(comm.rank(), round));
     if (s.isOk()) continue;
     if (round + 1 == current) return s.withContext("this rank's previous call on the shared-memory board");
     return s.withContext(format("this rank's call on the shared-memory board %llu rounds before this one",
@@ -128,18 +146,13 @@ Status checkLeftRounds(Communicator& comm, uint64_t current) {
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
   transport::ShmBoard& board = *comm.board();
   *ready = board.mayPost();
-  // After mayPost: where it holds, every round this rank may still leave unchecked is complete.
-  if (board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, board.lastPosted() + 1));
+  // After mayPost: where it holds, the rounds that checkDue says must be checked are complete.
+  if (board.checkDue()) LOOM_TRY(checkLeftRounds(comm, board.lastPosted() + 1));
   return !*ready && checkPeers ? board.checkAlive(board.roundBeforePost()) : Status::ok();
 }
 
-Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header, const CallInfo& call) {
-  // Equal bytes are the same call, and only a difference needs decoding to be described.
-  for (int r = 0; r < board.nranks(); ++r) {
-    const uint8_t* theirs = board.header(r, round);
-    if (std::memcmp(theirs, header, kCallInfoWireBytes) != 0) LOOM_TRY(checkCallInfo(theirs, call, r));
-  }
-  return Status::ok();
+Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header) {
+  return compareHeaders(board.nranks(), [&](int r) { return board.header(r, round); }, header);
 }
 
 void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
@@ -150,7 +163,7 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
   // Every rank posts, the broadcast's others too: their posts tell the others when a slot may
   // be written again (shm_board.h), and their headers are compared.
   const size_t bytes = postedBytes(comm, call);
-  if (bytes == 0) return board.publish(op.round, op.header);
+  if (bytes == 0) return board.publish(op.round, op.header, 0);
   if (!postsOwnBlock(op, comm.rank())) {
     // The blocks before this rank's and after it, at their offsets.
     const size_t own = static_cast<size_t>(comm.rank()) * op.bytes, rest = own + op.bytes;
@@ -158,11 +171,11 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq) {
     const auto* from = static_cast<const uint8_t*>(op.src);
     if (own > 0) std::memcpy(to, from, own);
     if (bytes > rest) std::memcpy(to + rest, from + rest, bytes - rest);
-    return board.publish(op.round, op.header);
+    return board.publish(op.round, op.header, bytes);
   }
   if (!call.preMul.on) return board.post(op.round, op.header, op.src, bytes);
   kernels::multiply(board.ownData(op.round), op.src, bytes / typeSize(call.type), call.type, call.preMul.scalar());
-  board.publish(op.round, op.header);
+  board.publish(op.round, op.header, bytes);
 }
 
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done) {
@@ -180,7 +193,7 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
   // of an earlier round is named by that mismatch, not by its failure.
   if (board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, op.round));
   if (!all) return checkPeers ? board.checkAlive(op.round) : Status::ok();
-  LOOM_TRY(compareCalls(board, op.round, op.header, *op.call));
+  LOOM_TRY(compareCalls(board, op.round, op.header));
   resultFromBoard(board, op, comm.rank());
   *done = true;
   return Status::ok();

@@ -35,8 +35,8 @@ struct OneShot {
 };
 
 // Whether this rank may post now (ShmBoard::mayPost: the slot it takes has been read), after
-// comparing the calls of the rounds this rank left unchecked (checkLeftRounds). `checkPeers`
-// as below.
+// comparing the calls of the rounds this rank left unchecked where that is due
+// (ShmBoard::checkDue, checkLeftRounds). `checkPeers` as below.
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready);
 // loomInvalidUsage where the ranks' calls differed in a round this rank left without reading
 // the posts (a broadcast's root, a reduce's leaf) and every rank has posted since, oldest
@@ -51,10 +51,9 @@ void postOneShot(Communicator& comm, const OneShot& op, uint64_t announceSeq);
 // mismatched call is loomInvalidUsage. `checkPeers`: also ask whether a missing rank's
 // process has exited (a system call: only after waiting a while).
 Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, bool* done);
-// loomInvalidUsage where a rank's header of `round` (every rank has posted it) differs from
-// `header`, this rank's encoding of `call`.
-Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header,
-                    const CallInfo& call);
+// loomInvalidUsage where a rank's header of `round` (every rank has posted it, and this rank
+// has posted no later round) differs from `header`, this rank's encoding of its call.
+Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header);
 
 // Puts this rank's current call on the board (nothing without a board).
 void announceCall(Communicator& comm, uint64_t seq, const CallInfo& call);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <string>
 
+#include "base/cache_lines.h"
 #include "base/log.h"
 
 namespace loom::transport {
@@ -48,13 +49,22 @@ Status ShmBoard::create(Bootstrap& bootstrap, const std::string& dir, std::uniqu
   return Status::ok();
 }
 
-void ShmBoard::publish(uint64_t round, const uint8_t* header) {
+void ShmBoard::publish(uint64_t round, const uint8_t* header, size_t bytes) {
   static_assert(offsetof(Slot, data) == 32, "small data must share the round's cache line");
   Slot& s = slot(rank_, round);
   std::memcpy(s.header, header, kHeaderBytes);
-  std::memcpy(area(rank_).history[round % kHistory], header, kHeaderBytes);
+  HistoryEntry& h = area(rank_).history[round % kHistory];
+  std::memcpy(h.header, header, kHeaderBytes);
+  h.round.store(round, std::memory_order_release);
   s.round.store(round, std::memory_order_release);
   lastPosted_ = round;
+  // The next round's slot was read in round+1-kSlots, whose readers are done once they have
+  // posted round+2-kSlots (as mayPost asks); before, taking its lines would take them from a
+  // reader. Its data is taken as far as this round's went (a guess at the next call's size),
+  // up to kMostBytesTakenAhead: taking 4 KiB made a 4 KiB allreduce 5-10 % slower.
+  const uint64_t next = round + 1;
+  if (next + 1 > kSlots && seenAll_ < next + 1 - kSlots) return;
+  prefetchForWriting(&slot(rank_, next), std::min(offsetof(Slot, data) + bytes, kMostBytesTakenAhead));
 }
 
 void ShmBoard::announce(uint64_t seq, const uint8_t* header) {

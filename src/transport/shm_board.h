@@ -4,7 +4,7 @@
 // the least latency a small allreduce can have, and the same bits on every rank. A small
 // broadcast posts the root's buffer alone, which the others copy (core/one_shot.h).
 //
-//   segment:  [rank 0: pid | announcements seq%2=0, 1 | headers of its last kHistory rounds |
+//   segment:  [rank 0: pid | announcements seq%2=0, 1 | its last kHistory rounds' (round, header) |
 //              slots round%kSlots=0..kSlots-1] [rank 1: ...]
 //   slot:     round (atomic, written last) | call header | data (up to kMaxBytes)
 //
@@ -15,11 +15,21 @@
 // messages do, and a loop of small broadcasts does not wait for the readers every call.
 //
 // Such a rank leaves its round unchecked: it compares the others' calls of that round with
-// its own later, once all have posted it (core/one_shot.h), and at the latest before it
-// posts round R+kSlots-1 (mayPost waits for those posts). The others' headers of that round
-// are then read from their history, which keeps 2*kSlots rounds: a rank overwrites its
-// header of round j when it posts j+kHistory, which waits for this rank's post of
-// j+kSlots+1, later than any check of round j.
+// its own later, once all have posted it (core/one_shot.h), a few rounds at a time
+// (checkDue), and at the latest before it posts round R+kSlots-1 (mayPost waits for those
+// posts). It reads the others' posts and headers of those rounds from their history, which
+// keeps 2*kSlots rounds, two to a cache line, so that a check of several rounds reads a line
+// of each rank for every two rounds and no slot: a rank overwrites its entry of round j
+// when it posts j+kHistory, which waits for this rank's post of j+kSlots+1, later than any
+// check of round j.
+//
+// A post's stores go to lines that the readers of an earlier round hold. A store to such a
+// line waits in the core's store buffer while the line comes over, and the next locked
+// instruction (every call has some: its use of the communicator, its execution lock) waits
+// for the store: a trip between the cores in every call, which in a slow phase of the VM
+// (docs/RESULTS.md) was most of a small broadcast's time. So after a post the rank takes the
+// first lines of its next round's slot for writing (once every rank has read them), while
+// the call ends and the next begins.
 #pragma once
 
 #include <algorithm>
@@ -43,6 +53,7 @@ class ShmBoard {
   static constexpr size_t kHeaderBytes = 24;
   static constexpr uint64_t kSlots = 8;
   static constexpr uint64_t kHistory = 2 * kSlots;
+  static constexpr size_t kMostBytesTakenAhead = 512;
   // Bootstrap tag of the segment's name (rank 0 to the others).
   static constexpr uint32_t kNameTag = 0x53484d02;
 
@@ -52,12 +63,13 @@ class ShmBoard {
 
   // This rank's data area (kMaxBytes) in round `round`: filled in place, then published.
   void* ownData(uint64_t round) { return slot(rank_, round).data; }
-  // Publishes this rank's part of round `round`: the call header, the data already in ownData.
-  void publish(uint64_t round, const uint8_t* header);
+  // Publishes this rank's part of round `round`: the call header, the `bytes` of data already
+  // in ownData (their number sizes what is taken ahead for the next round: see the top).
+  void publish(uint64_t round, const uint8_t* header, size_t bytes);
   // Copies `bytes` of data into ownData(round) and publishes them.
   void post(uint64_t round, const uint8_t* header, const void* data, size_t bytes) {
     if (bytes > 0) std::memcpy(ownData(round), data, bytes);
-    publish(round, header);
+    publish(round, header, bytes);
   }
   // Whether rank q has posted round `round` (inline: a waiting rank asks in a tight loop). A
   // later round in the slot counts: ranks post every round, in order.
@@ -80,16 +92,30 @@ class ShmBoard {
     const uint64_t before = roundBeforePost();
     return seenAll_ >= before || allPosted(before);
   }
-  // Rank q's call header of round `round` (q has posted it). Until this rank posts a later
-  // round no rank can post over the round's slots, and the header is read there, in the line of
-  // the round's number; after, from q's history (see the top), whose lines a rank reads only
-  // for a round it left unchecked (reading them every call would cost their writer a miss).
-  const uint8_t* header(int q, uint64_t round) const {
-    return round >= lastPosted_ ? slot(q, round).header : area(q).history[round % kHistory];
+  // Rank q's call header of round `round`, the round this rank reads the posts of (q has
+  // posted it): in the slot's line of the round's number, which this rank reads anyway.
+  const uint8_t* header(int q, uint64_t round) const { return slot(q, round).header; }
+  // Whether every rank has posted `round`, from their history (remembered for mayPost), and
+  // rank q's header of that round there: for a round this rank left unchecked (see the top).
+  // History lines are read only for such rounds: reading them every call would cost their
+  // writer a miss.
+  bool allPostedInHistory(uint64_t round) {
+    for (int q = 0; q < nranks_; ++q) {
+      if (area(q).history[round % kHistory].round.load(std::memory_order_acquire) < round) return false;
+    }
+    seenAll_ = std::max(seenAll_, round);
+    return true;
   }
+  const uint8_t* historyHeader(int q, uint64_t round) const { return area(q).history[round % kHistory].header; }
   // The rounds this rank left without comparing calls, oldest first (0: none).
   void leftUnchecked(uint64_t round) { unchecked_[(uncheckedFirst_ + uncheckedCount_++) % kSlots] = round; }
   uint64_t oldestUnchecked() const { return uncheckedCount_ > 0 ? unchecked_[uncheckedFirst_] : 0; }
+  // Whether to compare the unchecked rounds' calls before the next post: half the slots' worth
+  // wait (a check reads a line of each rank for every two rounds), or the oldest must be
+  // checked before this rank posts again (mayPost's round).
+  bool checkDue() const {
+    return uncheckedCount_ >= kSlots / 2 || (uncheckedCount_ > 0 && oldestUnchecked() <= roundBeforePost());
+  }
   void checkedOldest() {
     uncheckedFirst_ = (uncheckedFirst_ + 1) % kSlots;
     --uncheckedCount_;
@@ -143,6 +169,12 @@ class ShmBoard {
     std::atomic<uint64_t> seq;
     std::atomic<uint64_t> header[kHeaderBytes / 8];
   };
+  // Written header first, round last (release): a rank that reads the round reads the header.
+  struct HistoryEntry {
+    std::atomic<uint64_t> round;
+    uint8_t header[kHeaderBytes];
+  };
+  static_assert(sizeof(HistoryEntry) == 32, "two history entries to a cache line");
   struct alignas(64) RankArea {
     int32_t pid;
     uint64_t pidNamespace;
@@ -151,7 +183,7 @@ class ShmBoard {
     std::atomic<uint32_t> failedBecauseOf;
     std::atomic<uint32_t> failed;  // 1 once markFailed
     Announcement announcements[2];  // by seq % 2
-    alignas(64) uint8_t history[kHistory][kHeaderBytes];  // by round % kHistory
+    alignas(64) HistoryEntry history[kHistory];  // by round % kHistory
     Slot slots[kSlots];
   };
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "the board's flags must work across processes");
