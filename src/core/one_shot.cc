@@ -107,10 +107,6 @@ bool readsPosts(const CallInfo& call, int rank) {
   }
 }
 
-}  // namespace
-
-namespace {
-
 // loomInvalidUsage where a rank's header (headerOf(r)) differs from `header`, this rank's
 // encoding of its call (decoded only to describe a difference).
 template <typename HeaderOf>
