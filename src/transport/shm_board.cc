@@ -58,13 +58,12 @@ void ShmBoard::publish(uint64_t round, const uint8_t* header, size_t bytes) {
   h.round.store(round, std::memory_order_release);
   s.round.store(round, std::memory_order_release);
   lastPosted_ = round;
-  // The next round's slot was read in round+1-kSlots, whose readers are done once they have
-  // posted round+2-kSlots (as mayPost asks); before, taking its lines would take them from a
-  // reader. Its data is taken as far as this round's went (a guess at the next call's size),
-  // up to kMostBytesTakenAhead: taking 4 KiB made a 4 KiB allreduce 7-11 % slower.
-  const uint64_t next = round + 1;
-  if (next + 1 > kSlots && seenAll_ < next + 1 - kSlots) return;
-  prefetchForWriting(&slot(rank_, next), std::min(offsetof(Slot, data) + bytes, kMostBytesTakenAhead));
+  // The next round's slot is free once every rank has posted roundBeforePost(), as mayPost
+  // asks; before, taking its lines would take them from a reader. Its data is taken as far as
+  // this round's went (a guess at the next call's size), up to kMostBytesTakenAhead: taking 4
+  // KiB made a 4 KiB allreduce 7-11 % slower.
+  if (seenAll_ < roundBeforePost()) return;
+  prefetchForWriting(&slot(rank_, round + 1), std::min(offsetof(Slot, data) + bytes, kMostBytesTakenAhead));
 }
 
 void ShmBoard::announce(uint64_t seq, const uint8_t* header) {

@@ -78,11 +78,7 @@ class ShmBoard {
   }
   // Whether every rank has posted round `round` (remembered for mayPost).
   bool allPosted(uint64_t round) {
-    for (int q = 0; q < nranks_; ++q) {
-      if (!posted(q, round)) return false;
-    }
-    seenAll_ = std::max(seenAll_, round);
-    return true;
+    return allHavePosted(round, [&](int q) { return posted(q, round); });
   }
   uint64_t lastPosted() const { return lastPosted_; }
   // The round every rank must have posted before this rank posts its next (see the top).
@@ -100,11 +96,9 @@ class ShmBoard {
   // History lines are read only for such rounds: reading them every call would cost their
   // writer a miss.
   bool allPostedInHistory(uint64_t round) {
-    for (int q = 0; q < nranks_; ++q) {
-      if (area(q).history[round % kHistory].round.load(std::memory_order_acquire) < round) return false;
-    }
-    seenAll_ = std::max(seenAll_, round);
-    return true;
+    return allHavePosted(round, [&](int q) {
+      return area(q).history[round % kHistory].round.load(std::memory_order_acquire) >= round;
+    });
   }
   const uint8_t* historyHeader(int q, uint64_t round) const { return area(q).history[round % kHistory].header; }
   // The rounds this rank left without comparing calls, oldest first (0: none).
@@ -190,6 +184,15 @@ class ShmBoard {
   static_assert(kHeaderBytes % 8 == 0, "the announced header is whole words");
 
   ShmBoard(ShmSegment segment, int rank, int nranks);
+  // Whether postedBy(q) holds for every rank q, remembered for mayPost as `round` seen posted.
+  template <typename PostedBy>
+  bool allHavePosted(uint64_t round, PostedBy postedBy) {
+    for (int q = 0; q < nranks_; ++q) {
+      if (!postedBy(q)) return false;
+    }
+    seenAll_ = std::max(seenAll_, round);
+    return true;
+  }
   RankArea& area(int q) const { return static_cast<RankArea*>(segment_.data())[q]; }
   Slot& slot(int q, uint64_t round) const { return area(q).slots[round % kSlots]; }
 
