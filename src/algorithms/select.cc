@@ -250,26 +250,30 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     choice.why = "timed faster than the FIFO at this size by the machine calibration";
     return choice;
   }
+  // In place is each rank's own (NCCL lets one rank pass one buffer and another two), and
+  // ranks that ran different algorithms would exchange bytes that fit each other's counts
+  // and mean something else: the algorithms are compared out of place, the same on every
+  // rank; the protocol, how this rank stores, then follows its own call.
+  CallShape agreed = shape;
+  agreed.info.inPlace = false;
   // Allowed first; if LOOM_ALGO allows only what cannot run here (oneshot, hierarchical on a
   // device), any.
   for (bool onlyAllowed : {true, false}) {
-    Choice best{Algorithm::kRing, Protocol::kSimple, std::numeric_limits<double>::infinity(), nullptr};
+    std::optional<Choice> best;
     for (Algorithm a : kAlgorithms) {
       if (!supports(kind, a) || !fits(a, shape, profile) || (onlyAllowed && !algorithms.allows(kind, a))) continue;
       if (a == Algorithm::kOneShot && timing == BoardTiming::kSlower) continue;
-      Choice candidate = predictWith(shape, a, protocols, profile);
+      Choice candidate = predictWith(agreed, a, protocols, profile);
       // Strictly faster: ties keep the enum order.
-      if (best.why == nullptr || candidate.predictedUs < best.predictedUs) {
-        best = candidate;
-        best.why = "";
-      }
+      if (!best || candidate.predictedUs < best->predictedUs) best = candidate;
     }
-    if (best.why == nullptr) continue;
-    best.why = onlyAllowed ? "predicted fastest"
-                           : "LOOM_ALGO's choice set aside: oneshot carries at most 32 KiB between ranks of one host "
-                             "(an allreduce from LOOM_MAPPED_MIN_BYTES runs mapped), hierarchical runs on host "
-                             "communicators across hosts";
-    return best;
+    if (!best) continue;
+    Choice choice = predictWith(shape, best->algorithm, protocols, profile);
+    choice.why = onlyAllowed ? "predicted fastest"
+                             : "LOOM_ALGO's choice set aside: oneshot carries at most 32 KiB between ranks of one host "
+                               "(an allreduce from LOOM_MAPPED_MIN_BYTES runs mapped), hierarchical runs on host "
+                               "communicators across hosts";
+    return choice;
   }
   // Unreachable for a collective: every one has an algorithm that always fits.
   return {Algorithm::kRing, Protocol::kSimple, 0, "no algorithm fits"};
@@ -279,9 +283,12 @@ std::string describePredictions(const CallShape& shape, const AlgorithmSetting& 
                                 const ProtocolSetting& protocols, const CommProfile& profile) {
   std::vector<Choice> ranked;
   std::string cannot;
+  // As chooseAlgorithm compares them: out of place.
+  CallShape agreed = shape;
+  agreed.info.inPlace = false;
   for (Algorithm a : kAlgorithms) {
     if (!supports(shape.info.kind, a) || !algorithms.allows(shape.info.kind, a)) continue;
-    Choice c = predictWith(shape, a, protocols, profile);
+    Choice c = predictWith(agreed, a, protocols, profile);
     if (fits(a, shape, profile) && std::isfinite(c.predictedUs)) {
       ranked.push_back(c);
     } else {

@@ -59,8 +59,9 @@ struct Choice {
   const char* why;  // for the INFO log
 };
 
-// Ranks agree on the choice as long as they agree on the profile (the communicator makes
-// them: communicator.cc) and on LOOM_ALGO.
+// Ranks agree on the algorithm as long as they agree on the profile (the communicator makes
+// them: communicator.cc) and on LOOM_ALGO, whichever of them call in place; the protocol is
+// each rank's own.
 Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithms, const ProtocolSetting& protocols,
                        const CommProfile& profile);
 

@@ -1,7 +1,8 @@
 // Random programs of calls, the same on every rank (drawn from one seed), each result checked
 // against the reference (collective_reference.h): every collective, type and op, counts
 // spread from 0 to 2 MiB with the sizes where Loom changes its way of moving bytes (the
-// board, direct reads, the mapped allreduce) and one element either side, in place or not,
+// board, direct reads, the mapped allreduce) and one element either side, in place or not
+// (on every rank, or on the even ranks alone: in place is each rank's own),
 // at byte offsets that break every alignment, in heap, loomMemAlloc or registered memory, on
 // the harness's communicator or on one split from it with the ranks numbered backwards;
 // alone, in groups mixed with sends and receives, or queued on a host stream. The matrix
@@ -68,6 +69,8 @@ struct Item {
   bool collective = true;
   bool reversed = false;  // on the second communicator, whose ranks are numbered backwards
   CollectiveCase call;  // when collective
+  // call.inPlace on the even ranks only, out of place on the odd ones.
+  bool inPlaceOnEvenRanks = false;
   SendRecv p2p;         // otherwise
   Memory memory = Memory::kHeap;
   size_t offset = 0;  // bytes past an aligned start
@@ -91,7 +94,8 @@ std::string describe(const Item& item) {
            std::to_string(item.p2p.count) + " shift=" + std::to_string(item.p2p.shift) +
            " seed=" + std::to_string(item.p2p.seed);
   }
-  return text + (item.reversed ? " on the reversed communicator" : "") + " in " + memoryName(item.memory) +
+  return text + (item.inPlaceOnEvenRanks ? " (in place on even ranks only)" : "") +
+         (item.reversed ? " on the reversed communicator" : "") + " in " + memoryName(item.memory) +
          " at offset " + std::to_string(item.offset);
 }
 
@@ -148,6 +152,7 @@ class Draw {
                            c.collective == Collective::kAllToAll;
       c.count = count(loomtest::typeSize(type), blocked ? static_cast<size_t>(nranks_) : 1);
       c.inPlace = loomtest::hasInPlace(c.collective) && below(2) == 0;
+      it.inPlaceOnEvenRanks = c.inPlace && below(3) == 0;
       c.seed = ++seed_;
     }
     const int m = below(4);
@@ -345,7 +350,9 @@ Outcome runBatch(const Batch& batch, const Comms& comms, loomStream_t stream, Ma
     run.rank = item.reversed ? comms.nranks - 1 - comms.rank : comms.rank;
     std::vector<unsigned char>*send, *recv;
     if (item.collective) {
-      run.collective = std::make_unique<CollectiveRun>(item.call, run.rank, comms.nranks);
+      CollectiveCase call = item.call;
+      if (item.inPlaceOnEvenRanks) call.inPlace = run.rank % 2 == 0;
+      run.collective = std::make_unique<CollectiveRun>(call, run.rank, comms.nranks);
       send = &run.collective->sendBuffer();
       recv = &run.collective->recvBuffer();
     } else {

@@ -160,6 +160,38 @@ TEST(ProtoSetting, StreamingRunsOnlyPastTheCache) {
   EXPECT_EQ(chooseWith("ring", "streaming", inPlace).protocol, Protocol::kStreaming);
 }
 
+// In place is each rank's own (CallInfo::inPlace: NCCL lets one rank pass one buffer and
+// another two), and ranks that ran different algorithms would exchange bytes that fit each
+// other's counts and mean something else: the algorithm may not depend on it, only the
+// protocol (each rank's own stores). Every shape and size around the cache's edge, where in
+// place changes what the model prices, built-in and with a calibration's constants.
+TEST(Tuner, TheAlgorithmDoesNotDependOnInPlace) {
+  for (int nhosts : {1, 2, 4}) {
+    for (int perHost : {1, 2, 3, 4, 8}) {
+      if (nhosts * perHost < 2) continue;
+      for (bool calibrated : {false, true}) {
+        CommProfile p = CommProfile::defaults(nhosts * perHost, nhosts);
+        if (calibrated) {
+          // An Intel Xeon VM's machine calibration (docs/RESULTS.md).
+          p.intra = {1.06, 5.12};
+          p.reduceGbps = 35.8;
+          p.copyGbps = 58;
+          p.streamingGbps = 4.78;
+          p.directMinBytes = 128 << 10;
+        }
+        for (size_t bytes = 4 << 10; bytes <= 4 * p.streamingMinBytes; bytes += bytes / 8) {
+          CallShape s = shape(kAllReduce, bytes, nhosts == 1);
+          const Algorithm outOfPlace =
+              loom::chooseAlgorithm(s, AlgorithmSetting(), ProtocolSetting(), p).algorithm;
+          s.info.inPlace = true;
+          EXPECT_EQ(loom::chooseAlgorithm(s, AlgorithmSetting(), ProtocolSetting(), p).algorithm, outOfPlace)
+              << nhosts << " hosts of " << perHost << ", " << bytes << " bytes, calibrated " << calibrated;
+        }
+      }
+    }
+  }
+}
+
 TEST(Tuner, SwitchesToRingWhereItsModelSays) {
   // Two hosts: recursive doubling's log2(n) network latencies win small calls, the ring's
   // bandwidth large ones; the choice changes exactly at the model's crossover.
