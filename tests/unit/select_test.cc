@@ -163,8 +163,9 @@ TEST(ProtoSetting, StreamingRunsOnlyPastTheCache) {
 // In place is each rank's own (CallInfo::inPlace: NCCL lets one rank pass one buffer and
 // another two), and ranks that ran different algorithms would exchange bytes that fit each
 // other's counts and mean something else: the algorithm may not depend on it, only the
-// protocol (each rank's own stores). Every shape and size around the cache's edge, where in
-// place changes what the model prices, built-in and with a calibration's constants.
+// protocol (each rank's own stores). Every collective that has an in-place form, shape and
+// size around the cache's edge, where in place changes what the model prices, built-in and
+// with a calibration's constants.
 TEST(Tuner, TheAlgorithmDoesNotDependOnInPlace) {
   for (int nhosts : {1, 2, 4}) {
     for (int perHost : {1, 2, 3, 4, 8}) {
@@ -179,13 +180,17 @@ TEST(Tuner, TheAlgorithmDoesNotDependOnInPlace) {
           p.streamingGbps = 4.78;
           p.directMinBytes = 128 << 10;
         }
-        for (size_t bytes = 4 << 10; bytes <= 4 * p.streamingMinBytes; bytes += bytes / 8) {
-          CallShape s = shape(kAllReduce, bytes, nhosts == 1);
-          const Algorithm outOfPlace =
-              loom::chooseAlgorithm(s, AlgorithmSetting(), ProtocolSetting(), p).algorithm;
-          s.info.inPlace = true;
-          EXPECT_EQ(loom::chooseAlgorithm(s, AlgorithmSetting(), ProtocolSetting(), p).algorithm, outOfPlace)
-              << nhosts << " hosts of " << perHost << ", " << bytes << " bytes, calibrated " << calibrated;
+        for (CallInfo::Kind kind : {kAllReduce, kBroadcast, CallInfo::Kind::kReduce, CallInfo::Kind::kAllGather,
+                                    CallInfo::Kind::kReduceScatter}) {
+          for (size_t bytes = 4 << 10; bytes <= 4 * p.streamingMinBytes; bytes += bytes / 8) {
+            CallShape s = shape(kind, bytes, nhosts == 1);
+            const Algorithm outOfPlace =
+                loom::chooseAlgorithm(s, AlgorithmSetting(), ProtocolSetting(), p).algorithm;
+            s.info.inPlace = true;
+            EXPECT_EQ(loom::chooseAlgorithm(s, AlgorithmSetting(), ProtocolSetting(), p).algorithm, outOfPlace)
+                << collectiveName(kind) << ", " << nhosts << " hosts of " << perHost << ", " << bytes
+                << " bytes, calibrated " << calibrated;
+          }
         }
       }
     }
