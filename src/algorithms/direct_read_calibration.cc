@@ -21,20 +21,27 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// From 128 KiB: on the second Intel Xeon VM direct reads won there, and an allgather or
-// all-to-all of 256 KiB between 2 ranks (blocks of 128 KiB) ran 1.8-2.3x with them, which a
-// smallest size of 256 KiB left out. At 64 KiB they tie with the FIFO (7.7-8.1 against 8.0-8.3
-// µs), and from there recursive doubling's first round read directly is priced above the ring
-// (docs/RESULTS.md).
-constexpr size_t kSizes[] = {size_t{128} << 10, size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
+// From 32 KiB: on a host of the second Intel Xeon VM whose cores exchange lines at half its
+// speed, direct reads from 32 KiB ran allgather and all-to-all of 64-128 KiB between 2 ranks
+// (blocks of 32-64 KiB) 2.3-3.8x faster than the FIFO, where that VM itself tied at 64 KiB
+// (7.7-8.1 against 8.0-8.3 µs); so the smallest sizes are measured too (docs/RESULTS.md).
+constexpr size_t kSizes[] = {size_t{32} << 10, size_t{64} << 10,  size_t{128} << 10,
+                             size_t{256} << 10, size_t{1} << 20, size_t{4} << 20};
 constexpr size_t kRingBytes = size_t{1} << 20;  // LOOM_SHM_FIFO_BYTES's default
 constexpr size_t kPieceBytes = size_t{64} << 10;
 constexpr int kRounds = 3;
 // Direct reads win at a size only when at least this much faster: within it, a tie.
 constexpr double kWinMargin = 0.97;
-// Whole pieces, so that no piece wraps around the ring's end.
+// Whole pieces from the ring's start (each exchange starts there), so that no piece wraps
+// around its end: sizes below a piece are one piece.
 static_assert(kRingBytes % kPieceBytes == 0);
-static_assert(kSizes[0] % kPieceBytes == 0);  // and so every larger power of two
+constexpr bool piecesFit() {
+  for (size_t bytes : kSizes) {
+    if (bytes % std::min(bytes, kPieceBytes) != 0 || kPieceBytes % std::min(bytes, kPieceBytes) != 0) return false;
+  }
+  return true;
+}
+static_assert(piecesFit());
 
 // One direction's ring: bytes written and read so far, each on its own cache line.
 struct Ring {
@@ -116,6 +123,10 @@ bool measureDirectReads(DirectReadFigures* out, std::string* whyNot) {
           double total = 0;
           for (int r = 0; r < reps; ++r) {
             std::memset(mine.send.get(), round * 16 + r, bytes);
+            // The peer read all of this side's ring in the last exchange (before the barrier
+            // that ended it) and touches it again only after the next one.
+            rings[me].written.store(0, std::memory_order_relaxed);
+            rings[me].read.store(0, std::memory_order_relaxed);
             pair.arriveAndWait();
             const Clock::time_point start = Clock::now();
             if (direct) {

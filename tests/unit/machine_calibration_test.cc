@@ -71,9 +71,9 @@ TEST(MachineCalibration, MeasuresEveryFigureOnOneAndTwoThreads) {
       EXPECT_EQ(direct, -1);
       EXPECT_FALSE(figures.directMeasured);
     } else if (figures.directMeasured) {
-      // 128 KiB, 256 KiB, 1 and 4 MiB.
-      ASSERT_EQ(figures.direct.sizes.size(), 4u);
-      EXPECT_EQ(figures.direct.sizes.front().bytes, size_t{128} << 10);
+      // 32, 64, 128 and 256 KiB, 1 and 4 MiB.
+      ASSERT_EQ(figures.direct.sizes.size(), 6u);
+      EXPECT_EQ(figures.direct.sizes.front().bytes, size_t{32} << 10);
       for (const auto& s : figures.direct.sizes) {
         std::printf("  direct reads %zu KiB: %.1f us, the FIFO %.1f us\n", s.bytes >> 10, s.directUs, s.fifoUs);
         EXPECT_GT(s.directUs, 0);
