@@ -273,8 +273,9 @@ Schedule doubleTreeAllReduce(double bytes, const CommProfile& p, int channels) {
 // write again: the partner reads it (posted as one range) directly into staging when the
 // link allows, out of place. Later rounds send the result, which the next reduction
 // rewrites, through the FIFO (recursive_doubling.cc), and so does every round of a rank
-// that folded first: the busiest rank reads directly only where n is a power of two.
-Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels) {
+// that folded first, or in place: the busiest rank reads directly only where n is a power of
+// two and the call is out of place.
+Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels, bool inPlace) {
   const int rounds = log2Floor(p.nranks);
   const bool folds = (1 << rounds) != p.nranks;
   Schedule s;
@@ -290,7 +291,7 @@ Schedule recursiveDoubling(double bytes, const CommProfile& p, int channels) {
   s.fill = folds ? 1 : 0;
   s.reduceBytes = s.load * bytes;
   s.channels = channels;
-  s.direct = folds ? 0 : std::min(1.0, s.load);  // the first round, where there is one
+  s.direct = folds || inPlace ? 0 : std::min(1.0, s.load);  // the first round, where there is one
   s.directSpan = bytes;
   s.reducesDirect = true;
   return s;
@@ -312,7 +313,7 @@ Schedule pairwise(double bytes, const CommProfile& p, int channels) {
 }
 
 // The schedule of a link algorithm for a collective it supports.
-Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, const CommProfile& p) {
+Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, const CommProfile& p, bool inPlace) {
   using K = CallInfo::Kind;
   const int n = p.nranks, channels = activeChannels(size, p);
   const double bytes = static_cast<double>(size);
@@ -333,7 +334,7 @@ Schedule linkSchedule(CallInfo::Kind kind, Algorithm algorithm, size_t size, con
       return pipelinedChain(doublingHops(log2Ceil(n), p), bytes, fanout, reduces ? 0 : fanout,
                             reduces ? fanout * bytes : 0, channels, p);
     }
-    case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p, channels);
+    case Algorithm::kRecursiveDoubling: return recursiveDoubling(bytes, p, channels, inPlace);
     case Algorithm::kPairwise: return pairwise(bytes, p, channels);
     case Algorithm::kOneShot:       // no links: predictUs times it
     case Algorithm::kHierarchical:  // three schedules: hierarchicalUs
@@ -511,7 +512,15 @@ double predictMessageUs(size_t bytes, bool otherHost, const CommProfile& p) {
   return link.latencyUs + transferUs(static_cast<double>(bytes), link.gbps);
 }
 
-double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p) {
+double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& profile,
+                 bool inPlace) {
+  // In place, the one buffer stays in the cache up to twice the size (executor.cc).
+  CommProfile doubled;
+  if (inPlace) {
+    doubled = profile;
+    doubled.streamingMinBytes *= 2;
+  }
+  const CommProfile& p = inPlace ? doubled : profile;
   if (!supports(kind, algorithm)) return kInfinity;
   if (protocol == Protocol::kStreaming && !pastTheCache(bytes, p)) return kInfinity;
   if (protocol == Protocol::kLowLatency && !p.device) return kInfinity;
@@ -523,7 +532,7 @@ double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, si
   if (p.nranks == 1) return transferUs(static_cast<double>(bytes), p.copyGbps);
   if (algorithm == Algorithm::kOneShot) return oneShotUs(kind, bytes, p);
   if (algorithm == Algorithm::kHierarchical) return hierarchicalUs(kind, protocol, bytes, p);
-  return scheduleUs(linkSchedule(kind, algorithm, bytes, p), p, protocol, bytes);
+  return scheduleUs(linkSchedule(kind, algorithm, bytes, p, inPlace), p, protocol, bytes);
 }
 
 Prediction predict(CallInfo::Kind kind, Algorithm algorithm, size_t bytes, const CommProfile& p) {

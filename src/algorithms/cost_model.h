@@ -114,8 +114,11 @@ int channelsFor(size_t bytes, size_t sliceBytes, int links, bool device);
 // streamingMinBytes, low latency off a device.
 // Non-decreasing in bytes for a fixed protocol, except at the sizes where channels switch on
 // (the inter-host bandwidth then multiplies by channels) and where calls leave the cache
-// (if memGbps were above intra.gbps).
-double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p);
+// (if memGbps were above intra.gbps). `inPlace`: the call is in place on every rank whose
+// plan the prediction prices; its one buffer stays in the cache up to twice the size, and
+// recursive doubling then sends no range that a peer could read directly.
+double predictUs(CallInfo::Kind kind, Algorithm algorithm, Protocol protocol, size_t bytes, const CommProfile& p,
+                 bool inPlace = false);
 // One message of `bytes` to a rank of this host (shared memory) or another one (the network):
 // a link's latency, then its bandwidth.
 double predictMessageUs(size_t bytes, bool otherHost, const CommProfile& p);

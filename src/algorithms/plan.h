@@ -57,11 +57,9 @@ struct CallInfo {
   // The communicator's number for a collective (0: none), for messages; not compared and
   // not sent: ranks number their calls alike only when they agree on them.
   uint64_t seq = 0;
-  // In place on this rank (send and receive share one buffer), and whether the tuner chose
-  // the streaming protocol (non-temporal stores) for it: the executor's choice of stores,
-  // local to this rank, so not compared and not sent either. Likewise lowLatency below.
+  // In place on this rank (send and receive share one buffer): local to this rank, so not
+  // compared and not sent either. Likewise lowLatency below.
   bool inPlace = false;
-  bool streaming = false;
   // A device communicator's call that the tuner gave the low-latency wire (device/fifo.h).
   bool lowLatency = false;
   // op is loomSum then (what peers see: NCCL lets ranks premultiply by different scalars).
@@ -104,6 +102,11 @@ struct Step {
     kMapped,
   };
   static constexpr int kNone = -1;
+  // Which of a call's plans the step belongs to, where the call has two: an in-place allreduce
+  // that the mapped allreduce's first round may find in place on every rank also holds the
+  // plan chosen for that (core/mapped_allreduce.h); its kMapped step marks the one that does
+  // not run done.
+  enum class OnlyIf : uint8_t { kAlways, kNotEveryRankInPlace, kEveryRankInPlace };
 
   Kind kind;
   int peer = kNone;  // kNone for local steps
@@ -127,6 +130,10 @@ struct Step {
   // (recursive doubling: read directly, its lines would still be shared with the peer's cache
   // then, as for a kRecv marked so).
   bool viaFifo = false;
+  // The tuner chose the streaming protocol for the plan this step is of: this rank's stores
+  // (non-temporal ones past the cache), not seen by peers.
+  bool streaming = false;
+  OnlyIf onlyIf = OnlyIf::kAlways;
   uint64_t round = 0;      // kOneShot, kMapped: the (first) board round, taken when the plan starts running
 };
 

@@ -198,34 +198,41 @@ BoardTiming boardTiming(const CallShape& shape, const CommProfile& profile) {
 // stores, which always do.
 Choice predictWith(const CallShape& shape, Algorithm algorithm, const ProtocolSetting& protocols,
                    const CommProfile& profile) {
-  // In place, the one buffer stays in the cache up to twice the size (executor.cc).
-  CommProfile inPlace;
-  if (shape.info.inPlace) {
-    inPlace = profile;
-    inPlace.streamingMinBytes *= 2;
-  }
-  const CommProfile& p = shape.info.inPlace ? inPlace : profile;
+  const bool inPlace = shape.info.inPlace;
   Choice best{algorithm, Protocol::kSimple, std::numeric_limits<double>::infinity(), ""};
   for (int i = 0; i < kNumProtocols; ++i) {
     const Protocol protocol = static_cast<Protocol>(i);
     if (!protocols.allows(protocol)) continue;
-    const double us = predictUs(shape.info.kind, algorithm, protocol, shape.bytes, p);
+    const double us = predictUs(shape.info.kind, algorithm, protocol, shape.bytes, profile, inPlace);
     if (us < best.predictedUs) {
       best.protocol = protocol;
       best.predictedUs = us;
     }
   }
-  if (!std::isfinite(best.predictedUs)) best.predictedUs = predictUs(shape.info.kind, algorithm, Protocol::kSimple, shape.bytes, p);
+  if (!std::isfinite(best.predictedUs)) {
+    best.predictedUs = predictUs(shape.info.kind, algorithm, Protocol::kSimple, shape.bytes, profile, inPlace);
+  }
   // A ring allreduce on one host takes each slice through all its steps in turn
   // (CollectiveArgs::sliceBySlice): in place, every line it writes it has just read, so
   // plain stores keep up with the streaming protocol's prediction and beat it (10% at 128
   // MiB): streaming stores would throw those lines out. LOOM_PROTO=streaming still forces it.
-  const bool writesCached = shape.info.inPlace && ringsSliceBySlice(profile) && algorithm == Algorithm::kRing &&
+  const bool writesCached = inPlace && ringsSliceBySlice(profile) && algorithm == Algorithm::kRing &&
                             shape.info.kind == CallInfo::Kind::kAllReduce;
   if (writesCached && best.protocol == Protocol::kStreaming && protocols.allows(Protocol::kSimple)) {
     best.protocol = Protocol::kSimple;
   }
   return best;
+}
+
+// The shape whose predictions rank the algorithms. In place is each rank's own (NCCL lets one
+// rank pass one buffer and another two), and ranks that ran different algorithms would
+// exchange bytes that fit each other's counts and mean something else: unless the ranks
+// agreed that all of them are in place, the algorithms are compared out of place, the same on
+// every rank; the protocol, how this rank stores, then follows its own call.
+CallShape comparedShape(const CallShape& shape) {
+  CallShape compared = shape;
+  compared.info.inPlace = shape.info.inPlace && shape.everyRankInPlace;
+  return compared;
 }
 
 }  // namespace
@@ -250,12 +257,7 @@ Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithm
     choice.why = "timed faster than the FIFO at this size by the machine calibration";
     return choice;
   }
-  // In place is each rank's own (NCCL lets one rank pass one buffer and another two), and
-  // ranks that ran different algorithms would exchange bytes that fit each other's counts
-  // and mean something else: the algorithms are compared out of place, the same on every
-  // rank; the protocol, how this rank stores, then follows its own call.
-  CallShape agreed = shape;
-  agreed.info.inPlace = false;
+  const CallShape agreed = comparedShape(shape);
   // Allowed first; if LOOM_ALGO allows only what cannot run here (oneshot, hierarchical on a
   // device), any.
   for (bool onlyAllowed : {true, false}) {
@@ -283,9 +285,7 @@ std::string describePredictions(const CallShape& shape, const AlgorithmSetting& 
                                 const ProtocolSetting& protocols, const CommProfile& profile) {
   std::vector<Choice> ranked;
   std::string cannot;
-  // As chooseAlgorithm compares them: out of place.
-  CallShape agreed = shape;
-  agreed.info.inPlace = false;
+  const CallShape agreed = comparedShape(shape);
   for (Algorithm a : kAlgorithms) {
     if (!supports(shape.info.kind, a) || !algorithms.allows(shape.info.kind, a)) continue;
     Choice c = predictWith(agreed, a, protocols, profile);
@@ -308,10 +308,11 @@ std::string describePredictions(const CallShape& shape, const AlgorithmSetting& 
   return text;
 }
 
-uint64_t ChoiceCache::keyOf(const CallInfo& call, size_t bytes) {
+uint64_t ChoiceCache::keyOf(const CallInfo& call, size_t bytes, bool everyRankInPlace) {
   if (bytes >> 54 != 0) return 0;
-  return uint64_t{1} << 63 | static_cast<uint64_t>(bytes) << 9 | static_cast<uint64_t>(call.kind) << 1 |
-         (call.inPlace ? 1 : 0);
+  static_assert(static_cast<unsigned>(CallInfo::Kind::kAllToAll) < 1u << 7, "the collective takes bits 2-8");
+  return uint64_t{1} << 63 | static_cast<uint64_t>(bytes) << 9 | static_cast<uint64_t>(call.kind) << 2 |
+         (everyRankInPlace ? 2 : 0) | (call.inPlace ? 1 : 0);
 }
 
 bool ChoiceCache::find(uint64_t key, Choice* out) const {

@@ -50,6 +50,9 @@ struct CallShape {
   // Every rank on this host, with the one-shot board open to this call (not to an allreduce
   // that goes to the mapped allreduce first: core/collective.cc).
   bool oneHost = true;
+  // The ranks agree that every one of them calls in place (the mapped allreduce's first board
+  // round tells them: core/mapped_allreduce.h); without that, in place is this rank's own.
+  bool everyRankInPlace = false;
 };
 
 struct Choice {
@@ -60,8 +63,8 @@ struct Choice {
 };
 
 // Ranks agree on the algorithm as long as they agree on the profile (the communicator makes
-// them: communicator.cc) and on LOOM_ALGO, whichever of them call in place; the protocol is
-// each rank's own.
+// them: communicator.cc), on LOOM_ALGO and on everyRankInPlace, whichever of them call in
+// place; the protocol is each rank's own.
 Choice chooseAlgorithm(const CallShape& shape, const AlgorithmSetting& algorithms, const ProtocolSetting& protocols,
                        const CommProfile& profile);
 
@@ -77,18 +80,18 @@ const char* collectiveName(CallInfo::Kind kind);
 // Whether `algorithm` implements collective `kind`.
 bool supports(CallInfo::Kind kind, Algorithm algorithm);
 
-// A communicator's recent choices by call shape (collective, bytes, in place; everything else
-// a choice depends on is fixed per communicator). Training loops and benchmarks repeat a few
+// A communicator's recent choices by call shape (collective, bytes, in place, every rank in
+// place; everything else a choice depends on is fixed per communicator). Training loops and benchmarks repeat a few
 // shapes, and evaluating the model for every candidate costs about 0.1 µs, a third of a
 // one-shot allreduce. Thread-safe. A hit takes no lock (a locked instruction is ~5 ns of a
 // 150 ns allreduce): the entries are a seqlock, which misses rewrite one at a time.
 class ChoiceCache {
  public:
   // The cached choice for a call like `call` (its collective and in-place flag) of `bytes`
-  // (CallShape::bytes), or choose() remembered.
+  // (CallShape::bytes) and `everyRankInPlace` (CallShape's), or choose() remembered.
   template <typename Choose>
-  Choice get(const CallInfo& call, size_t bytes, Choose choose) {
-    const uint64_t key = keyOf(call, bytes);
+  Choice get(const CallInfo& call, size_t bytes, bool everyRankInPlace, Choose choose) {
+    const uint64_t key = keyOf(call, bytes, everyRankInPlace);
     Choice found;
     if (key != 0 && find(key, &found)) return found;
     // Evaluated outside the lock; two threads that miss together store the same choice twice.
@@ -98,9 +101,9 @@ class ChoiceCache {
   }
 
  private:
-  // Valid bit, bytes, collective and in-place flag in one word; 0 (not cached) for a size
-  // too big to fit, which no machine can allocate.
-  static uint64_t keyOf(const CallInfo& call, size_t bytes);
+  // Valid bit, bytes, collective and the in-place flags in one word; 0 (not cached) for a
+  // size too big to fit, which no machine can allocate.
+  static uint64_t keyOf(const CallInfo& call, size_t bytes, bool everyRankInPlace);
   bool find(uint64_t key, Choice* out) const;
   void remember(uint64_t key, const Choice& choice);
 

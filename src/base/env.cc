@@ -123,7 +123,8 @@ const std::vector<Variable>& variables() {
        "send buffer straight and writes it into every rank's receive buffer, with nothing through a FIFO. "
        "It runs where every rank can reach every other's buffers: ranks that are threads of one process, "
        "or processes whose buffers came from loomMemAlloc; otherwise the call runs its plan, having "
-       "spent a board round finding that out. Not where LOOM_ALGO names a single allreduce "
+       "spent a board round finding that out (the round also tells the ranks whether all are in place: the "
+       "plan is then the one the tuner chose for that). Not where LOOM_ALGO names a single allreduce "
        "algorithm. 0: never. Default: 65536 where every rank is a thread of one process (their buffers are "
        "always reachable), else 1048576 (docs/ARCHITECTURE.md, 'The mapped allreduce')."},
       {"LOOM_TORCH_MAPPED_MIN_BYTES", "", kData,

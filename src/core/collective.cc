@@ -124,28 +124,32 @@ void bufferBytes(const CallInfo& info, int rank, int nranks, size_t* sendBytes, 
 
 // The board is not offered to an allreduce that LOOM_MAPPED_MIN_BYTES sends to the mapped
 // allreduce first, as that setting says (its defaults are above the board's slot).
-CallShape shapeOf(const CollectiveCall& call) {
+CallShape shapeOf(const CollectiveCall& call, bool everyRankInPlace = false) {
   Communicator& comm = *call.comm;
   const size_t bytes = callBytes(call.info, comm.nranks());
   const bool deviceMemory = comm.device() >= 0;
-  return {call.info, bytes, comm.board() != nullptr && !triesMapped(comm, deviceMemory, call, bytes)};
+  return {call.info, bytes, comm.board() != nullptr && !triesMapped(comm, deviceMemory, call, bytes),
+          everyRankInPlace};
 }
 
-Choice chooseFor(const CollectiveCall& call) {
+// everyRankInPlace: as the ranks agreed on it (CallShape).
+Choice chooseFor(const CollectiveCall& call, bool everyRankInPlace = false) {
   const Communicator& comm = *call.comm;
-  // The cache's key (collective, size, in place) decides the rest of the shape on one
-  // communicator, which is made on a miss only: a hit costs no look at the mapped allreduce
-  // (and no copy of the call, whose fields the caller has just stored: api.cc).
-  return comm.choices().get(call.info, callBytes(call.info, comm.nranks()), [&] {
-    return chooseAlgorithm(shapeOf(call), comm.config().algorithms, comm.config().protocols, comm.profile());
+  // The cache's key (collective, size, in place, every rank in place) decides the rest of the
+  // shape on one communicator, which is made on a miss only: a hit costs no look at the mapped
+  // allreduce (and no copy of the call, whose fields the caller has just stored: api.cc).
+  return comm.choices().get(call.info, callBytes(call.info, comm.nranks()), everyRankInPlace, [&] {
+    return chooseAlgorithm(shapeOf(call, everyRankInPlace), comm.config().algorithms, comm.config().protocols,
+                           comm.profile());
   });
 }
 
 // "predicted fastest; predicted ring/simple 12.0 us, tree/simple 15.1 us"
-std::string reasoning(const CollectiveCall& call, const Choice& choice) {
+std::string reasoning(const CollectiveCall& call, const Choice& choice, bool everyRankInPlace = false) {
   const Communicator& comm = *call.comm;
   return std::string(choice.why) + "; predicted " +
-         describePredictions(shapeOf(call), comm.config().algorithms, comm.config().protocols, comm.profile());
+         describePredictions(shapeOf(call, everyRankInPlace), comm.config().algorithms, comm.config().protocols,
+                             comm.profile());
 }
 
 double predictedUs(const CollectiveCall& call) { return chooseFor(call).predictedUs; }
@@ -164,6 +168,37 @@ Status runAlone(const CollectiveCall& call) {
   }
   return runOneShot(comm, call.info.seq, call.info, call.send, call.recv);
 }
+
+namespace {
+
+// The steps of `choice`'s plan of the call, storing as its protocol says; `onlyIf`: which
+// of the call's plans they are (Step::OnlyIf).
+void appendPlanOf(Plan& plan, const Choice& choice, const CollectiveArgs& args, int links, Step::OnlyIf onlyIf) {
+  const size_t first = plan.steps.size();
+  build(choice.algorithm, args, plan);
+  markHeaders(plan, first, links, false);
+  for (size_t k = first; k < plan.steps.size(); ++k) {
+    plan.steps[k].streaming = choice.protocol == Protocol::kStreaming;
+    plan.steps[k].onlyIf = onlyIf;
+  }
+}
+
+void logChoice(const CollectiveCall& call, const Choice& choice, const CollectiveArgs& args, bool everyRankInPlace) {
+  Communicator& comm = *call.comm;
+  const char* where = everyRankInPlace ? " where every rank is in place" : "";
+  if (comm.firstUseOf(call.info.kind, choice.algorithm)) {
+    LOOM_INFO("comm %016llx: %s uses %s/%s%s (%s), %d channel(s), slices of %zu bytes; later calls log at TRACE",
+              static_cast<unsigned long long>(comm.commId()), call.info.describe().c_str(),
+              algorithmName(choice.algorithm), protocolName(choice.protocol), where,
+              reasoning(call, choice, everyRankInPlace).c_str(), args.channels, args.sliceBytes);
+  } else {
+    LOOM_TRACE("%s: %s/%s%s (%s, predicted %.1f us), %d channel(s)", call.info.describe().c_str(),
+               algorithmName(choice.algorithm), protocolName(choice.protocol), where, choice.why, choice.predictedUs,
+               args.channels);
+  }
+}
+
+}  // namespace
 
 void appendCollective(Plan& plan, const CollectiveCall& call) {
   Communicator& comm = *call.comm;
@@ -188,19 +223,8 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   int links = plan.deviceMemory ? deviceChannels(comm, choice.algorithm) : comm.transport().linksPerPeer();
   args.channels = config.channels > 0 ? config.channels : channelsFor(bytes, args.sliceBytes, links, plan.deviceMemory);
   args.sliceBySlice = ringsSliceBySlice(comm.profile());
-  args.info.streaming = choice.protocol == Protocol::kStreaming;
   args.info.lowLatency = choice.protocol == Protocol::kLowLatency;
-
-  if (comm.firstUseOf(call.info.kind, choice.algorithm)) {
-    LOOM_INFO("comm %016llx: %s uses %s/%s (%s), %d channel(s), slices of %zu bytes; later calls log at TRACE",
-              static_cast<unsigned long long>(comm.commId()), call.info.describe().c_str(),
-              algorithmName(choice.algorithm), protocolName(choice.protocol), reasoning(call, choice).c_str(),
-              args.channels, args.sliceBytes);
-  } else {
-    LOOM_TRACE("%s: %s/%s (%s, predicted %.1f us), %d channel(s)", call.info.describe().c_str(),
-               algorithmName(choice.algorithm), protocolName(choice.protocol), choice.why, choice.predictedUs,
-               args.channels);
-  }
+  logChoice(call, choice, args, false);
   plan.beginCall(args.info);
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr && !plan.deviceMemory) {
     // Posting multiplies a premultiplied sum's part straight into the board (postOneShot).
@@ -220,8 +244,15 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
     step.after = preMultiplied;
     mapped = plan.add(step);
   }
-  build(choice.algorithm, args, plan);
-  markHeaders(plan, first, links, false);
+  // The mapped step's first round tells every rank whether all are in place: a rank in place
+  // also holds the plan for that, where the tuner would choose another one then.
+  const Choice inPlaceChoice = mapped != Step::kNone && call.info.inPlace ? chooseFor(call, true) : choice;
+  const bool twoPlans = inPlaceChoice.algorithm != choice.algorithm;
+  appendPlanOf(plan, choice, args, links, twoPlans ? Step::OnlyIf::kNotEveryRankInPlace : Step::OnlyIf::kAlways);
+  if (twoPlans) {
+    logChoice(call, inPlaceChoice, args, true);
+    appendPlanOf(plan, inPlaceChoice, args, links, Step::OnlyIf::kEveryRankInPlace);
+  }
   // The plan's steps wait for the mapped step, which marks them done where it moved the bytes,
   // or for the premultiplication: every step of a queue follows one that waited for it.
   const int before = mapped != Step::kNone ? mapped : preMultiplied;

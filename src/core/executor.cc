@@ -82,10 +82,9 @@ struct StepState {
   int forward = Step::kNone;
   size_t forwardQueue = 0;
   uint8_t header[kHeaderBytes];
-  // kMapped: how far it got, and whether the ranks' buffers were mapped (its call's other
-  // steps are then done without running).
+  // kMapped: how far it got, and what it found (which of its call's other steps run).
   MappedPhase mappedPhase = MappedPhase::kStart;
-  bool mapped = false;
+  MappedVerdict verdict;
 };
 
 // Steps that share a link and direction (or a plan's local steps), in plan order.
@@ -517,7 +516,7 @@ bool Run::streams(const Plan& plan, size_t step) const {
   // the cache would throw that away (measured 30% slower).
   const Step& s = plan.steps[step];
   if (s.kind == Step::Kind::kRecvReduce && s.dst == s.src) return false;
-  return plan.callOfStep(step).streaming;
+  return s.streaming;
 }
 
 // dst = src op incoming, whole elements at a time as they arrive. Once dst may be written,
@@ -691,13 +690,21 @@ Status Run::advanceMapped(Queue& q, int index, bool* moved) {
   const MappedPhase before = st.mappedPhase;
   bool checkPeers = !ps.progressed && now_ - ps.lastProgress > std::chrono::milliseconds(1);
   LOOM_TRY(plan.comm->mappedPeers().advance(*plan.comm, boardCall(q.plan, index), checkPeers, &st.mappedPhase,
-                                            &st.mapped));
+                                            &st.verdict));
   *moved = st.mappedPhase != before;
   if (st.mappedPhase != MappedPhase::kFinished) return Status::ok();
   st.done = true;
-  if (!st.mapped) return Status::ok();
+  // Mapped, the call's other steps all count as done; else those of the plan that does not run.
+  const Step::OnlyIf notRun =
+      st.verdict.everyRankInPlace ? Step::OnlyIf::kNotEveryRankInPlace : Step::OnlyIf::kEveryRankInPlace;
+  bool heldInPlacePlan = false;
   for (size_t k = 0; k < plan.steps.size(); ++k) {
-    if (plan.callOf[k] == plan.callOf[static_cast<size_t>(index)]) ps.steps[k].done = true;
+    if (plan.callOf[k] != plan.callOf[static_cast<size_t>(index)]) continue;
+    if (st.verdict.mapped || plan.steps[k].onlyIf == notRun) ps.steps[k].done = true;
+    heldInPlacePlan = heldInPlacePlan || plan.steps[k].onlyIf == Step::OnlyIf::kEveryRankInPlace;
+  }
+  if (heldInPlacePlan && st.verdict.everyRankInPlace && !st.verdict.mapped) {
+    plan.comm->mappedPeers().ranEveryRankInPlacePlan(*plan.comm, plan.callOfStep(index));
   }
   return Status::ok();
 }

@@ -31,7 +31,7 @@ struct Descriptor {
   // process, or loomMemAlloc buffers and a shared pid namespace. Where one rank says no, all
   // ranks run the plan after this one round.
   uint32_t reachable;
-  uint32_t unused;
+  uint32_t inPlace;
 };
 
 BufferRef refOf(const void* p, size_t bytes) {
@@ -179,8 +179,14 @@ void MappedPeers::ranPlan(Communicator& comm, const OneShot& op) {
             unmappedWhy_.empty() ? "processes reach only loomMemAlloc's" : unmappedWhy_.c_str());
 }
 
+void MappedPeers::ranEveryRankInPlacePlan(Communicator& comm, const CallInfo& call) {
+  if (everyRankInPlaceCalls_++ > 0) return;
+  LOOM_INFO("comm %016llx: %s ran the plan chosen for every rank in place, as every rank is; later calls log nothing",
+            static_cast<unsigned long long>(comm.commId()), call.describe().c_str());
+}
+
 Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase,
-                            bool* mapped) {
+                            MappedVerdict* verdict) {
   transport::ShmBoard& board = *comm.board();
   const int n = board.nranks();
   bool all = false;
@@ -189,7 +195,7 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     LOOM_TRY(readyToPost(comm, checkPeers, &ready));
     if (!ready) return Status::ok();
     encodeCallInfo(*op.call, op.header);
-    Descriptor own{refOf(op.src, op.bytes), refOf(op.dst, op.bytes), 1, 0};
+    Descriptor own{refOf(op.src, op.bytes), refOf(op.dst, op.bytes), 1, op.call->inPlace ? 1u : 0u};
     for (int q = 0; q < n; ++q) {
       if (q == comm.rank() || board.peer(q).sameProcess()) continue;
       if (own.send.serial == 0 || own.recv.serial == 0 || board.peer(q).foreign()) own.reachable = 0;
@@ -214,10 +220,12 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     LOOM_TRY(checkLeftRounds(comm, op.round));
     LOOM_TRY(compareCalls(board, op.round, op.header));
     bool reachable = true;
+    verdict->everyRankInPlace = true;
     for (int q = 0; q < n; ++q) {
       Descriptor d;
       std::memcpy(&d, board.data(q, op.round), sizeof(d));
       reachable = reachable && d.reachable != 0;
+      verdict->everyRankInPlace = verdict->everyRankInPlace && d.inPlace != 0;
     }
     // Every rank skips the call's other rounds alike, and posts them at once: ranks post every
     // round, in order (shm_board.h).
@@ -228,24 +236,26 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
       *phase = MappedPhase::kFinished;
       return Status::ok();
     }
-    uint8_t verdict = 1;
+    uint8_t canMap = 1;
     sends_.assign(static_cast<size_t>(n), nullptr);
     recvs_.assign(static_cast<size_t>(n), nullptr);
     for (int q = 0; q < n; ++q) {
       const char* posted = static_cast<const char*>(board.data(q, op.round));
       sends_[static_cast<size_t>(q)] = resolve(comm, q, posted + offsetof(Descriptor, send));
       recvs_[static_cast<size_t>(q)] = resolve(comm, q, posted + offsetof(Descriptor, recv));
-      if (sends_[static_cast<size_t>(q)] == nullptr || recvs_[static_cast<size_t>(q)] == nullptr) verdict = 0;
+      if (sends_[static_cast<size_t>(q)] == nullptr || recvs_[static_cast<size_t>(q)] == nullptr) canMap = 0;
     }
-    board.post(op.round + 1, op.header, &verdict, 1);
+    board.post(op.round + 1, op.header, &canMap, 1);
     *phase = MappedPhase::kJudged;
   }
   if (*phase == MappedPhase::kJudged) {
     LOOM_TRY(allPosted(board, op.round + 1, checkPeers, &all));
     if (!all) return Status::ok();
-    *mapped = true;
-    for (int q = 0; q < n; ++q) *mapped = *mapped && *static_cast<const uint8_t*>(board.data(q, op.round + 1)) == 1;
-    if (*mapped) {
+    verdict->mapped = true;
+    for (int q = 0; q < n; ++q) {
+      verdict->mapped = verdict->mapped && *static_cast<const uint8_t*>(board.data(q, op.round + 1)) == 1;
+    }
+    if (verdict->mapped) {
       reduceSlice(comm, op);
       if (mappedCalls_++ == 0) {
         LOOM_INFO("comm %016llx: %s ran mapped: every rank reached every rank's buffers; later calls log nothing",

@@ -9,16 +9,21 @@
 // It is one step (Step::Kind::kMapped) in front of the call's plan, on the shared-memory
 // board, over three rounds:
 //
-//   round k     every rank posts its call, where its send and receive buffers are, and
+//   round k     every rank posts its call, where its send and receive buffers are,
 //               whether its peers can reach them (threads of its process, or loomMemAlloc
-//               buffers): where one says no, every rank runs the plan from here
+//               buffers) and whether it calls in place: where one says no to the reach,
+//               every rank runs a plan from here
 //   round k+1   every rank posts whether it could map every peer's buffers
 //               all could:  rank r writes out_j[slice r] = op over i of in_i[slice r], all j
 //   round k+2   every rank posts that it is done; the step ends once all have
 //
 // Every rank sees the same verdicts, so all take the same way: with all of them yes, the
 // call's other steps are marked done unrun; with any no, they run (the plan the tuner chose)
-// and the step moved nothing.
+// and the step moved nothing. Which plan: in place is each rank's own, so the tuner compares
+// algorithms out of place (algorithms/select.h), but round k tells every rank whether all are
+// in place. A rank in place whose tuner prefers another algorithm where all are also holds
+// that plan (Step::OnlyIf), and runs it when all are; ranks that are not do not hold it and
+// run the out-of-place choice, as the others then do.
 #pragma once
 
 #include <cstdint>
@@ -57,21 +62,32 @@ constexpr uint64_t kMappedRounds = 3;
 // Where the mapped step is: what it posted last.
 enum class MappedPhase : uint8_t { kStart, kPosted, kJudged, kWritten, kFinished };
 
+// What the step found: whether every rank calls in place (known after round k), and whether
+// the call ran mapped (its other steps are then not to run).
+struct MappedVerdict {
+  bool everyRankInPlace = false;
+  bool mapped = false;
+};
+
 // A communicator's peers' buffers as this rank maps them, kept across calls (under the
 // communicator's executionLock).
 class MappedPeers {
  public:
   explicit MappedPeers(transport::Stores stores);
   // Advances the step of `op` (round: the first of its kMappedRounds) as far as it can
-  // without waiting; *mapped once the verdicts said
-  // every rank's buffers are mapped (the call's other steps are then not to run), *phase
-  // kFinished at its end. `checkPeers`: also ask whether a missing rank's process exited.
-  Status advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase, bool* mapped);
+  // without waiting, filling *verdict as it learns it; *phase kFinished at its end.
+  // `checkPeers`: also ask whether a missing rank's process exited.
+  Status advance(Communicator& comm, const OneShot& op, bool checkPeers, MappedPhase* phase, MappedVerdict* verdict);
   // "rank 1, rank 3": the ranks that have not posted the round the step waits for in `phase`
   // (`round`: its first), for a timeout's message.
   static std::string missingRanks(Communicator& comm, uint64_t round, MappedPhase phase);
-  // Calls that ran mapped, ever (for tests and logs).
+  // The executor ran a call's plan for every rank in place (Step::OnlyIf): counted, and said at
+  // INFO the first time.
+  void ranEveryRankInPlacePlan(Communicator& comm, const CallInfo& call);
+  // Calls that ran mapped, ever, and calls that ran the plan for every rank in place (for
+  // tests and logs).
   uint64_t mappedCalls() const { return mappedCalls_; }
+  uint64_t everyRankInPlaceCalls() const { return everyRankInPlaceCalls_; }
   // Peer allocations mapped now, and mappings ever made (for tests).
   size_t mappingsKept() const { return mappings_.size(); }
   uint64_t mappingsMade() const { return mappingsMade_; }
@@ -93,6 +109,7 @@ class MappedPeers {
   std::vector<void*> pieceRecvs_;
   transport::StoreChooser stores_;
   uint64_t mappedCalls_ = 0;
+  uint64_t everyRankInPlaceCalls_ = 0;
   uint64_t mappingsMade_ = 0;
   bool toldUnmapped_ = false;  // the first call that ran its plan was logged
   std::string unmappedWhy_;    // this rank's last failure to map a peer's allocation

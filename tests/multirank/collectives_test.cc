@@ -259,17 +259,10 @@ TEST(LargeCollectives, Float32SumAllReduceOf16MElementsInPlaceTwoThreadsOverSock
 // priced a 40 MiB call inside the cache in place (recursive doubling) and past it out of
 // place (the ring), and the two ranks ran different plans over one link.
 TEST(InPlaceOnOneRank, RanksAgreeOnTheAlgorithmTwoProcesses) {
-  char dir[] = "/tmp/loom-inplace-XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string file = std::string(dir) + "/tuning.txt";
-  FILE* tuning = std::fopen(file.c_str(), "w");
-  ASSERT_NE(tuning, nullptr);
-  std::fputs("# loom tuning file v1\nintra.latency_us = 1.06\nintra.gbps = 5.12\nreduce.gbps = 35.8\n"
-             "copy.gbps = 58\nstreaming.gbps = 4.78\nstreaming.min_bytes = 33554432\n"
-             "shm.direct_min_bytes = 131072\n",
-             tuning);
-  std::fclose(tuning);
-  ScopedEnv env("LOOM_TUNING_FILE", file);
+  const loomtest::ScopedFile tuning(
+      "# loom tuning file v1\nintra.latency_us = 1.06\nintra.gbps = 5.12\nreduce.gbps = 35.8\n"
+      "copy.gbps = 58\nstreaming.gbps = 4.78\nstreaming.min_bytes = 33554432\nshm.direct_min_bytes = 131072\n");
+  ScopedEnv env("LOOM_TUNING_FILE", tuning.path());
   env.set("LOOM_MACHINE_CALIBRATION", "0");
   CollectiveCase c = largeAllReduce(false);
   c.count = (40 << 20) / sizeof(float);
@@ -279,8 +272,6 @@ TEST(InPlaceOnOneRank, RanksAgreeOnTheAlgorithmTwoProcesses) {
     CaseOutcome outcome = loomtest::runCollectiveCase(mine, comm, rank, 2);
     EXPECT_TRUE(outcome.error.empty()) << "rank " << rank << ": " << outcome.error;
   });
-  std::remove(file.c_str());
-  ::rmdir(dir);
 }
 
 // The smallest send buffer the kernel allows (it rounds 4096 up to its minimum): every

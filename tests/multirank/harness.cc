@@ -5,10 +5,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <string>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -34,6 +36,26 @@ ScopedEnv::~ScopedEnv() {
     }
   }
 }
+
+ScopedFile::ScopedFile(const std::string& contents) {
+  char dir[] = "/tmp/loom-test-XXXXXX";
+  if (::mkdtemp(dir) == nullptr) {
+    ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
+    return;
+  }
+  dir_ = dir;
+  path_ = dir_ + "/file";
+  FILE* file = std::fopen(path_.c_str(), "w");
+  const bool written = file != nullptr && std::fputs(contents.c_str(), file) >= 0;
+  if (file == nullptr || std::fclose(file) != 0 || !written) ADD_FAILURE() << "cannot write " << path_;
+}
+
+ScopedFile::~ScopedFile() {
+  if (dir_.empty()) return;
+  std::remove(path_.c_str());
+  ::rmdir(dir_.c_str());
+}
+
 namespace {
 
 bool writeAll(int fd, const void* data, size_t bytes) {

@@ -31,6 +31,20 @@ class ScopedEnv {
   std::vector<std::pair<const char*, std::optional<std::string>>> saved_;
 };
 
+// A file of `contents` in a fresh directory under /tmp, both removed at the end of the scope
+// (a LOOM_TUNING_FILE, say). A failure to write it fails the test.
+class ScopedFile {
+ public:
+  explicit ScopedFile(const std::string& contents);
+  ~ScopedFile();
+  ScopedFile(const ScopedFile&) = delete;
+  ScopedFile& operator=(const ScopedFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string dir_, path_;
+};
+
 std::string modeName(Mode mode);
 
 // The log file this process writes: LOOM_DEBUG_FILE with %p expanded ("" where it is unset).

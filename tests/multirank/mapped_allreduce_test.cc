@@ -1,7 +1,8 @@
 // The mapped allreduce (core/mapped_allreduce.h): results against the reference for every
 // type and op, in place and out of place, on 2-4 ranks as threads and as processes, with
 // buffers from loomMemAlloc, from the heap and mixed; it runs mapped exactly where every
-// rank reaches every other's buffers and otherwise the call's plan gives the same result;
+// rank reaches every other's buffers and otherwise the call's plan gives the same result (the
+// plan chosen for every rank in place where all are);
 // mismatched calls and a dead peer are errors, not hangs; loomMemAlloc's own errors, and its
 // memory in a forked child.
 #include <gtest/gtest.h>
@@ -311,6 +312,39 @@ TEST(MappedAllReduceProcesses, NewAllocationsEveryCall) {
     }
     EXPECT_EQ(mappedCalls(comm), static_cast<uint64_t>(kCalls)) << "rank " << rank;
     EXPECT_LE(mappedPeers(comm).mappingsKept(), 2u) << "rank " << rank;
+  });
+}
+
+// Heap buffers between processes run a plan after the step's first round, which also tells
+// the ranks whether all are in place. With an Intel Xeon VM's machine calibration the tuner
+// prefers recursive doubling out of place and the ring in place at 4 MiB
+// (Tuner.EveryRankInPlaceComparesTheAlgorithmsInPlace): ranks all in place run the ring,
+// and a rank alone in place runs recursive doubling with the others; results right either way.
+TEST(MappedAllReduceProcesses, RanksAllInPlaceRunThePlanChosenForThat) {
+  const loomtest::ScopedFile tuning(
+      "# loom tuning file v1\nintra.latency_us = 1.08\nintra.gbps = 5.54\nreduce.gbps = 33.7\ncopy.gbps = 50.9\n"
+      "streaming.gbps = 5.29\nstreaming.min_bytes = 33554432\nshm.direct_min_bytes = 32768\n");
+  ScopedEnv env("LOOM_TUNING_FILE", tuning.path());
+  env.set("LOOM_MACHINE_CALIBRATION", "0");
+  constexpr int kCalls = 3;
+  loomtest::runRanks(2, Mode::kProcesses, [&](loomComm_t comm, int rank) {
+    CollectiveCase c;
+    c.count = (4 << 20) / sizeof(float) + 5;
+    for (int i = 0; i < kCalls; ++i) {
+      c.seed = static_cast<uint64_t>(i) + 1;
+      c.inPlace = true;
+      ASSERT_EQ(runCase(c, comm, rank, 2, false), "") << "rank " << rank << ", call " << i;
+    }
+    EXPECT_EQ(mappedPeers(comm).everyRankInPlaceCalls(), static_cast<uint64_t>(kCalls)) << "rank " << rank;
+    for (int i = 0; i < kCalls; ++i) {
+      c.seed = static_cast<uint64_t>(i) + 100;
+      c.inPlace = rank == 1;
+      ASSERT_EQ(runCase(c, comm, rank, 2, false), "") << "rank " << rank << ", call " << i << " (rank 1 in place)";
+      c.inPlace = false;
+      ASSERT_EQ(runCase(c, comm, rank, 2, false), "") << "rank " << rank << ", call " << i << " (out of place)";
+    }
+    EXPECT_EQ(mappedPeers(comm).everyRankInPlaceCalls(), static_cast<uint64_t>(kCalls)) << "rank " << rank;
+    EXPECT_EQ(mappedCalls(comm), 0u) << "rank " << rank;
   });
 }
 
