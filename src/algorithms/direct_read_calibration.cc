@@ -32,16 +32,9 @@ constexpr size_t kPieceBytes = size_t{64} << 10;
 constexpr int kRounds = 3;
 // Direct reads win at a size only when at least this much faster: within it, a tie.
 constexpr double kWinMargin = 0.97;
-// Whole pieces from the ring's start (each exchange starts there), so that no piece wraps
-// around its end: sizes below a piece are one piece.
+// Every exchange starts at the ring's start and moves whole pieces but its last, so a piece
+// starts at a multiple of kPieceBytes and never wraps around the ring's end.
 static_assert(kRingBytes % kPieceBytes == 0);
-constexpr bool piecesFit() {
-  for (size_t bytes : kSizes) {
-    if (bytes % std::min(bytes, kPieceBytes) != 0 || kPieceBytes % std::min(bytes, kPieceBytes) != 0) return false;
-  }
-  return true;
-}
-static_assert(piecesFit());
 
 // One direction's ring: bytes written and read so far, each on its own cache line.
 struct Ring {
