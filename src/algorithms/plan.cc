@@ -9,6 +9,7 @@
 #include <new>
 #include <tuple>
 
+#include "algorithms/algorithm.h"
 
 namespace loom {
 
@@ -56,13 +57,14 @@ namespace {
 constexpr uint8_t kMagic[4] = {'L', 'M', 'C', '1'};
 }  // namespace
 
-// "LMC1", kind, type, op, 0, root (i32), 0 (u32), count (u64).
+// "LMC1", kind, type, op, algorithm, root (i32), 0 (u32), count (u64).
 void encodeCallInfo(const CallInfo& info, uint8_t* out) {
   std::memset(out, 0, kCallInfoWireBytes);
   std::memcpy(out, kMagic, 4);
   out[4] = static_cast<uint8_t>(info.kind);
   out[5] = static_cast<uint8_t>(info.type);
   out[6] = static_cast<uint8_t>(info.op);
+  out[7] = info.algorithm;
   int32_t root = info.root;
   std::memcpy(out + 8, &root, 4);
   uint64_t count = info.count;
@@ -73,12 +75,13 @@ bool decodeCallInfo(const uint8_t* in, CallInfo* out) {
   if (std::memcmp(in, kMagic, 4) != 0) return false;
   // Enum fields out of range are malformed (and no valid value of their type).
   if (in[4] < static_cast<uint8_t>(CallInfo::Kind::kSend) || in[4] > static_cast<uint8_t>(CallInfo::Kind::kAllToAll) ||
-      in[5] >= loomNumTypes || in[6] >= loomNumOps) {
+      in[5] >= loomNumTypes || in[6] >= loomNumOps || in[7] > kNumAlgorithms) {
     return false;
   }
   out->kind = static_cast<CallInfo::Kind>(in[4]);
   out->type = static_cast<loomDataType_t>(in[5]);
   out->op = static_cast<loomRedOp_t>(in[6]);
+  out->algorithm = in[7];
   int32_t root;
   std::memcpy(&root, in + 8, 4);
   out->root = root;
@@ -93,7 +96,14 @@ Status checkCallInfo(const uint8_t* in, const CallInfo& expected, int peer) {
   if (!decodeCallInfo(in, &got)) {
     return error(loomRemoteError, "rank %d sent bytes that are not a Loom message", peer);
   }
-  if (got == expected) return Status::ok();
+  if (got == expected) {
+    if (got.algorithm == 0 || expected.algorithm == 0 || got.algorithm == expected.algorithm) return Status::ok();
+    return error(loomInternalError,
+                 "rank %d runs %s with %s while this rank runs it with %s: the ranks' tuners disagree, which Loom "
+                 "must never let happen (please report it with the LOOM_DEBUG=INFO logs of both ranks)",
+                 peer, expected.describe().c_str(), algorithmName(static_cast<Algorithm>(got.algorithm - 1)),
+                 algorithmName(static_cast<Algorithm>(expected.algorithm - 1)));
+  }
   if (got.kind == CallInfo::Kind::kSend && expected.kind == CallInfo::Kind::kSend) {
     return error(loomInvalidUsage, "mismatched calls: rank %d sent %llu bytes but this rank's loomRecv expects %llu",
                  peer, static_cast<unsigned long long>(got.count), static_cast<unsigned long long>(expected.count));

@@ -62,6 +62,11 @@ struct CallInfo {
   bool inPlace = false;
   // A device communicator's call that the tuner gave the low-latency wire (device/fifo.h).
   bool lowLatency = false;
+  // The algorithm of its plan, as the tuner chose it out of place (an Algorithm + 1; 0: none,
+  // as for messages and calls not yet planned). Sent, and compared where both ranks name one:
+  // ranks on different algorithms would exchange bytes that fit each other's counts and mean
+  // something else, so a disagreement of their tuners is an error, not a wrong result.
+  uint8_t algorithm = 0;
   // op is loomSum then (what peers see: NCCL lets ranks premultiply by different scalars).
   PreMul preMul;
 
@@ -75,7 +80,8 @@ struct CallInfo {
 };
 
 // Wire form of a CallInfo (24 bytes), and the check of a peer's against this rank's: a
-// mismatch is loomInvalidUsage naming both calls.
+// mismatch is loomInvalidUsage naming both calls; the same call planned with two algorithms
+// is loomInternalError (the tuners must agree).
 constexpr size_t kCallInfoWireBytes = 24;
 void encodeCallInfo(const CallInfo& info, uint8_t* out);
 // False when the bytes are not a wire CallInfo.

@@ -224,6 +224,7 @@ void appendCollective(Plan& plan, const CollectiveCall& call) {
   args.channels = config.channels > 0 ? config.channels : channelsFor(bytes, args.sliceBytes, links, plan.deviceMemory);
   args.sliceBySlice = ringsSliceBySlice(comm.profile());
   args.info.lowLatency = choice.protocol == Protocol::kLowLatency;
+  args.info.algorithm = static_cast<uint8_t>(static_cast<uint8_t>(choice.algorithm) + 1);
   logChoice(call, choice, args, false);
   plan.beginCall(args.info);
   if (choice.algorithm == Algorithm::kOneShot && comm.board() != nullptr && !plan.deviceMemory) {

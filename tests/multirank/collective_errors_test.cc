@@ -11,6 +11,8 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/select.h"
+#include "core/communicator.h"
 #include "multirank/collective_reference.h"
 #include "multirank/harness.h"
 #include "multirank/shared_records.h"
@@ -305,6 +307,64 @@ INSTANTIATE_TEST_SUITE_P(
              std::to_string(std::get<1>(info.param)) + "_" + mismatchName(std::get<2>(info.param)) +
              "_" + std::to_string(std::get<3>(info.param)) + (transports.empty() ? "" : "_" + transports);
     });
+
+// ---- Tuners that disagree: an internal error, not a wrong result ----------------------
+
+// Ranks on different algorithms exchange bytes that fit each other's counts and mean something
+// else (on 2 ranks every algorithm sends and receives the whole buffer's worth): a tuner that
+// chose differently on two ranks once made every element of an in-place allreduce wrong
+// (docs/RESULTS.md, "In place is each rank's own"). The calls' headers carry the algorithm, so
+// that is an error instead. The ranks' choice cannot differ through any setting (LOOM_ALGO is
+// rank 0's), so this test makes it differ behind the communicator's back: rank 0's allreduce
+// forced to the ring, the others' to the tree.
+class DisagreeingTuners : public testing::TestWithParam<std::tuple<Mode, std::string>> {};
+
+TEST_P(DisagreeingTuners, AreAnInternalErrorOnSomeRankAndNoRankHangs) {
+  auto [mode, transports] = GetParam();
+  ScopedEnv env("LOOM_TRANSPORTS", transports);
+  env.set("LOOM_MAPPED_MIN_BYTES", "0");  // the plans alone: no rank goes to the mapped allreduce
+  loomtest::RankOptions options;
+  options.timeoutMs = 3000;
+  options.deadlineMs = 30000;
+  constexpr int kRanks = 2;
+  constexpr size_t kCount = 64 << 10;
+  SharedRecords records(kRanks);
+  ASSERT_TRUE(records.ok()) << "mmap failed";
+  loomtest::runRanks(kRanks, mode, [&](loomComm_t comm, int rank) {
+    std::vector<float> send(kCount, 1.0f), recv(kCount, 0.0f);
+    LOOM_ASSERT_OK(loomAllReduce(send.data(), recv.data(), 10, loomFloat32, loomSum, comm, nullptr), comm);
+    auto& config = const_cast<loom::CommConfig&>(reinterpret_cast<loom::Communicator*>(comm)->config());
+    ASSERT_TRUE(loom::parseAlgorithmSetting(rank == 0 ? "allreduce=ring" : "allreduce=tree", &config.algorithms)
+                    .isOk());
+    record(records[rank], comm, [&] {
+      return loomAllReduce(send.data(), recv.data(), kCount, loomFloat32, loomSum, comm, nullptr);
+    });
+  }, options);
+
+  const std::string summary = records.summary();
+  int internal = 0;
+  for (int r = 0; r < kRanks; ++r) {
+    const RankRecord& rec = records[r];
+    ASSERT_GE(rec.result, 0) << "rank " << r << " never returned" << summary;
+    EXPECT_LT(rec.seconds, options.timeoutMs / 1000.0 + 3.0) << "rank " << r << summary;
+    const auto result = static_cast<loomResult_t>(rec.result);
+    EXPECT_TRUE(result == loomInternalError || result == loomRemoteError) << "rank " << r << summary;
+    if (result == loomInternalError) {
+      ++internal;
+      EXPECT_NE(std::string(rec.message).find("the ranks' tuners disagree"), std::string::npos) << rec.message;
+    }
+  }
+  EXPECT_GE(internal, 1) << "no rank saw the algorithms differ" << summary;
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, DisagreeingTuners,
+                         testing::Combine(testing::Values(Mode::kThreads, Mode::kProcesses),
+                                          testing::Values(std::string(), "socket")),
+                         [](const auto& info) {
+                           const std::string& transports = std::get<1>(info.param);
+                           return loomtest::modeName(std::get<0>(info.param)) +
+                                  (transports.empty() ? "" : "_" + transports);
+                         });
 
 // Every rank names itself the root: no rank receives, so no header is compared in the data.
 // Where the ranks share the board (one host), a broadcast through the links is loomInvalidUsage
