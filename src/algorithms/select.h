@@ -81,9 +81,9 @@ const char* collectiveName(CallInfo::Kind kind);
 bool supports(CallInfo::Kind kind, Algorithm algorithm);
 
 // A communicator's recent choices by call shape (collective, bytes, in place, every rank in
-// place; everything else a choice depends on is fixed per communicator). Training loops and benchmarks repeat a few
-// shapes, and evaluating the model for every candidate costs about 0.1 µs, a third of a
-// one-shot allreduce. Thread-safe. A hit takes no lock (a locked instruction is ~5 ns of a
+// place; everything else a choice depends on is fixed per communicator). Training loops and
+// benchmarks repeat a few shapes, and evaluating the model for every candidate costs about
+// 0.1 µs, a third of a one-shot allreduce. Thread-safe. A hit takes no lock (a locked instruction is ~5 ns of a
 // 150 ns allreduce): the entries are a seqlock, which misses rewrite one at a time.
 class ChoiceCache {
  public:
