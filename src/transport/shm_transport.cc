@@ -180,6 +180,13 @@ uint64_t nowNs(clockid_t clock) {
 // A call that moves nothing checks whether the peer still lives at most this often.
 constexpr uint64_t kAliveCheckNs = 1000000;
 
+// A reader gives the ring's room back a piece of this many bytes at a time (a quarter of a
+// smaller ring), so that the writer fills one piece while the reader copies out the next.
+// A reader that copied all it found before giving any room back left the writer waiting
+// for the whole ring, and the two took turns: a one-way 64 MiB broadcast through the FIFO
+// ran 1.8x (out of place) and 2.5x (in place) slower on the Intel Xeon VM (docs/RESULTS.md).
+constexpr size_t kHandOverBytes = size_t{64} << 10;
+
 }  // namespace
 
 // What the lower rank sends the higher one on the bootstrap: a segment, or (an empty name)
@@ -260,6 +267,8 @@ class ShmTransport::ShmLink : public Link {
   size_t writeRing(const void* data, size_t bytes);
   // Bytes the ring can take now, looking at the reader's tail again when fewer than `wanted`.
   size_t ringRoom(size_t wanted);
+  // kHandOverBytes, or a quarter of a smaller ring.
+  size_t handOverBytes() const { return std::min(kHandOverBytes, (mask_ + 1) / 4); }
   // `a` then `b` as one mail message, if the next slot is free; all or nothing.
   bool writeMail(const void* a, size_t aBytes, const void* b, size_t bBytes);
   // sendSome (mayOffer) and sendBuffered: a large send is offered for a direct read only where
@@ -595,7 +604,7 @@ void ShmTransport::ShmLink::peek(const void** data, size_t bytes, size_t* availa
   }
   size_t offset = static_cast<size_t>(tail_) & mask_;
   *data = inData_ + offset;
-  *available = std::min({bytes, n, mask_ + 1 - offset});  // contiguous up to the ring's end
+  *available = std::min({bytes, n, mask_ + 1 - offset, handOverBytes()});  // contiguous up to the ring's end
 }
 
 void ShmTransport::ShmLink::preferMapped() {
@@ -612,10 +621,15 @@ size_t ShmTransport::ShmLink::readFifo(void* data, size_t bytes) {
   if (n == 0) return 0;
   if (inMail) {
     std::memcpy(data, mailData(), n);
-  } else {
-    copyOutOfRing(inData_, mask_, tail_, static_cast<uint8_t*>(data), n);
+    advanceTail(n);
+    return n;
   }
-  advanceTail(n);
+  for (size_t done = 0; done < n;) {
+    const size_t piece = std::min(n - done, handOverBytes());
+    copyOutOfRing(inData_, mask_, tail_, static_cast<uint8_t*>(data) + done, piece);
+    advanceTail(piece);
+    done += piece;
+  }
   return n;
 }
 

@@ -255,6 +255,47 @@ TEST(ShmMail, WritesOfNothingAreNoMessages) {
   });
 }
 
+// A reader takes a full ring a quarter (at most 64 KiB) at a time and gives each piece's room
+// back at once, so the writer refills while the reader copies: one that held the whole ring
+// until it had read all of it made a one-way transfer take turns (docs/RESULTS.md).
+TEST(ShmHandOver, AReaderGivesTheRingBackAPieceAtATime) {
+  static constexpr size_t kRing = 262144, kPiece = 65536;
+  ScopedEnv env;
+  env.set("LOOM_SHM_DIRECT", "none").set("LOOM_SHM_FIFO_BYTES", std::to_string(kRing));
+  loomtest::runRanks(2, Mode::kThreads, [](loomComm_t comm, int rank) {
+    std::unique_ptr<ShmTransport> transport;
+    ASSERT_NO_FATAL_FAILURE(connect(comm, 1 - rank, &transport));
+    Link* link = transport->link(1 - rank, 0);
+    const std::vector<uint8_t> out = pattern(7, kRing + kPiece);
+    size_t done = 0;
+    if (rank == 0) {
+      ASSERT_STATUS_OK(link->sendSome(out.data(), kRing, &done));
+      ASSERT_EQ(done, kRing) << "an empty ring takes a ring's bytes";
+    }
+    ASSERT_EQ(loomBarrier(comm, nullptr), loomSuccess);  // the ring is full
+    if (rank == 1) {
+      const void* data = nullptr;
+      link->peek(&data, kRing, &done);
+      ASSERT_EQ(done, kPiece) << "a reader shown the whole ring holds it until it has read all of it";
+      ASSERT_EQ(std::memcmp(data, out.data(), kPiece), 0);
+      link->consume(done);
+    }
+    ASSERT_EQ(loomBarrier(comm, nullptr), loomSuccess);  // one piece read
+    if (rank == 0) {
+      ASSERT_STATUS_OK(link->sendSome(out.data() + kRing, kPiece, &done));
+      EXPECT_EQ(done, kPiece) << "the piece read was not given back";
+      return;
+    }
+    std::vector<uint8_t> in(kRing);
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    for (size_t got = 0; got < in.size(); got += done) {
+      ASSERT_LT(Clock::now(), deadline) << "stuck after receiving " << got << " bytes";
+      ASSERT_STATUS_OK(link->recvSome(in.data() + got, in.size() - got, &done));
+    }
+    expectSameBytes(in, std::vector<uint8_t>(out.begin() + kPiece, out.end()));
+  });
+}
+
 // What the tuner's cost model is told: direct reads from LOOM_SHM_DIRECT_MIN_BYTES where the
 // setting lets the communicator's ranks read each other (by default only threads of one
 // process), never otherwise; where LOOM_SHM_DIRECT is unset, a tuning file's
