@@ -184,7 +184,8 @@ constexpr uint64_t kAliveCheckNs = 1000000;
 // smaller ring), so that the writer fills one piece while the reader copies out the next.
 // A reader that copied all it found before giving any room back left the writer waiting
 // for the whole ring, and the two took turns: a one-way 64 MiB broadcast through the FIFO
-// ran 1.8x (out of place) and 2.5x (in place) slower on the Intel Xeon VM (docs/RESULTS.md).
+// ran 1.6-1.8x (out of place) and 2.4-2.9x (in place) slower on the Intel Xeon VM
+// (docs/RESULTS.md).
 constexpr size_t kHandOverBytes = size_t{64} << 10;
 
 }  // namespace
