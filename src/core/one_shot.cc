@@ -139,12 +139,28 @@ Status checkLeftRounds(Communicator& comm, uint64_t current) {
   return Status::ok();
 }
 
+namespace {
+
+// The board's checkAlive(round), except that a peer found failed may have posted the rounds
+// this rank left unchecked just before it failed (on a mismatch there): those are checked
+// again, so that the mismatch names it rather than its failure. (They were checked before
+// checkAlive, but the peer may have posted and failed in between.)
+Status checkAliveNamingMismatches(Communicator& comm, uint64_t round, uint64_t current) {
+  transport::ShmBoard& board = *comm.board();
+  const Status alive = board.checkAlive(round);
+  if (!alive.isOk() && board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, current));
+  return alive;
+}
+
+}  // namespace
+
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
   transport::ShmBoard& board = *comm.board();
   *ready = board.mayPost();
   // After mayPost: where it holds, the rounds that checkDue says must be checked are complete.
   if (board.checkDue()) LOOM_TRY(checkLeftRounds(comm, board.lastPosted() + 1));
-  return !*ready && checkPeers ? board.checkAlive(board.roundBeforePost()) : Status::ok();
+  if (*ready || !checkPeers) return Status::ok();
+  return checkAliveNamingMismatches(comm, board.roundBeforePost(), board.lastPosted() + 1);
 }
 
 Status compareCalls(const transport::ShmBoard& board, uint64_t round, const uint8_t* header) {
@@ -188,7 +204,7 @@ Status finishOneShot(Communicator& comm, const OneShot& op, bool checkPeers, boo
   // posts leaves no earlier round unchecked. While it waits, a peer that failed on a mismatch
   // of an earlier round is named by that mismatch, not by its failure.
   if (board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, op.round));
-  if (!all) return checkPeers ? board.checkAlive(op.round) : Status::ok();
+  if (!all) return checkPeers ? checkAliveNamingMismatches(comm, op.round, op.round) : Status::ok();
   LOOM_TRY(compareCalls(board, op.round, op.header));
   resultFromBoard(board, op, comm.rank());
   *done = true;
