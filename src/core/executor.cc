@@ -789,18 +789,23 @@ Status Run::idle(bool spin) {
   }
   // A sleep also wakes for the links that have a descriptor, so a rank napping on shared
   // memory notices at once what arrives on its sockets (a plan across hosts waits on both).
+  // A link that cannot be armed (its bytes may be ready) turns the sleep into a yield and a
+  // look that does not block, which still hears cancels and notices: a UCX worker that never
+  // armed once hid the peers' failure notices from a survivor until the link timed out.
   PollFds& fds = waitFds_;
   fds.clear();
+  bool armed = true;
   if (sleeping) {
     for (const Queue& q : queues_) {
       if (q.head == q.steps.size() || q.waitsForStep || q.link == nullptr || q.link->waitFd() < 0) continue;
       pollfd fd{};
-      if (!q.link->prepareWait(q.send, &fd)) {
-        sched_yield();
-        return Status::ok();
+      if (q.link->prepareWait(q.send, &fd)) {
+        fds.push_back(fd);
+      } else {
+        armed = false;
       }
-      fds.push_back(fd);
     }
+    if (!armed) sched_yield();
   }
   size_t firstCancel = fds.size();
   for (const PlanState& ps : state_) fds.push_back({ps.plan->comm->cancelFd(), POLLIN, 0});
@@ -826,6 +831,7 @@ Status Run::idle(bool spin) {
       waitFor = std::clamp<std::chrono::nanoseconds>(lastProgress + kNoticeGrace - now, std::chrono::nanoseconds(0),
                                                      waitFor);
     }
+    if (!armed) waitFor = std::chrono::nanoseconds(0);
   }
   int rc = pollFor(fds.data(), fds.size(), waitFor);
   if (rc < 0 && errno != EINTR) return fail(systemError("ppoll", errno), SIZE_MAX);

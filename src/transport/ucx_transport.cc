@@ -154,11 +154,14 @@ struct UcxTransport::State {
       while (ucp_worker_progress(worker) != 0) {
       }
       const ucs_status_t armed = eventFd >= 0 ? ucp_worker_arm(worker) : UCS_ERR_UNSUPPORTED;
-      if (armed == UCS_ERR_BUSY) continue;  // events came in meanwhile: progress them first
+      // Unlocked whatever the answer: a worker that keeps refusing to arm must not keep a run
+      // from beginning.
       lock.unlock();
       if (armed == UCS_OK) {
         pollfd fd{eventFd, POLLIN, 0};
         poll(&fd, 1, kBetweenRunsPollMs);
+      } else if (armed == UCS_ERR_BUSY) {
+        std::this_thread::yield();  // events came in meanwhile: progress them first
       } else {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
