@@ -47,11 +47,11 @@ BufferRef refOf(const void* p, size_t bytes) {
   return ref;
 }
 
-// Whether every rank has posted `round`; a rank whose process exited or whose communicator
-// failed is loomRemoteError (ShmBoard::checkAlive).
-Status allPosted(transport::ShmBoard& board, uint64_t round, bool checkPeers, bool* all) {
-  *all = board.allPosted(round);
-  return *all || !checkPeers ? Status::ok() : board.checkAlive(round);
+// Whether every rank has posted `round` of the call that began in round `first`; a rank whose
+// process exited or whose communicator failed is loomRemoteError (checkAliveNamingMismatches).
+Status allPosted(Communicator& comm, uint64_t round, uint64_t first, bool checkPeers, bool* all) {
+  *all = comm.board()->allPosted(round);
+  return *all || !checkPeers ? Status::ok() : checkAliveNamingMismatches(comm, round, first);
 }
 
 // Looks at the board for round k before the step returns to the executor (see advance).
@@ -211,10 +211,10 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     // The peers post within a microsecond or two of this rank where they run: look again a
     // while before going back to the executor, whose idle pass gives up the core (a system
     // call that cost about 1.5 us of a 64 KiB call that runs its plan).
-    LOOM_TRY(allPosted(board, op.round, checkPeers, &all));
+    LOOM_TRY(allPosted(comm, op.round, op.round, checkPeers, &all));
     for (int look = 0; look < kLooksBeforeReturning && !all; ++look) {
       cpuRelax();
-      LOOM_TRY(allPosted(board, op.round, false, &all));
+      LOOM_TRY(allPosted(comm, op.round, op.round, false, &all));
     }
     if (!all) return Status::ok();
     LOOM_TRY(checkLeftRounds(comm, op.round));
@@ -249,7 +249,7 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     *phase = MappedPhase::kJudged;
   }
   if (*phase == MappedPhase::kJudged) {
-    LOOM_TRY(allPosted(board, op.round + 1, checkPeers, &all));
+    LOOM_TRY(allPosted(comm, op.round + 1, op.round, checkPeers, &all));
     if (!all) return Status::ok();
     verdict->mapped = true;
     for (int q = 0; q < n; ++q) {
@@ -267,7 +267,7 @@ Status MappedPeers::advance(Communicator& comm, const OneShot& op, bool checkPee
     board.post(op.round + 2, op.header, nullptr, 0);
     *phase = MappedPhase::kWritten;
   }
-  LOOM_TRY(allPosted(board, op.round + 2, checkPeers, &all));
+  LOOM_TRY(allPosted(comm, op.round + 2, op.round, checkPeers, &all));
   if (all) {
     tsanAcquire(op.src);
     tsanAcquire(op.dst);

@@ -139,20 +139,15 @@ Status checkLeftRounds(Communicator& comm, uint64_t current) {
   return Status::ok();
 }
 
-namespace {
-
-// The board's checkAlive(round), except that a peer found failed may have posted the rounds
-// this rank left unchecked just before it failed (on a mismatch there): those are checked
-// again, so that the mismatch names it rather than its failure. (They were checked before
-// checkAlive, but the peer may have posted and failed in between.)
+// A peer found failed may have posted the rounds this rank left unchecked just before it
+// failed (on a mismatch there): they were checked before checkAlive, but the peer may have
+// posted and failed in between.
 Status checkAliveNamingMismatches(Communicator& comm, uint64_t round, uint64_t current) {
   transport::ShmBoard& board = *comm.board();
   const Status alive = board.checkAlive(round);
   if (!alive.isOk() && board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, current));
   return alive;
 }
-
-}  // namespace
 
 Status readyToPost(Communicator& comm, bool checkPeers, bool* ready) {
   transport::ShmBoard& board = *comm.board();

@@ -42,6 +42,10 @@ Status readyToPost(Communicator& comm, bool checkPeers, bool* ready);
 // the posts (a broadcast's root, a reduce's leaf) and every rank has posted since, oldest
 // first; `current` is the round of the call being made, for the message.
 Status checkLeftRounds(Communicator& comm, uint64_t current);
+// The board's checkAlive(round), except that where a peer failed, the rounds this rank left
+// unchecked are checked again (checkLeftRounds, `current` as there) so that a mismatch in them
+// names the mismatch rather than the failure it led to.
+Status checkAliveNamingMismatches(Communicator& comm, uint64_t round, uint64_t current);
 // Publishes this rank's part, once readyToPost (never waits): its send buffer, or for a
 // premultiplied sum that times its scalar, multiplied straight into the board, or a
 // broadcast's header alone where this rank is not the root; with announceSeq != 0 also announces the call under that number (see
