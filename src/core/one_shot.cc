@@ -122,30 +122,45 @@ Status compareHeaders(int nranks, HeaderOf headerOf, const uint8_t* header) {
   return Status::ok();
 }
 
+// loomInvalidUsage where this rank's call of `round`, a round it left unchecked, differs from
+// that of a rank that has posted it by posted(r); named for the call of round `current`.
+template <typename Posted>
+Status compareLeftRound(const transport::ShmBoard& board, int rank, uint64_t round, uint64_t current, Posted posted) {
+  const uint8_t* mine = board.historyHeader(rank, round);
+  const Status s = compareHeaders(
+      board.nranks(), [&](int r) { return posted(r) ? board.historyHeader(r, round) : mine; }, mine);
+  if (s.isOk()) return s;
+  if (round + 1 == current) return s.withContext("this rank's previous call on the shared-memory board");
+  return s.withContext(format("this rank's call on the shared-memory board %llu rounds before this one",
+                              static_cast<unsigned long long>(current - round)));
+}
+
 }  // namespace
 
 Status checkLeftRounds(Communicator& comm, uint64_t current) {
   transport::ShmBoard& board = *comm.board();
+  // A rank that read the posts of such a round compared the calls then, and failed if they differed.
   for (uint64_t round; (round = board.oldestUnchecked()) != 0 && board.allPostedInHistory(round);
        board.checkedOldest()) {
-    // A rank that read the posts of that round compared the calls then, and failed if they differed.
-    const Status s = compareHeaders(
-        board.nranks(), [&](int r) { return board.historyHeader(r, round); }, board.historyHeader(comm.rank(), round));
-    if (s.isOk()) continue;
-    if (round + 1 == current) return s.withContext("this rank's previous call on the shared-memory board");
-    return s.withContext(format("this rank's call on the shared-memory board %llu rounds before this one",
-                                static_cast<unsigned long long>(current - round)));
+    LOOM_TRY(compareLeftRound(board, comm.rank(), round, current, [](int) { return true; }));
   }
   return Status::ok();
 }
 
 // A peer found failed may have posted the rounds this rank left unchecked just before it
 // failed (on a mismatch there): they were checked before checkAlive, but the peer may have
-// posted and failed in between.
+// posted and failed in between. It may also have failed on a mismatch it saw in the
+// announcements before every rank had posted such a round (a root that is late): those
+// rounds are compared with the ranks that have posted them.
 Status checkAliveNamingMismatches(Communicator& comm, uint64_t round, uint64_t current) {
   transport::ShmBoard& board = *comm.board();
   const Status alive = board.checkAlive(round);
-  if (!alive.isOk() && board.oldestUnchecked() != 0) LOOM_TRY(checkLeftRounds(comm, current));
+  if (alive.isOk() || board.oldestUnchecked() == 0) return alive;
+  LOOM_TRY(checkLeftRounds(comm, current));
+  for (size_t i = 0; i < board.uncheckedCount(); ++i) {
+    const uint64_t left = board.unchecked(i);
+    LOOM_TRY(compareLeftRound(board, comm.rank(), left, current, [&](int r) { return board.postedInHistory(r, left); }));
+  }
   return alive;
 }
 

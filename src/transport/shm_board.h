@@ -96,14 +96,17 @@ class ShmBoard {
   // History lines are read only for such rounds: reading them every call would cost their
   // writer a miss.
   bool allPostedInHistory(uint64_t round) {
-    return allHavePosted(round, [&](int q) {
-      return area(q).history[round % kHistory].round.load(std::memory_order_acquire) >= round;
-    });
+    return allHavePosted(round, [&](int q) { return postedInHistory(q, round); });
+  }
+  bool postedInHistory(int q, uint64_t round) const {
+    return area(q).history[round % kHistory].round.load(std::memory_order_acquire) >= round;
   }
   const uint8_t* historyHeader(int q, uint64_t round) const { return area(q).history[round % kHistory].header; }
   // The rounds this rank left without comparing calls, oldest first (0: none).
   void leftUnchecked(uint64_t round) { unchecked_[(uncheckedFirst_ + uncheckedCount_++) % kSlots] = round; }
-  uint64_t oldestUnchecked() const { return uncheckedCount_ > 0 ? unchecked_[uncheckedFirst_] : 0; }
+  uint64_t oldestUnchecked() const { return uncheckedCount_ > 0 ? unchecked(0) : 0; }
+  size_t uncheckedCount() const { return uncheckedCount_; }
+  uint64_t unchecked(size_t i) const { return unchecked_[(uncheckedFirst_ + i) % kSlots]; }
   // Whether to compare the unchecked rounds' calls before the next post: half the slots' worth
   // wait (a check reads a line of each rank for every two rounds), or the oldest must be
   // checked before this rank posts again (mayPost's round).

@@ -558,10 +558,9 @@ bool readsPostsInItsCall(BoardMismatch m, int rank) {
   }
 }
 
-class MismatchOnTheBoard : public testing::TestWithParam<std::tuple<Mode, int, BoardMismatch>> {};
-
-TEST_P(MismatchOnTheBoard, FailsTheCallOrTheNextOnEveryRank) {
-  auto [mode, nranks, mismatch] = GetParam();
+// Every rank fails: at once where it reads the posts, else in its next call. `lateRank` (-1:
+// none) makes its call 100 ms after the others.
+void expectBoardMismatchFails(Mode mode, int nranks, BoardMismatch mismatch, int lateRank) {
   loomtest::RankOptions options;
   options.timeoutMs = 3000;
   options.deadlineMs = 30000;
@@ -575,6 +574,7 @@ TEST_P(MismatchOnTheBoard, FailsTheCallOrTheNextOnEveryRank) {
     std::vector<float> send(count * static_cast<size_t>(nranks), 1.0f), recv(count * static_cast<size_t>(nranks));
     const bool odd = rank == 0;
     const int root = boardRootOf(rank);
+    if (rank == lateRank) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     record(records[rank], comm, [&] {
       switch (m) {
         case BoardMismatch::kReduceRoot:
@@ -609,6 +609,25 @@ TEST_P(MismatchOnTheBoard, FailsTheCallOrTheNextOnEveryRank) {
     EXPECT_NE(message.find("previous call"), std::string::npos) << message;
   }
 }
+
+class MismatchOnTheBoard : public testing::TestWithParam<std::tuple<Mode, int, BoardMismatch>> {};
+
+TEST_P(MismatchOnTheBoard, FailsTheCallOrTheNextOnEveryRank) {
+  auto [mode, nranks, mismatch] = GetParam();
+  expectBoardMismatchFails(mode, nranks, mismatch, -1);
+}
+
+// Rank 1, a broadcast's root, comes late: rank 2 finds the mismatch in rank 0's announcement
+// and gives up before rank 1 has posted. Rank 0, the other root, names the mismatch from the
+// posts there are (rank 2's), not rank 2's exit.
+class MismatchOnTheBoardLateRoot : public testing::TestWithParam<Mode> {};
+
+TEST_P(MismatchOnTheBoardLateRoot, TheEarlyRootNamesTheMismatch) {
+  expectBoardMismatchFails(GetParam(), 3, BoardMismatch::kBroadcastRoot, 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Board, MismatchOnTheBoardLateRoot, testing::Values(Mode::kThreads, Mode::kProcesses),
+                         [](const auto& info) { return loomtest::modeName(info.param); });
 
 INSTANTIATE_TEST_SUITE_P(
     Kinds, MismatchOnTheBoard,
