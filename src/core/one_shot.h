@@ -43,8 +43,9 @@ Status readyToPost(Communicator& comm, bool checkPeers, bool* ready);
 // first; `current` is the round of the call being made, for the message.
 Status checkLeftRounds(Communicator& comm, uint64_t current);
 // The board's checkAlive(round), except that where a peer failed, the rounds this rank left
-// unchecked are checked again (checkLeftRounds, `current` as there) so that a mismatch in them
-// names the mismatch rather than the failure it led to.
+// unchecked are checked again (checkLeftRounds, `current` as there), those that not every rank
+// has posted against the ranks that have, so that a mismatch in them is named rather than the
+// failure it led to.
 Status checkAliveNamingMismatches(Communicator& comm, uint64_t round, uint64_t current);
 // Publishes this rank's part, once readyToPost (never waits): its send buffer, or for a
 // premultiplied sum that times its scalar, multiplied straight into the board, or a
